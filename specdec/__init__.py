@@ -1,0 +1,16 @@
+"""specdec: measure speculative decoding when MoE experts stream from SSD.
+
+    import specdec
+    model, tokenizer, streamer = specdec.load("tiny", budget="64MiB", policy="lru", io="direct")
+
+See README.md for the commands and the architecture.
+"""
+
+__version__ = "0.1.0"
+
+
+def load(path, **kwargs):
+    """Load a model with its routed experts streamed from disk (see specdec.model.loader.load)."""
+    from specdec.model.loader import load as _load
+
+    return _load(path, **kwargs)

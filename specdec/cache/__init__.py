@@ -1,0 +1,1 @@
+"""specdec.cache: see README.md's architecture section."""

@@ -1,0 +1,1 @@
+"""specdec.clock: see README.md's architecture section."""

@@ -1,0 +1,1 @@
+"""specdec.costmodel: see README.md's architecture section."""

@@ -1,0 +1,1 @@
+"""specdec.decode: see README.md's architecture section."""

@@ -1,0 +1,1 @@
+"""specdec.model: see README.md's architecture section."""

@@ -1,0 +1,1 @@
+"""specdec.store: see README.md's architecture section."""

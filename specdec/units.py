@@ -1,0 +1,70 @@
+"""Parsing and printing of sizes: budgets are written `512MiB`, `2GB`, `1000000` or `96slots`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from specdec.errors import BudgetError
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+_BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A cache budget: either a byte count or a slot count (exactly one is set)."""
+
+    nbytes: int | None = None
+    slots: int | None = None
+
+    def to_slots(self, slot_bytes: int) -> int:
+        """Number of whole slots of `slot_bytes` that fit."""
+        if self.slots is not None:
+            return self.slots
+        return int(self.nbytes // slot_bytes)
+
+    def __str__(self) -> str:
+        return f"{self.slots}slots" if self.slots is not None else format_bytes(self.nbytes)
+
+
+def parse_budget(text: str | int) -> Budget:
+    """`'2GB'` -> Budget(nbytes=2e9); `'96slots'` -> Budget(slots=96); plain ints are bytes."""
+    if isinstance(text, int):
+        return Budget(nbytes=text)
+    m = _BUDGET_RE.match(str(text))
+    if not m:
+        raise BudgetError(
+            f"cannot parse budget {text!r}: write bytes with an optional unit "
+            "(512MiB, 2GB, 1000000) or a slot count (96slots)"
+        )
+    value, unit = float(m.group(1)), m.group(2).upper()
+    if unit in ("SLOT", "SLOTS"):
+        if value != int(value):
+            raise BudgetError(f"budget {text!r}: a slot count must be a whole number")
+        return Budget(slots=int(value))
+    if unit not in _UNITS:
+        raise BudgetError(
+            f"budget {text!r}: unknown unit {m.group(2)!r}; use one of B KB MB GB KiB MiB GiB or slots"
+        )
+    return Budget(nbytes=int(value * _UNITS[unit]))
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size: 1536 -> '1.5KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
