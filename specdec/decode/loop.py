@@ -1,0 +1,137 @@
+"""The speculative decode loop over streamed experts: draft, verify the union, judge, record.
+
+    run = Decode(sm, prompt_ids, drafter, DecodeConfig(gamma=4, max_tokens=128))
+    for rec in run.passes():
+        ...  # one PassRecord per verify pass
+    run.generated  # every committed token after the prompt
+
+One pass: the drafter proposes γ−1 tokens (its expert reads counted as the draft phase), then
+one target forward over γ positions — the last committed token and the drafts — reads the union
+of their experts through the cache (verify phase), the acceptance rule commits 1 + accepted
+tokens, and the KV cache is trimmed past the rejected positions. γ = 1 is plain decoding through
+the same loop. The prompt's prefill is excluded from every pass record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from specdec.clock.profiles import DeviceProfile, modeled_time
+from specdec.decode.drafters import Drafter
+from specdec.decode.records import PassRecord
+from specdec.decode.sampling import judge
+from specdec.decode.state import DecodeState
+from specdec.errors import SpecdecError
+from specdec.model.loader import StreamedModel
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    gamma: int = 1
+    max_tokens: int = 64
+    temp: float = 0.0
+    seed: int = 0
+
+
+def forward(st: DecodeState, tokens: list[int], want_hidden: bool) -> np.ndarray:
+    """One main-model call on `tokens` (appended to the KV cache); returns logits [T, V]."""
+    x = mx.array([tokens])  # [1, T]
+    model = st.sm.model
+    if want_hidden:
+        st.hidden = model.model(x, st.cache)  # [1, T, H], after the final norm
+        logits = model.lm_head(st.hidden)
+    else:
+        logits = model(x, cache=st.cache)
+    return np.array(logits[0].astype(mx.float32))  # [T, V]
+
+
+class Decode:
+    """One generation: `passes()` yields a PassRecord per verify pass; `generated` the tokens."""
+
+    def __init__(
+        self,
+        sm: StreamedModel,
+        prompt: list[int],
+        drafter: Drafter,
+        cfg: DecodeConfig,
+        profiles: tuple[DeviceProfile, ...] = (),
+        eos_ids: frozenset[int] = frozenset(),
+    ):
+        if cfg.gamma < 1:
+            raise SpecdecError(f"gamma must be >= 1 (got {cfg.gamma}); gamma = 1 is plain decoding")
+        if cfg.temp < 0:
+            raise SpecdecError(f"temperature must be >= 0 (got {cfg.temp})")
+        if not prompt:
+            raise SpecdecError("the prompt is empty: give at least one token")
+        self.sm, self.drafter, self.cfg, self.profiles, self.eos_ids = sm, drafter, cfg, profiles, eos_ids
+        cache = make_prompt_cache(sm.model)
+        if cfg.gamma > 1 and not can_trim_prompt_cache(cache):
+            raise SpecdecError(
+                f"{sm.config['model_type']}'s KV cache cannot be trimmed, so rejected drafts "
+                "cannot be rolled back: use --gamma 1"
+            )
+        self.st = DecodeState(
+            sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
+        )
+        self.prefill_s = 0.0
+
+    @property
+    def generated(self) -> list[int]:
+        return self.st.generated
+
+    def passes(self) -> Iterator[PassRecord]:
+        st, cfg, drafter = self.st, self.cfg, self.drafter
+        streamer, stats = self.sm.streamer, self.sm.streamer.reader.stats
+        t0 = time.perf_counter()
+        with streamer.phase_of("prefill"):
+            logits = forward(st, st.tokens, drafter.needs_hidden)
+            y = judge([], None, logits[-1:], cfg.temp, st.rng).tokens[0]
+        st.tokens.append(y)
+        st.generated.append(y)
+        drafter.start(st)
+        streamer.drain()
+        self.prefill_s = time.perf_counter() - t0
+        n_pass = 0
+        while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
+            t0, blocked0, reads0 = time.perf_counter(), stats.blocked_s, stats.reads
+            with streamer.phase_of("draft"):
+                drafts, q = drafter.propose(st, cfg.gamma - 1)
+            draft_steps = streamer.drain()
+            with streamer.phase_of("verify"):
+                logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
+            verify_steps = streamer.drain()
+            verdict = judge(drafts, q, logits, cfg.temp, st.rng)
+            if len(drafts) > verdict.accepted:  # roll the KV cache back past rejected drafts
+                trim_prompt_cache(st.cache, len(drafts) - verdict.accepted)
+            drafter.commit(st, drafts, verdict)
+            tokens = verdict.tokens[: cfg.max_tokens - len(st.generated)]
+            if self.eos_ids & set(tokens):
+                tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_ids) + 1]
+            st.tokens += tokens
+            st.generated += tokens
+            y = tokens[-1]
+            wall = time.perf_counter() - t0
+            blocked, reads = stats.blocked_s - blocked0, stats.reads - reads0
+            nbytes = sum(s.bytes_read for s in draft_steps + verify_steps)
+            yield PassRecord.build(
+                n_pass,
+                cfg.gamma,
+                drafted=len(drafts),
+                accepted=verdict.accepted,
+                tokens=tokens,
+                draft_steps=draft_steps,
+                verify_steps=verify_steps,
+                wall_s=wall,
+                blocked_s=blocked,
+                reads=reads,
+                modeled_s={
+                    p.name: modeled_time(p, wall - blocked, nbytes, reads) for p in self.profiles
+                },
+            )
+            n_pass += 1

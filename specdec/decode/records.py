@@ -1,0 +1,182 @@
+"""Step records: one JSON line per verify pass, and the run summary computed from them.
+
+Words as in ../shared/design.md: acceptance α = accepted / (accepted + rejected), where a pass
+rejects at most one draft and drafts after a rejection are never judged; union = distinct
+experts selected by the γ positions of one verify pass, per MoE layer (rejected drafts
+included); bytes read = bytes actually read from experts.bin for misses.
+
+Record files are written a line at a time and flushed, so a killed run leaves whole lines;
+`read_records` skips a torn final line and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specdec.model.streamed import LayerStep
+
+
+@dataclass
+class PassRecord:
+    pass_idx: int
+    gamma: int
+    drafted: int
+    accepted: int
+    committed: int
+    tokens: list[int]
+    union: dict[str, int]  # verify phase, per MoE layer id (JSON keys are strings)
+    misses: dict[str, int]  # verify phase, per MoE layer id
+    draft_union: dict[str, int]
+    draft_bytes_read: int
+    verify_bytes_read: int
+    draft_misses: int
+    verify_misses: int
+    accesses: int
+    hits: int
+    reads: int
+    blocked_s: float
+    compute_s: float
+    wall_s: float
+    modeled_s: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        pass_idx: int,
+        gamma: int,
+        *,
+        drafted: int,
+        accepted: int,
+        tokens: list[int],
+        draft_steps: list[LayerStep],
+        verify_steps: list[LayerStep],
+        wall_s: float,
+        blocked_s: float,
+        reads: int,
+        modeled_s: dict[str, float],
+    ) -> PassRecord:
+        steps = draft_steps + verify_steps
+        misses = sum(s.misses for s in steps)
+        accesses = sum(s.union for s in steps)
+        return cls(
+            pass_idx=pass_idx,
+            gamma=gamma,
+            drafted=drafted,
+            accepted=accepted,
+            committed=len(tokens),
+            tokens=tokens,
+            union=_per_layer(verify_steps, "union"),
+            misses=_per_layer(verify_steps, "misses"),
+            draft_union=_per_layer(draft_steps, "union"),
+            draft_bytes_read=sum(s.bytes_read for s in draft_steps),
+            verify_bytes_read=sum(s.bytes_read for s in verify_steps),
+            draft_misses=sum(s.misses for s in draft_steps),
+            verify_misses=sum(s.misses for s in verify_steps),
+            accesses=accesses,
+            hits=accesses - misses,
+            reads=reads,
+            blocked_s=blocked_s,
+            compute_s=wall_s - blocked_s,
+            wall_s=wall_s,
+            modeled_s=modeled_s,
+        )
+
+    @property
+    def bytes_read(self) -> int:
+        return self.draft_bytes_read + self.verify_bytes_read
+
+
+def _per_layer(steps: list[LayerStep], attr: str) -> dict[str, int]:
+    """Sum per layer (a chunked wide call logs several steps for one layer)."""
+    out: dict[str, int] = {}
+    for s in steps:
+        out[str(s.layer)] = out.get(str(s.layer), 0) + getattr(s, attr)
+    return out
+
+
+def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
+    """Run summary: acceptance, union, bytes per committed token, tokens/s measured and modeled."""
+    if not records:
+        return {"passes": 0}
+    drafted = sum(r.drafted for r in records)
+    accepted = sum(r.accepted for r in records)
+    rejected = sum(1 for r in records if r.accepted < r.drafted)
+    committed = sum(r.committed for r in records)
+    wall = sum(r.wall_s for r in records)
+    unions = [u for r in records for u in r.union.values()]
+    total_bytes = sum(r.bytes_read for r in records)
+    accesses = sum(r.accesses for r in records)
+    out = {
+        "passes": len(records),
+        "gamma": records[0].gamma,
+        "committed": committed,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance": accepted / (accepted + rejected) if accepted + rejected else None,
+        "accepted_per_drafted": accepted / drafted if drafted else None,
+        "mean_accepted_length": accepted / len(records),
+        "accepted_length_hist": np.bincount(
+            [r.accepted for r in records], minlength=records[0].gamma
+        ).tolist(),
+        "mean_union": float(np.mean(unions)) if unions else 0.0,
+        "draft_bytes_read": sum(r.draft_bytes_read for r in records),
+        "verify_bytes_read": sum(r.verify_bytes_read for r in records),
+        "bytes_read": total_bytes,
+        "bytes_per_token": total_bytes / committed,
+        "hits": sum(r.hits for r in records),
+        "misses": accesses - sum(r.hits for r in records),
+        "hit_rate": sum(r.hits for r in records) / accesses if accesses else None,
+        "blocked_s": sum(r.blocked_s for r in records),
+        "compute_s": sum(r.compute_s for r in records),
+        "wall_s": wall,
+        "tokens_per_s": committed / wall if wall > 0 else None,
+    }
+    for name in profiles:
+        t = sum(r.modeled_s[name] for r in records)
+        out[f"modeled_tokens_per_s/{name}"] = committed / t if t > 0 else None
+    return out
+
+
+class RecordWriter:
+    """Appends one JSON line per record and flushes it: a kill never leaves a partial line."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a")
+
+    def write(self, record: PassRecord | dict) -> None:
+        row = asdict(record) if isinstance(record, PassRecord) else record
+        self._f.write(json.dumps(row) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_records(path: Path) -> list[dict]:
+    """All whole lines of a record file; a torn last line (killed writer) is skipped, with a note."""
+    rows = []
+    lines = Path(path).read_text().split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:
+                print(f"specdec: note: skipped a torn final line in {path}", file=sys.stderr)
+                break
+            raise
+    return rows

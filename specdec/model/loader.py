@@ -1,0 +1,191 @@
+"""Load an mlx-lm MoE checkpoint with its routed experts streamed from disk.
+
+    sm = specdec.load("tiny", budget="64MiB", policy="lru", io="direct")
+    logits = sm.model(mx.array([[1, 2, 3]]))   # experts read through sm.streamer
+
+The model is mlx-lm's own class, built and quantized by mlx-lm's loader from the packed
+directory's `model.safetensors` (every non-routed weight); then each MoE block's `switch_mlp`
+is replaced by a `StreamedSwitchGLU` before any expert weight is materialised, so a 100 GB model
+never touches memory beyond its resident weights and the arena. An mlx-lm directory that is not
+packed yet is packed into a cache directory on first use (SPECDEC_CACHE, default
+~/.cache/specdec).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.utils import load_model, load_tokenizer
+
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
+from specdec.errors import BudgetError, SpecdecError
+from specdec.model.bundled import resolve_model
+from specdec.model.families import Family, get_family, moe_blocks
+from specdec.model.streamed import StreamedSwitchGLU, Streamer
+from specdec.store.arena import Arena
+from specdec.store.layout import ExpertIndex
+from specdec.store.pack import pack
+from specdec.store.reader import ExpertReader
+from specdec.units import format_bytes, parse_budget
+
+_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+@dataclass
+class StreamedModel:
+    """A loaded model: mlx-lm model and tokenizer, its expert streamer, and its MTP module."""
+
+    model: nn.Module
+    tokenizer: Any
+    streamer: Streamer
+    mtp: nn.Module | None
+    config: dict
+    family: Family
+    path: Path  # the packed directory
+    policy: str = "lru"
+    policy_options: dict | None = None
+
+    def reset_cache(self) -> None:
+        """Start cold again: an empty cache with the same policy, and zeroed read counters."""
+        s = self.streamer
+        s.cache = ExpertCache(s.cache.n_slots, make_policy(self.policy, s.cache.n_slots, **(self.policy_options or {})))
+        s.reader.stats = type(s.reader.stats)()
+        s.log.clear()
+
+    @property
+    def top_k(self) -> int:
+        return int(self.config["num_experts_per_tok"])
+
+    def close(self) -> None:
+        self.streamer.reader.close()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+
+
+def ensure_packed(model_dir: Path) -> Path:
+    """`model_dir` if it is packed, else its packed copy in the cache (packing it if needed)."""
+    if (model_dir / "experts.json").exists():
+        return model_dir
+    stamp = hashlib.sha1(str(model_dir.resolve()).encode())
+    for f in sorted(model_dir.glob("*.safetensors")) + [model_dir / "config.json"]:
+        st = f.stat()
+        stamp.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    out = cache_root() / "packed" / f"{model_dir.name}-{stamp.hexdigest()[:12]}"
+    if not (out / "experts.json").exists():
+        pack(model_dir, out)
+    return out
+
+
+def _top_k(config: dict) -> int:
+    cfg = config.get("text_config", config)
+    return int(cfg["num_experts_per_tok"])
+
+
+def load(
+    path: str | Path = "tiny",
+    budget: str | int = "25%",
+    policy: str = "lru",
+    io: str = "direct",
+    threads: int = 8,
+    verify_checksums: bool = False,
+    policy_options: dict | None = None,
+    with_mtp: bool = True,
+) -> StreamedModel:
+    """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts."""
+    packed = ensure_packed(resolve_model(str(path)))
+    index = ExpertIndex.load(packed)
+    model, config = load_model(packed, lazy=True, strict=False)
+    family = get_family(config["model_type"])
+    blocks = moe_blocks(model, family)
+    n_main = len(model.layers)
+    if set(blocks) != {lid for lid in index.layer_ids if lid < n_main}:
+        raise SpecdecError(
+            f"{packed}: config.json has MoE layers {sorted(blocks)} but experts.json packs "
+            f"{index.layer_ids}; re-pack the model (specdec pack MODEL_DIR OUT_DIR --force)"
+        )
+
+    n_slots = _budget_slots(budget, index)
+    k = _top_k(config)
+    if n_slots < k:
+        raise BudgetError(
+            f"budget {budget} holds {n_slots} expert slots of {format_bytes(index.slot_bytes)}, "
+            f"but one position selects top-k = {k}: use at least {k * index.slot_bytes} bytes "
+            f"({k}slots)"
+        )
+    arena = Arena(n_slots, index.slot_bytes)
+    reader = ExpertReader(packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums)
+    cache = ExpertCache(n_slots, make_policy(policy, n_slots, **(policy_options or {})))
+    key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
+    streamer = Streamer(index, arena, reader, cache, first_layer=min(blocks), key_stride=key_stride)
+    for lid, block in blocks.items():
+        block.switch_mlp = StreamedSwitchGLU(streamer, lid, block.switch_mlp, block, family.route)
+
+    _load_resident_strictly(model, packed, n_main)
+    mtp = _load_streamed_mtp(model, packed, streamer, family, n_main, index) if with_mtp else None
+    mx.eval(model.parameters())
+    return StreamedModel(
+        model, load_tokenizer(packed), streamer, mtp, config, family, packed, policy, policy_options
+    )
+
+
+def _budget_slots(budget: str | int, index: ExpertIndex) -> int:
+    text = str(budget).strip()
+    if text.endswith("%"):
+        total = sum(index.layers[lid].n_experts for lid in index.layer_ids)
+        try:
+            return max(0, int(total * float(text[:-1]) / 100))
+        except ValueError:
+            raise BudgetError(f"cannot parse budget {budget!r}: write e.g. 25%") from None
+    return parse_budget(text).to_slots(index.slot_bytes)
+
+
+def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None:
+    """Reload the resident weights strictly: every parameter left in the model must be on disk.
+
+    mlx-lm's loader ran with strict=False (the routed experts are not in model.safetensors);
+    after the swap the model has no expert parameters left, so a strict load now catches any
+    resident tensor that is missing or has the wrong shape. MTP keys (layer index >= the main
+    model's layer count) are loaded separately.
+    """
+    weights: dict[str, mx.array] = {}
+    for f in sorted(packed.glob("model*.safetensors")):
+        weights.update(mx.load(str(f)))
+    weights = model.sanitize(weights) if hasattr(model, "sanitize") else weights
+    main = {
+        name: w
+        for name, w in weights.items()
+        if not ((m := _LAYER_RE.search(name)) and int(m.group(1)) >= n_main)
+    }
+    have = dict(tree_flatten(model.parameters()))
+    missing = sorted(have.keys() - main.keys())
+    if missing:
+        raise SpecdecError(
+            f"{packed}: model.safetensors lacks {len(missing)} resident tensors "
+            f"(first: {missing[0]}); re-pack the model"
+        )
+    model.load_weights([(n, main[n]) for n in have], strict=True)
+
+
+def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Module | None:
+    """The DeepSeek-V3-layout MTP module, its experts streamed as layer `n_main`, if present."""
+    if not family.has_mtp or not (packed / "mtp.safetensors").exists():
+        return None
+    from specdec.model.mtp import load_mtp
+
+    mtp = load_mtp(packed, model, with_experts=False)
+    if n_main not in index.layers:
+        raise SpecdecError(f"{packed}: mtp.safetensors present but its experts are not packed; re-pack")
+    block = mtp.layer.mlp
+    block.switch_mlp = StreamedSwitchGLU(streamer, n_main, block.switch_mlp, block, family.route)
+    return mtp

@@ -1,0 +1,242 @@
+"""The streamed MoE block: routed experts come from the expert cache, not from resident memory.
+
+`StreamedSwitchGLU` replaces a family's `switch_mlp` (mlx-lm's `SwitchGLU`). On each call it
+reads the router's indices to the host, asks the `Streamer` for the union of the call's experts
+(hits stay, misses are read from disk into arena slots), remaps expert ids to slot ids, and runs
+mlx-lm's own `SwitchGLU.__call__` with `ArenaLinear` projections that call `mx.gather_(q)mm` on
+strided views of the arena. Everything else in the family's block (gate weighting, shared experts)
+is the family's own code, so streamed logits equal resident logits.
+
+A call whose union exceeds the cache is computed in chunks of positions whose union fits, each
+chunk evaluated before the next read can overwrite its slots; so any budget of at least one
+position's top-k works. Every call evaluates its output before returning: no lazy graph is ever
+left pointing at a slot that a later read may overwrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.switch_layers import SwitchGLU
+
+from specdec.cache.expert_cache import ExpertCache
+from specdec.errors import BudgetError
+from specdec.model.families import Route
+from specdec.store.arena import Arena
+from specdec.store.layout import ExpertIndex, LayerLayout
+from specdec.store.reader import ExpertReader
+
+
+@dataclass
+class LayerStep:
+    """One cache step: a MoE layer of one forward call (or one chunk of a wide call)."""
+
+    layer: int
+    union: int  # distinct experts selected by the call's positions
+    misses: int
+    bytes_read: int
+    phase: str  # "verify", "draft" or "prefill"
+
+
+@dataclass
+class Streamer:
+    """Owns the expert path of one loaded model: index, arena, reader, cache and the step log."""
+
+    index: ExpertIndex
+    arena: Arena
+    reader: ExpertReader
+    cache: ExpertCache
+    first_layer: int  # the main model's first MoE layer: hotness ticks once per forward there
+    key_stride: int  # cache key = layer * key_stride + expert
+    phase: str = "verify"
+    resident_only: bool = False
+    log: list[LayerStep] = field(default_factory=list)
+    # Optional routing recorder: called with (layer, indices [..., k] int array, phase) per call.
+    recorder: Callable[[int, np.ndarray, str], None] | None = None
+
+    def fetch(self, layer: int, experts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses."""
+        before = self.reader.stats.bytes_read
+        step = self.cache.step(experts + layer * self.key_stride, counts)
+        if step.misses:
+            s = self.key_stride
+            self.reader.read([(key // s, key % s, slot) for key, slot in step.misses])
+        self.log.append(
+            LayerStep(
+                layer,
+                len(experts),
+                len(step.misses),
+                self.reader.stats.bytes_read - before,
+                self.phase,
+            )
+        )
+        return step.slots
+
+    def resident_slots(self, layer: int, experts: np.ndarray) -> np.ndarray:
+        """Slot of each expert id (any shape) if resident, else -1. Reads nothing, touches nothing."""
+        flat = [self.cache.slot_of(int(e) + layer * self.key_stride) for e in experts.ravel()]
+        return np.array([-1 if s is None else s for s in flat], dtype=np.int32).reshape(
+            experts.shape
+        )
+
+    def drain(self) -> list[LayerStep]:
+        """The steps logged since the last drain (the decode loop calls this once per phase)."""
+        out, self.log = self.log, []
+        return out
+
+    @contextmanager
+    def phase_of(self, phase: str, resident_only: bool = False) -> Iterator[None]:
+        saved = self.phase, self.resident_only
+        self.phase, self.resident_only = phase, resident_only
+        try:
+            yield
+        finally:
+            self.phase, self.resident_only = saved
+
+
+class _Hidden:
+    """Holds objects that must stay out of the module's parameter tree (views, back-references)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class ArenaLinear(nn.Module):
+    """One projection of every slot: mlx-lm's (Quantized)SwitchLinear computed on arena views."""
+
+    def __init__(self, arena: Arena, layout: LayerLayout, proj: str):
+        super().__init__()
+        views = {
+            t.name.split(".", 1)[1]: arena.tensor_view(t)
+            for t in layout.tensors
+            if t.name.split(".", 1)[0] == proj
+        }
+        self._h = _Hidden(views=views, quant=layout.quant_of(proj))
+
+    def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
+        v, q = self._h.views, self._h.quant
+        if q is not None:
+            x = mx.gather_qmm(
+                x,
+                v["weight"],  # [slots, out, in * bits / 32]
+                v["scales"],
+                v.get("biases"),
+                rhs_indices=indices,
+                transpose=True,
+                group_size=q.group_size,
+                bits=q.bits,
+                mode=q.mode,
+                sorted_indices=sorted_indices,
+            )
+        else:
+            x = mx.gather_mm(
+                x,
+                v["weight"].swapaxes(-1, -2),  # [slots, in, out]
+                rhs_indices=indices,
+                sorted_indices=sorted_indices,
+            )
+        if "bias" in v:
+            x = x + mx.expand_dims(v["bias"][indices], -2)
+        return x
+
+
+class StreamedSwitchGLU(nn.Module):
+    """Drop-in for mlx-lm's SwitchGLU whose experts live in the streamer's arena."""
+
+    def __init__(
+        self,
+        streamer: Streamer,
+        layer: int,
+        original: SwitchGLU,
+        block: nn.Module,
+        route: Route,
+    ):
+        super().__init__()
+        if not isinstance(original, SwitchGLU):
+            raise TypeError(f"layer {layer}: expected SwitchGLU, got {type(original).__name__}")
+        layout = streamer.index.layers[layer]
+        self.gate_proj = ArenaLinear(streamer.arena, layout, "gate_proj")
+        self.up_proj = ArenaLinear(streamer.arena, layout, "up_proj")
+        self.down_proj = ArenaLinear(streamer.arena, layout, "down_proj")
+        self.activation = original.activation
+        self._h = _Hidden(
+            streamer=streamer,
+            layer=layer,
+            block=block,
+            route=route,
+            lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
+        )
+
+    def _glu(self, x: mx.array, slots: np.ndarray) -> mx.array:
+        """mlx-lm's SwitchGLU arithmetic on the arena, with expert ids replaced by slot ids."""
+        return SwitchGLU.__call__(self, x, mx.array(slots))
+
+    def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
+        h = self._h
+        s: Streamer = h.streamer
+        idx = np.array(indices)  # [..., k] host sync: the router's decision
+        if s.recorder is not None:
+            s.recorder(h.layer, idx, s.phase)
+        if h.layer == s.first_layer and not s.resident_only:
+            s.cache.tick(int(np.prod(idx.shape[:-1])))
+        if s.resident_only:
+            y = self._resident_only(x, indices, idx)
+        else:
+            experts, counts = np.unique(idx, return_counts=True)
+            if len(experts) <= s.cache.n_slots:
+                h.lut[experts] = s.fetch(h.layer, experts, counts)
+                y = self._glu(x, h.lut[idx])
+            else:
+                y = self._chunked(x, idx)
+        mx.eval(y)  # slots may be overwritten by the next fetch; never leave a lazy reader
+        return y
+
+    def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
+        """A call whose union exceeds the cache: groups of positions whose union fits."""
+        h, s = self._h, self._h.streamer
+        k = idx.shape[-1]
+        if k > s.cache.n_slots:
+            raise BudgetError(
+                f"the cache holds {s.cache.n_slots} slots but one position selects {k} experts"
+            )
+        flat_idx = idx.reshape(-1, k)  # [N, k]
+        flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
+        outs, start = [], 0
+        while start < len(flat_idx):
+            seen: set[int] = set()
+            end = start
+            while end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots:
+                seen |= set(flat_idx[end].tolist())
+                end += 1
+            chunk = flat_idx[start:end]
+            experts, counts = np.unique(chunk, return_counts=True)
+            h.lut[experts] = s.fetch(h.layer, experts, counts)
+            out = self._glu(flat_x[start:end], h.lut[chunk])  # [n, k, H]
+            mx.eval(out)  # before the next chunk's reads reuse these slots
+            outs.append(out)
+            start = end
+        return mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
+
+    def _resident_only(self, x: mx.array, indices: mx.array, idx: np.ndarray) -> mx.array:
+        """Cache-only self-draft: drop experts not resident, renormalise the kept gate mass.
+
+        The family multiplies our output by its gate scores; scaling each kept expert's output by
+        (sum of all scores) / (sum of kept scores) and zeroing dropped ones turns that into the
+        renormalised mixture over resident experts. A position with nothing resident gets only
+        the shared expert (if the family has one).
+        """
+        h = self._h
+        slots = h.streamer.resident_slots(h.layer, idx)  # [..., k], -1 where not resident
+        keep = slots >= 0
+        _, scores = h.route(h.block, x)  # [..., k], the family's own gate values
+        scores = np.array(scores.astype(mx.float32))
+        kept_mass = (scores * keep).sum(-1, keepdims=True)
+        scale = np.where(kept_mass > 0, scores.sum(-1, keepdims=True) / np.maximum(kept_mass, 1e-30), 0)
+        factor = mx.array((keep * scale).astype(np.float32))[..., None]  # [..., k, 1]
+        y = self._glu(x, np.where(keep, slots, 0))
+        return (y * factor).astype(y.dtype)
