@@ -1,0 +1,339 @@
+"""The packed-directory format: file names, safetensors headers, and the expert index.
+
+A packed directory (written by `specdec pack`, read by `store.reader`) holds:
+
+    config.json, tokenizer files   copied from the model directory
+    resident.safetensors           every tensor that is not a routed expert, raw bytes, dtype kept
+    experts.bin                    one block per (MoE layer, expert); each block starts at a
+                                   4096-aligned offset and its size is a multiple of 4096, so
+                                   O_DIRECT reads land straight in an arena slot
+    experts.json                   the index (`ExpertIndex`): per layer the tensor layout inside a
+                                   block, the quantization of each projection, per expert the
+                                   block offset and crc32
+
+Routed-expert tensors are recognised by name alone (mlx-lm's stacked layout, leading dim = number
+of experts), so the format knows nothing of model families. Try it:
+`python -c "from specdec.store.layout import ExpertIndex; print(ExpertIndex.load('PACKED').layer_ids)"`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.errors import StoreError
+
+INDEX_VERSION = 1
+ALIGN = 4096  # block alignment: O_DIRECT needs logical-block alignment; 4 KiB covers NVMe and APFS
+TENSOR_ALIGN = 64  # tensors inside a block: keeps every dtype's element offset whole
+
+EXPERTS_BIN = "experts.bin"
+EXPERTS_JSON = "experts.json"
+RESIDENT = "resident.safetensors"
+MTP_FILE = "mtp.safetensors"
+
+EXPERT_RE = re.compile(
+    r"^model\.layers\.(\d+)\.(.+)\.switch_mlp\.(\w+)\.(weight|scales|biases|bias)$"
+)
+
+# safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
+_ST_DTYPES: dict[str, str] = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "uint16",  # numpy has no bfloat16: the bytes are held as uint16
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
+def round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def dtype_itemsize(dtype: str) -> int:
+    """Bytes per element of a safetensors dtype string ('BF16' -> 2)."""
+    return np.dtype(np_dtype(dtype)).itemsize
+
+
+def np_dtype(dtype: str) -> str:
+    """numpy dtype that holds a safetensors dtype's bytes ('BF16' -> 'uint16')."""
+    if dtype not in _ST_DTYPES:
+        raise StoreError(f"unsupported tensor dtype {dtype!r}; supported: {sorted(_ST_DTYPES)}")
+    return _ST_DTYPES[dtype]
+
+
+def mx_dtype(dtype: str):
+    """The mx.Dtype of a safetensors dtype string ('BF16' -> mx.bfloat16)."""
+    import mlx.core as mx
+
+    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+    names.update({k: v for k, v in _ST_DTYPES.items() if k[0] in "IU"})
+    names["BOOL"] = "bool_"
+    np_dtype(dtype)  # raises for unknown dtypes
+    return getattr(mx, names[dtype])
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+
+@dataclass(frozen=True)
+class SafeTensor:
+    """One tensor inside a safetensors file: where its raw bytes are."""
+
+    name: str
+    dtype: str  # safetensors dtype string, e.g. 'BF16', 'U32'
+    shape: tuple[int, ...]
+    path: Path
+    offset: int  # absolute byte offset of the data in `path`
+    nbytes: int
+
+
+def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str]]:
+    """Parse a safetensors header without loading any data: (tensors, metadata)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise StoreError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+            (n,) = struct.unpack("<Q", head)
+            size = os.fstat(f.fileno()).st_size
+            if n > size - 8:
+                raise StoreError(f"{path}: safetensors header length {n} exceeds the file size")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{path}: cannot read safetensors header ({e})") from e
+    meta = header.pop("__metadata__", None) or {}
+    tensors = []
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        t = SafeTensor(name, info["dtype"], tuple(info["shape"]), path, 8 + n + begin, end - begin)
+        if t.offset + t.nbytes > size:
+            raise StoreError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
+        tensors.append(t)
+    return tensors, meta
+
+
+def safetensors_header_bytes(
+    entries: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str]
+) -> bytes:
+    """Header (length prefix included) for tensors laid out back to back in the given order.
+
+    entries: (name, dtype, shape, nbytes). Padded with spaces so the data starts 8-aligned,
+    as the safetensors spec asks.
+    """
+    header: dict[str, Any] = {"__metadata__": metadata}
+    pos = 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
+        pos += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (round_up(len(raw), 8) - len(raw))
+    return struct.pack("<Q", len(raw)) + raw
+
+
+# ----------------------------------------------------------------------------- index
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Quantization of one projection (mlx-lm's affine/mx modes)."""
+
+    bits: int
+    group_size: int
+    mode: str = "affine"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One expert tensor inside a block, e.g. 'gate_proj.weight' of shape [out, in/8] U32."""
+
+    name: str  # '<projection>.<weight|scales|biases|bias>'
+    dtype: str  # safetensors dtype string; `mx_dtype(spec.dtype)` gives the MLX one
+    shape: tuple[int, ...]  # per-expert shape (the stacked tensor without its leading E)
+    offset: int  # byte offset inside the block, TENSOR_ALIGN-aligned
+    nbytes: int
+
+    @property
+    def projection(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+    @property
+    def itemsize(self) -> int:
+        return dtype_itemsize(self.dtype)
+
+
+@dataclass
+class LayerLayout:
+    """Block layout of one MoE layer: every expert's block has the same layout and size."""
+
+    prefix: str  # 'model.layers.3.mlp.switch_mlp'
+    n_experts: int
+    block_bytes: int  # multiple of ALIGN
+    tensors: list[TensorSpec]
+    offsets: np.ndarray  # [E] int64, byte offset of each expert's block in experts.bin
+    crc32: np.ndarray  # [E] uint32, crc32 of each full block (padding included)
+    quant: dict[str, Quant | None] = field(default_factory=dict)  # per projection
+
+    def tensor(self, name: str) -> TensorSpec:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise StoreError(f"{self.prefix}: no expert tensor {name!r} in the index")
+
+    @property
+    def projections(self) -> list[str]:
+        return sorted({t.projection for t in self.tensors})
+
+
+@dataclass
+class ExpertIndex:
+    """experts.json: where every expert block is and what is inside it."""
+
+    version: int
+    slot_bytes: int  # max block_bytes over layers: one arena slot holds any expert
+    layers: dict[int, LayerLayout]
+    source: dict[str, Any] = field(default_factory=dict)  # what was packed (for re-pack checks)
+
+    @property
+    def layer_ids(self) -> list[int]:
+        return sorted(self.layers)
+
+    def expert_bytes(self, layer: int) -> int:
+        """Bytes read from disk for one expert of `layer` (its block size)."""
+        return self.layers[layer].block_bytes
+
+    @property
+    def file_bytes(self) -> int:
+        """Size experts.bin must have at least."""
+        return max(
+            (int(ly.offsets.max()) + ly.block_bytes for ly in self.layers.values()), default=0
+        )
+
+    @property
+    def n_blocks(self) -> int:
+        return sum(ly.n_experts for ly in self.layers.values())
+
+    # ------------------------------------------------------------------ json
+
+    def to_json(self) -> dict[str, Any]:
+        layers = {}
+        for lid in self.layer_ids:
+            ly = self.layers[lid]
+            layers[str(lid)] = {
+                "prefix": ly.prefix,
+                "n_experts": ly.n_experts,
+                "block_bytes": ly.block_bytes,
+                "tensors": [
+                    {
+                        "name": t.name,
+                        "dtype": t.dtype,
+                        "shape": list(t.shape),
+                        "offset": t.offset,
+                        "nbytes": t.nbytes,
+                    }
+                    for t in ly.tensors
+                ],
+                "quant": {p: (q.__dict__ if q else None) for p, q in sorted(ly.quant.items())},
+                "offsets": [int(o) for o in ly.offsets],
+                "crc32": [int(c) for c in ly.crc32],
+            }
+        return {
+            "version": self.version,
+            "slot_bytes": self.slot_bytes,
+            "source": self.source,
+            "layers": layers,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = EXPERTS_JSON) -> ExpertIndex:
+        try:
+            if data.get("version") != INDEX_VERSION:
+                raise StoreError(
+                    f"{where}: index version {data.get('version')!r}, this specdec reads "
+                    f"version {INDEX_VERSION}; re-pack with `specdec pack`"
+                )
+            layers = {}
+            for key, d in data["layers"].items():
+                tensors = [
+                    TensorSpec(t["name"], t["dtype"], tuple(t["shape"]), t["offset"], t["nbytes"])
+                    for t in d["tensors"]
+                ]
+                quant = {p: (Quant(**q) if q else None) for p, q in d.get("quant", {}).items()}
+                layers[int(key)] = LayerLayout(
+                    prefix=d["prefix"],
+                    n_experts=int(d["n_experts"]),
+                    block_bytes=int(d["block_bytes"]),
+                    tensors=tensors,
+                    offsets=np.asarray(d["offsets"], dtype=np.int64),
+                    crc32=np.asarray(d["crc32"], dtype=np.uint32),
+                    quant=quant,
+                )
+            index = cls(
+                int(data["version"]), int(data["slot_bytes"]), layers, data.get("source", {})
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(
+                f"{where}: malformed expert index ({type(e).__name__}: {e}); re-pack with `specdec pack`"
+            ) from e
+        index.validate(where)
+        return index
+
+    def validate(self, where: str = EXPERTS_JSON) -> None:
+        """Raise StoreError if the index is internally inconsistent."""
+
+        def bad(msg: str) -> StoreError:
+            return StoreError(f"{where}: {msg}; re-pack with `specdec pack`")
+
+        if self.slot_bytes % ALIGN or self.slot_bytes <= 0:
+            raise bad(f"slot_bytes {self.slot_bytes} is not a positive multiple of {ALIGN}")
+        for lid, ly in self.layers.items():
+            if ly.block_bytes % ALIGN or not 0 < ly.block_bytes <= self.slot_bytes:
+                raise bad(f"layer {lid}: block_bytes {ly.block_bytes} is not aligned or > slot")
+            if ly.offsets.shape != (ly.n_experts,) or ly.crc32.shape != (ly.n_experts,):
+                raise bad(f"layer {lid}: {ly.n_experts} experts but offsets/crc32 lengths differ")
+            if (ly.offsets % ALIGN).any() or (ly.offsets < 0).any():
+                raise bad(f"layer {lid}: a block offset is not {ALIGN}-aligned")
+            for t in ly.tensors:
+                if t.offset % TENSOR_ALIGN or t.offset + t.nbytes > ly.block_bytes:
+                    raise bad(f"layer {lid}: tensor {t.name} does not fit its block")
+                if t.nbytes != int(np.prod(t.shape, dtype=np.int64)) * t.itemsize:
+                    raise bad(f"layer {lid}: tensor {t.name} nbytes disagrees with its shape")
+
+    @classmethod
+    def load(cls, packed_dir: str | Path) -> ExpertIndex:
+        path = Path(packed_dir) / EXPERTS_JSON
+        if not path.is_file():
+            raise StoreError(
+                f"{path} not found: {packed_dir} is not a packed directory; "
+                "create one with `specdec pack MODEL_DIR OUT_DIR`"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise StoreError(
+                f"{path}: unreadable expert index ({e}); re-pack with `specdec pack`"
+            ) from e
+        return cls.from_json(data, str(path))
+
+    def save(self, packed_dir: str | Path) -> None:
+        """Write experts.json through a temporary name (never half-written)."""
+        path = Path(packed_dir) / EXPERTS_JSON
+        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_json(), indent=1))
+        os.replace(tmp, path)

@@ -1,0 +1,309 @@
+"""`specdec pack MODEL_DIR OUT_DIR`: turn an mlx-lm model directory into a packed directory.
+
+Reads the safetensors headers of `model*.safetensors` (and `mtp.safetensors`, the DeepSeek MTP
+layer stored as `model.layers.{num_hidden_layers}.*`), then copies raw bytes, tensor by tensor:
+routed-expert tensors (mlx-lm's stacked `...switch_mlp.<proj>.<weight|scales|biases>` [E, ...])
+are cut per expert into one aligned block per (layer, expert) in experts.bin; everything else goes
+unchanged into resident.safetensors. Memory stays bounded by one expert block plus an 8 MiB copy
+buffer, so a 100 GB checkpoint packs on a 24 GB machine. The layout is in `store/layout.py`.
+
+Everything is written into `OUT_DIR.tmp-<pid>` and renamed at the end, with experts.json written
+last: a killed pack never leaves a directory that looks valid. An existing OUT_DIR packed from the
+same files is kept as it is; anything else there is replaced only with `--force`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.errors import StoreError
+from specdec.store.layout import (
+    ALIGN,
+    EXPERT_RE,
+    EXPERTS_BIN,
+    EXPERTS_JSON,
+    INDEX_VERSION,
+    MTP_FILE,
+    RESIDENT,
+    TENSOR_ALIGN,
+    ExpertIndex,
+    LayerLayout,
+    Quant,
+    SafeTensor,
+    TensorSpec,
+    read_safetensors_header,
+    round_up,
+    safetensors_header_bytes,
+)
+
+COPY_CHUNK = 8 << 20
+_SKIP_COPY = {"model.safetensors.index.json"}
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's safetensors files, in a fixed order (MTP file last)."""
+    if not (model_dir / "config.json").is_file():
+        raise StoreError(
+            f"{model_dir}: no config.json; MODEL_DIR must be an mlx-lm model directory "
+            "(make one with `mlx_lm.convert` or `specdec make-random`)"
+        )
+    files = sorted(model_dir.glob("model*.safetensors"))
+    if not files:
+        raise StoreError(f"{model_dir}: no model*.safetensors files; is this an mlx-lm model dir?")
+    if (model_dir / MTP_FILE).is_file():
+        files.append(model_dir / MTP_FILE)
+    return files
+
+
+def source_fingerprint(model_dir: Path) -> dict[str, Any]:
+    """What a pack was made from: re-running pack on unchanged files is a no-op."""
+    files = [*weight_files(model_dir), model_dir / "config.json"]
+    return {
+        "model_dir": str(model_dir.resolve()),
+        "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
+    }
+
+
+def _quant_of(prefix: str, proj: str, names: set[str], config: dict) -> Quant | None:
+    """Quantization of one projection from config.json (mlx-lm's `quantization` section)."""
+    qcfg = config.get("quantization") or config.get("quantization_config")
+    quantized = f"{proj}.scales" in names
+    if not quantized:
+        return None
+    if not isinstance(qcfg, dict) or "bits" not in qcfg:
+        raise StoreError(
+            f"{prefix}.{proj} has scales but config.json has no `quantization` section; "
+            "re-quantize with `mlx_lm.convert -q`"
+        )
+    override = qcfg.get(f"{prefix}.{proj}")
+    q = override if isinstance(override, dict) else qcfg
+    return Quant(
+        bits=int(q.get("bits", qcfg["bits"])),
+        group_size=int(q.get("group_size", qcfg.get("group_size", 64))),
+        mode=str(q.get("mode", qcfg.get("mode", "affine"))),
+    )
+
+
+def plan(model_dir: Path) -> tuple[list[SafeTensor], dict[int, tuple[LayerLayout, dict]]]:
+    """Split the checkpoint's tensors: (resident tensors, {layer: (layout, {name: source})}).
+
+    Layout offsets are laid out layer-major, expert-minor; crc32s are filled in while packing.
+    """
+    config = json.loads((model_dir / "config.json").read_text())
+    resident: list[SafeTensor] = []
+    experts: dict[int, dict[str, SafeTensor]] = {}
+    prefixes: dict[int, str] = {}
+    seen: set[str] = set()
+    for path in weight_files(model_dir):
+        for t in read_safetensors_header(path)[0]:
+            if t.name in seen:
+                raise StoreError(f"{model_dir}: tensor {t.name} appears in two safetensors files")
+            seen.add(t.name)
+            m = EXPERT_RE.match(t.name)
+            if m is None:
+                resident.append(t)
+                continue
+            layer, prefix = int(m.group(1)), t.name.rsplit(".", 2)[0]
+            if prefixes.setdefault(layer, prefix) != prefix:
+                raise StoreError(f"layer {layer} has experts under two prefixes: {prefix}")
+            experts.setdefault(layer, {})[f"{m.group(3)}.{m.group(4)}"] = t
+    if not experts:
+        raise StoreError(
+            f"{model_dir}: no routed-expert tensors (model.layers.N.*.switch_mlp.*) found; "
+            "pack needs an MoE checkpoint in mlx-lm layout (convert with `mlx_lm.convert`)"
+        )
+    layers: dict[int, tuple[LayerLayout, dict]] = {}
+    file_pos = 0
+    for lid in sorted(experts):
+        srcs = dict(sorted(experts[lid].items()))
+        n_experts = {t.shape[0] for t in srcs.values()}
+        if len(n_experts) != 1:
+            raise StoreError(
+                f"layer {lid}: expert tensors disagree on the expert count {n_experts}"
+            )
+        (E,) = n_experts
+        specs, pos = [], 0
+        for name, t in srcs.items():
+            if t.nbytes % E:
+                raise StoreError(f"{t.name}: {t.nbytes} bytes do not split into {E} experts")
+            specs.append(TensorSpec(name, t.dtype, t.shape[1:], pos, t.nbytes // E))
+            pos = round_up(pos + t.nbytes // E, TENSOR_ALIGN)
+        block = round_up(pos, ALIGN)
+        names = set(srcs)
+        projs = sorted({n.rsplit(".", 1)[0] for n in names})
+        layout = LayerLayout(
+            prefix=prefixes[lid],
+            n_experts=E,
+            block_bytes=block,
+            tensors=specs,
+            offsets=file_pos + block * np.arange(E, dtype=np.int64),
+            crc32=np.zeros(E, dtype=np.uint32),
+            quant={p: _quant_of(prefixes[lid], p, names, config) for p in projs},
+        )
+        file_pos += block * E
+        layers[lid] = (layout, srcs)
+    return resident, layers
+
+
+def _copy_range(src_fd: int, dst, offset: int, nbytes: int) -> None:
+    while nbytes:
+        chunk = os.pread(src_fd, min(COPY_CHUNK, nbytes), offset)
+        if not chunk:
+            raise StoreError(f"unexpected end of file while copying at offset {offset}")
+        dst.write(chunk)
+        offset, nbytes = offset + len(chunk), nbytes - len(chunk)
+
+
+class _Sources:
+    """Open file descriptors of the source safetensors files, closed together."""
+
+    def __init__(self) -> None:
+        self.fds: dict[Path, int] = {}
+
+    def fd(self, path: Path) -> int:
+        if path not in self.fds:
+            self.fds[path] = os.open(path, os.O_RDONLY)
+        return self.fds[path]
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+
+
+def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> None:
+    tensors = sorted(tensors, key=lambda t: t.name)
+    header = safetensors_header_bytes(
+        [(t.name, t.dtype, t.shape, t.nbytes) for t in tensors], {"format": "mlx"}
+    )
+    with open(path, "wb") as f:
+        f.write(header)
+        for t in tensors:
+            _copy_range(src.fd(t.path), f, t.offset, t.nbytes)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_experts(
+    layers: dict[int, tuple[LayerLayout, dict]],
+    path: Path,
+    src: _Sources,
+    on_block: Callable[[int, int], None] | None,
+) -> None:
+    with open(path, "wb") as f:
+        for _lid, (layout, srcs) in sorted(layers.items()):
+            block = np.zeros(layout.block_bytes, dtype=np.uint8)
+            for e in range(layout.n_experts):
+                block[:] = 0
+                for spec in layout.tensors:
+                    t = srcs[spec.name]
+                    data = os.pread(src.fd(t.path), spec.nbytes, t.offset + e * spec.nbytes)
+                    if len(data) != spec.nbytes:
+                        raise StoreError(f"{t.path}: short read of {t.name} (file truncated?)")
+                    block[spec.offset : spec.offset + spec.nbytes] = np.frombuffer(data, np.uint8)
+                layout.crc32[e] = zlib.crc32(block)
+                assert f.tell() == layout.offsets[e]
+                f.write(block.data)
+                if on_block is not None:
+                    on_block(_lid, e)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_tmp(out_dir: Path) -> None:
+    """Delete OUT_DIR.tmp-<pid> directories left by packs that were killed."""
+    for p in out_dir.parent.glob(out_dir.name + ".tmp-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def pack(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    force: bool = False,
+    on_block: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook."""
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if not model_dir.is_dir():
+        raise StoreError(f"{model_dir}: no such model directory")
+    fingerprint = source_fingerprint(model_dir)
+    if out_dir.exists():
+        if (out_dir / EXPERTS_JSON).is_file() and not force:
+            try:
+                if ExpertIndex.load(out_dir).source == fingerprint:
+                    return out_dir  # already packed from these very files
+            except StoreError:
+                pass
+        if not force and (not out_dir.is_dir() or any(out_dir.iterdir())):
+            raise StoreError(
+                f"{out_dir} exists and is not a pack of {model_dir}; "
+                "pass --force to replace it or choose another OUT_DIR"
+            )
+    _remove_stale_tmp(out_dir)
+    resident, layers = plan(model_dir)
+    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    src = _Sources()
+    try:
+        for f in sorted(model_dir.iterdir()):
+            if f.is_file() and f.suffix != ".safetensors" and f.name not in _SKIP_COPY:
+                shutil.copy2(f, tmp / f.name)
+        _write_resident(resident, tmp / RESIDENT, src)
+        _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
+        index = ExpertIndex(
+            version=INDEX_VERSION,
+            slot_bytes=max(layout.block_bytes for layout, _ in layers.values()),
+            layers={lid: layout for lid, (layout, _) in layers.items()},
+            source=fingerprint,
+        )
+        index.validate()
+        index.save(tmp)  # last: its presence marks a complete pack
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        src.close()
+    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return out_dir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model_dir", type=Path, help="mlx-lm model directory")
+    parser.add_argument("out_dir", type=Path, help="packed directory to write")
+    parser.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = pack(args.model_dir, args.out_dir, force=args.force)
+    index = ExpertIndex.load(out)
+    size = (out / EXPERTS_BIN).stat().st_size
+    print(
+        f"packed {args.model_dir} -> {out}: {index.n_blocks} expert blocks in "
+        f"{len(index.layers)} layers, {size / 1e6:.1f} MB experts.bin, slot {index.slot_bytes} B"
+    )
+    return 0

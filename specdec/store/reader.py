@@ -1,0 +1,269 @@
+"""ExpertReader: reads expert blocks of experts.bin straight into arena slots.
+
+    with ExpertReader(packed_dir, index, arena, io="direct") as reader:
+        reader.read([(layer, expert, slot), ...])      # blocks until every block is in its slot
+        fut = reader.submit([...]); ...; reader.wait(fut)   # asynchronous (router lookahead)
+
+Each block is one `os.preadv` into the slot's numpy view (which is the MLX arena's memory), run
+on a thread pool (`preadv` releases the GIL, so reads overlap). I/O modes:
+
+    direct    page cache bypassed: O_DIRECT on Linux, F_NOCACHE on macOS. What a streaming
+              engine's misses really cost; also keeps the page cache from posing as expert cache.
+    buffered  plain preadv through the page cache.
+    mmap      copy out of an mmap of the file (the baseline an mmap-based loader gets).
+
+Short reads are completed in a loop; EIO is retried MAX_RETRIES times, then a StoreError names
+the layer, the expert and the file. `fault_hook(layer, expert, attempt)` lets tests inject
+faults: it may raise OSError or return a byte count that caps that attempt (a short read).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import errno
+import mmap
+import os
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specdec.errors import StoreError
+from specdec.store.arena import Arena
+from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex
+
+IO_MODES = ("direct", "buffered", "mmap")
+MAX_RETRIES = 3
+F_NOCACHE = 48  # macOS fcntl: bypass the unified buffer cache for this fd
+
+Request = tuple[int, int, int]  # (layer, expert, slot)
+
+
+@dataclass
+class ReadStats:
+    """Counters since the reader was opened (or since `reset_stats`)."""
+
+    bytes_read: int = 0  # bytes actually read from experts.bin
+    reads: int = 0  # blocks read
+    blocked_s: float = 0.0  # time callers spent waiting in read()/wait()
+    read_s: float = 0.0  # wall time during which at least one batch was in flight
+
+
+def filesystem_type(path: Path) -> str | None:
+    """File system type of the mount holding `path` (Linux /proc/self/mountinfo), else None."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    target, best, fstype = str(Path(path).resolve()), -1, None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        mount_point = left.split()[4].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) > best:
+            best, fstype = len(mount_point), right.split()[0]
+    return fstype
+
+
+def open_expert_file(path: Path, io: str) -> int:
+    """Open experts.bin for `io` mode; a file system refusing O_DIRECT gives a clear error.
+
+    tmpfs/ramfs are refused in direct mode even where the kernel accepts O_DIRECT (Linux >= 6.6):
+    their files live in the page cache, so "direct" reads would measure memory, not a disk.
+    """
+    if io not in IO_MODES:
+        raise StoreError(f"unknown io mode {io!r}; use one of {', '.join(IO_MODES)}")
+    if io == "direct" and filesystem_type(path) in ("tmpfs", "ramfs"):
+        raise StoreError(
+            f"{path} is on {filesystem_type(path)}, which has no disk to read directly "
+            "(O_DIRECT cannot bypass a RAM file system); use `--io buffered`"
+        )
+    flags = os.O_RDONLY
+    if io == "direct" and hasattr(os, "O_DIRECT"):
+        flags |= os.O_DIRECT
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError as e:
+        raise StoreError(f"{path} not found: re-pack with `specdec pack MODEL_DIR OUT_DIR`") from e
+    except OSError as e:
+        if e.errno == errno.EINVAL and io == "direct":
+            raise StoreError(
+                f"{path}: this file system refuses O_DIRECT (tmpfs?); use `--io buffered`"
+            ) from e
+        raise StoreError(f"{path}: cannot open ({e.strerror})") from e
+    if io == "direct" and sys.platform == "darwin":
+        import fcntl
+
+        fcntl.fcntl(fd, F_NOCACHE, 1)
+    return fd
+
+
+class ExpertReader:
+    """Reads (layer, expert) blocks into arena slots from a thread pool."""
+
+    def __init__(
+        self,
+        packed_dir: str | Path,
+        index: ExpertIndex,
+        arena: Arena,
+        io: str = "direct",
+        threads: int = 8,
+        verify_checksums: bool = False,
+    ) -> None:
+        if arena.slot_bytes < index.slot_bytes:
+            raise StoreError(
+                f"arena slots of {arena.slot_bytes} B are smaller than the index's "
+                f"{index.slot_bytes} B blocks; build the Arena with index.slot_bytes"
+            )
+        self.path = Path(packed_dir) / EXPERTS_BIN
+        self.index, self.arena, self.io = index, arena, io
+        self.verify_checksums = verify_checksums
+        self.fault_hook: Callable[[int, int, int], int | None] | None = None
+        self.stats = ReadStats()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._busy_since = 0.0
+        self._fd = open_expert_file(self.path, io)
+        self._mmap: mmap.mmap | None = None
+        try:
+            size = os.fstat(self._fd).st_size
+            if size < index.file_bytes:
+                raise StoreError(
+                    f"{self.path} is {size} bytes but the index needs {index.file_bytes} "
+                    "(truncated file); re-pack with `specdec pack`"
+                )
+            if io == "mmap":
+                self._mmap = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="expert-read")
+
+    # ------------------------------------------------------------------ public
+
+    def read(self, requests: Sequence[Request]) -> None:
+        """Read every requested block into its slot; returns when all are in."""
+        self.wait(self.submit(requests))
+
+    def submit(self, requests: Sequence[Request]) -> cf.Future:
+        """Start reading; the Future completes (or raises StoreError) when all blocks are in."""
+        done: cf.Future = cf.Future()
+        if not requests:
+            done.set_result(None)
+            return done
+        self._batch_started()
+        futures = [self._pool.submit(self._read_one, *r) for r in requests]
+        remaining = [len(futures)]
+
+        def finished(_f: cf.Future) -> None:
+            with self._lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            self._batch_finished()
+            errors = [f.exception() for f in futures if f.exception() is not None]
+            if errors:
+                done.set_exception(errors[0])
+            else:
+                done.set_result(None)
+
+        for f in futures:
+            f.add_done_callback(finished)
+        return done
+
+    def wait(self, future: cf.Future) -> None:
+        """Block until `future` (from submit) is done, counting the time as blocked."""
+        t0 = time.perf_counter()
+        try:
+            future.result()
+        finally:
+            self.stats.blocked_s += time.perf_counter() - t0
+
+    def reset_stats(self) -> None:
+        self.stats = ReadStats()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> ExpertReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _batch_started(self) -> None:
+        with self._lock:
+            if self._in_flight == 0:
+                self._busy_since = time.perf_counter()
+            self._in_flight += 1
+
+    def _batch_finished(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.stats.read_s += time.perf_counter() - self._busy_since
+
+    def _read_one(self, layer: int, expert: int, slot: int) -> None:
+        try:
+            layout = self.index.layers[layer]
+        except KeyError:
+            raise StoreError(f"layer {layer} has no routed experts in {self.path}") from None
+        if not 0 <= expert < layout.n_experts:
+            raise StoreError(f"layer {layer} has {layout.n_experts} experts, asked for {expert}")
+        n, offset = layout.block_bytes, int(layout.offsets[expert])
+        dest = self.arena.slot_np(slot)[:n]
+        if self._mmap is not None:
+            dest[:] = np.frombuffer(self._mmap, np.uint8, n, offset)
+        else:
+            self._preadv_full(dest, offset, layer, expert)
+        if self.verify_checksums and zlib.crc32(dest) != int(layout.crc32[expert]):
+            raise StoreError(
+                f"{self.path}: block of layer {layer} expert {expert} fails its crc32 check "
+                "(file corrupt); run `specdec verify` and re-pack"
+            )
+        with self._lock:
+            self.stats.bytes_read += n
+            self.stats.reads += 1
+
+    def _preadv_full(self, dest: np.ndarray, offset: int, layer: int, expert: int) -> None:
+        """preadv until `dest` is full; retry EIO; name the block on failure."""
+        view = memoryview(dest)
+        done, attempt, failures = 0, 0, 0
+        # O_DIRECT lengths must stay multiples of the logical block size
+        unit = ALIGN if self.io == "direct" else 1
+        while done < len(view):
+            want = len(view) - done
+            attempt += 1
+            try:
+                if self.fault_hook is not None:
+                    cap = self.fault_hook(layer, expert, attempt - 1)
+                    if cap is not None:
+                        want = max(unit, min(want, cap) // unit * unit)
+                got = os.preadv(self._fd, [view[done : done + want]], offset + done)
+            except OSError as e:
+                failures += 1
+                if e.errno == errno.EIO and failures <= MAX_RETRIES:
+                    continue
+                raise StoreError(
+                    f"{self.path}: reading layer {layer} expert {expert} at offset {offset} "
+                    f"failed after {failures} attempt(s): {e.strerror or e}; run `specdec verify`"
+                ) from e
+            if got == 0:
+                raise StoreError(
+                    f"{self.path}: end of file inside the block of layer {layer} expert "
+                    f"{expert} (truncated file); re-pack with `specdec pack`"
+                )
+            done += got
