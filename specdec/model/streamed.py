@@ -116,7 +116,7 @@ class ArenaLinear(nn.Module):
             for t in layout.tensors
             if t.name.split(".", 1)[0] == proj
         }
-        self._h = _Hidden(views=views, quant=layout.quant_of(proj))
+        self._h = _Hidden(views=views, quant=layout.quant.get(proj))
 
     def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
         v, q = self._h.views, self._h.quant

@@ -3,7 +3,8 @@
 A packed directory (written by `specdec pack`, read by `store.reader`) holds:
 
     config.json, tokenizer files   copied from the model directory
-    resident.safetensors           every tensor that is not a routed expert, raw bytes, dtype kept
+    model.safetensors              every tensor that is not a routed expert, raw bytes, dtype kept
+    mtp.safetensors                the same for the MTP layer (model.layers.{num_hidden_layers}.*)
     experts.bin                    one block per (MoE layer, expert); each block starts at a
                                    4096-aligned offset and its size is a multiple of 4096, so
                                    O_DIRECT reads land straight in an arena slot
@@ -36,7 +37,7 @@ TENSOR_ALIGN = 64  # tensors inside a block: keeps every dtype's element offset 
 
 EXPERTS_BIN = "experts.bin"
 EXPERTS_JSON = "experts.json"
-RESIDENT = "resident.safetensors"
+RESIDENT = "model.safetensors"
 MTP_FILE = "mtp.safetensors"
 
 EXPERT_RE = re.compile(

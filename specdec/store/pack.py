@@ -4,7 +4,7 @@ Reads the safetensors headers of `model*.safetensors` (and `mtp.safetensors`, th
 layer stored as `model.layers.{num_hidden_layers}.*`), then copies raw bytes, tensor by tensor:
 routed-expert tensors (mlx-lm's stacked `...switch_mlp.<proj>.<weight|scales|biases>` [E, ...])
 are cut per expert into one aligned block per (layer, expert) in experts.bin; everything else goes
-unchanged into resident.safetensors. Memory stays bounded by one expert block plus an 8 MiB copy
+unchanged into model.safetensors (the MTP layer's into mtp.safetensors). Memory stays bounded by one expert block plus an 8 MiB copy
 buffer, so a 100 GB checkpoint packs on a 24 GB machine. The layout is in `store/layout.py`.
 
 Everything is written into `OUT_DIR.tmp-<pid>` and renamed at the end, with experts.json written
@@ -269,7 +269,12 @@ def pack(
         for f in sorted(model_dir.iterdir()):
             if f.is_file() and f.suffix != ".safetensors" and f.name not in _SKIP_COPY:
                 shutil.copy2(f, tmp / f.name)
-        _write_resident(resident, tmp / RESIDENT, src)
+        # Resident tensors keep the source's file split: mlx-lm's loader globs model*.safetensors,
+        # and the MTP layer (not a parameter of mlx-lm's model) stays in mtp.safetensors.
+        mtp = [t for t in resident if Path(t.path).name == MTP_FILE]
+        _write_resident([t for t in resident if Path(t.path).name != MTP_FILE], tmp / RESIDENT, src)
+        if mtp:
+            _write_resident(mtp, tmp / MTP_FILE, src)
         _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
         index = ExpertIndex(
             version=INDEX_VERSION,

@@ -1,6 +1,6 @@
 """`specdec verify PACKED_DIR`: check a packed directory end to end.
 
-Loads and validates experts.json, checks that experts.bin and resident.safetensors are as long as
+Loads and validates experts.json, checks that experts.bin and model.safetensors are as long as
 their headers say, then reads every expert block (in 64-block batches; `--io direct` by default,
 so a damaged disk is not masked by a good copy in the page cache) and compares its crc32 with
 the index. Exit 0 with one `ok:` line, or exit 2 with one line naming the first
