@@ -1,0 +1,204 @@
+"""ExpertCache: the slot table of routed experts under a fixed number of slots, one per cache.
+
+    cache = ExpertCache(n_slots=96, policy=make_policy("lru", 96))
+    res = cache.step(np.array([3, 17, 40]), counts=np.array([2, 1, 1]))   # one MoE layer
+    for key, slot in res.misses: reader.read(key, into=slot)               # caller's reads
+    ... compute with res.slots ...                                          # [|S|] int32
+    cache.tick(n_positions)                                                # once per forward
+
+A step is one MoE layer of one forward call: S = the sorted distinct keys any position selected,
+counts[i] = positions that selected S[i]. Resident members of S are hits (touched ascending),
+then each miss (ascending) is admitted, evicting while full a key the policy picks among the
+resident keys NOT in S. Slots returned by a step stay valid until the next step or prefetch.
+The simulator (specdec.cache.simulate) drives the very same object through `access()`.
+
+Prefetch (router lookahead): `prefetch(keys, exclude)` admits keys into free slots or over
+victims not in `exclude`. A prefetched key is held outside the policy, at the lowest protection
+(evicted first, oldest prefetch first) until a demand hit hands it to the policy as an admission
+followed by a hit; it then counts as a hit and a `prefetch_hit`; evicted unhit, `prefetch_wasted`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.cache.policies import Policy, _pop_oldest
+from specdec.errors import BudgetError
+
+
+@dataclass
+class StepResult:
+    """Where the keys of one step live, and which of them the caller must read first."""
+
+    slots: np.ndarray  # [|S|] int32, aligned with the step's keys
+    misses: list[tuple[int, int]]  # (key, slot) to fill from disk before computing
+
+
+class ExpertCache:
+    """Fixed slots, one eviction policy; counters for accesses, hits, misses, evictions."""
+
+    def __init__(self, n_slots: int, policy: Policy):
+        if n_slots != policy.n_slots:
+            raise BudgetError(
+                f"cache has {n_slots} slots but its policy was built for {policy.n_slots}: "
+                "build both with the same slot count"
+            )
+        self.n_slots = n_slots
+        self.policy = policy
+        self.max_step = policy.max_step()
+        self._slot_of: dict[int, int] = {}
+        self._free: list[int] = list(range(n_slots - 1, -1, -1))  # pop() hands out slot 0 first
+        self._transient: list[int] = []  # keys the policy did not keep, freed at the next step
+        self._prefetched: OrderedDict[int, None] = OrderedDict()  # resident, not yet demand-hit
+        self.accesses = self.hits = self.misses = self.evictions = 0
+        self.prefetch_reads = self.prefetch_hits = self.prefetch_wasted = 0
+        self.preload_reads = 0
+
+    # -- the hot path ------------------------------------------------------------------------
+
+    def step(self, keys: np.ndarray, counts: np.ndarray | None = None) -> StepResult:
+        """One MoE layer of one forward call; keys sorted and distinct, counts aligned."""
+        ks = keys.tolist()
+        slots, misses = self.access(ks, None if counts is None else counts.tolist())
+        return StepResult(np.array(slots, dtype=np.int32), misses)
+
+    def access(
+        self, ks: list[int], counts: list[int] | None = None
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """`step` on plain lists: (slot per key, [(key, slot) to read]). The simulator's entry."""
+        n = len(ks)
+        if n > self.max_step:
+            raise BudgetError(self._too_wide(n))
+        slot_of = self._slot_of
+        if self._transient:
+            free = self._free
+            for k in self._transient:
+                free.append(slot_of.pop(k))
+            self._transient = []
+        policy = self.policy
+        if policy.uses_select:
+            policy.select(ks, counts)
+        slots = [slot_of.get(k, -1) for k in ks]
+        self.accesses += n
+        if -1 not in slots:
+            if self._prefetched:
+                self._claim_prefetched(ks)
+            policy.hit(ks)
+            self.hits += n
+            return slots, []
+        hit_keys = [k for k, s in zip(ks, slots, strict=True) if s >= 0]
+        miss_idx = [i for i, s in enumerate(slots) if s < 0]
+        if self._prefetched:
+            self._claim_prefetched(hit_keys)
+        policy.hit(hit_keys)
+        m = len(miss_idx)
+        self.hits += n - m
+        self.misses += m
+        free = self._free
+        need = m - len(free)
+        if need > 0:
+            self._evict(need, set(ks))
+        miss_keys = [ks[i] for i in miss_idx]
+        out = []
+        for i, k in zip(miss_idx, miss_keys, strict=True):
+            s = free.pop()
+            slot_of[k] = s
+            slots[i] = s
+            out.append((k, s))
+        dropped = policy.admit(miss_keys)
+        if dropped:
+            self._transient = list(dropped)
+        return slots, out
+
+    def tick(self, n_positions: int) -> None:
+        """Once per forward call, after its steps, with its number of positions."""
+        self.policy.tick(n_positions)
+
+    # -- prefetch and preload ----------------------------------------------------------------
+
+    def prefetch(self, keys, exclude=()) -> list[tuple[int, int]]:
+        """Admit the keys not resident, never evicting a key of `exclude`; returns (key, slot)
+        to read. Stops early when every resident key is excluded or the policy keeps nothing."""
+        if self.policy.max_step() < self.n_slots:
+            return []  # static: only pinned keys are kept, and they are not prefetched
+        exclude = set(exclude)
+        slot_of, free, out = self._slot_of, self._free, []
+        for k in dict.fromkeys(int(k) for k in keys):
+            if k in slot_of:
+                continue
+            if not free and not self._evict(1, exclude | {k}):
+                break
+            s = free.pop()
+            slot_of[k] = s
+            self._prefetched[k] = None
+            exclude.add(k)  # a later prefetch of this call must not evict this one
+            out.append((k, s))
+        self.prefetch_reads += len(out)
+        return out
+
+    def preload(self) -> list[tuple[int, int]]:
+        """Admit the policy's preload keys (hotlist seeding) into free slots; (key, slot) to
+        read. Call once on an empty cache, before the first step."""
+        keys = [k for k in self.policy.preload_keys() if k not in self._slot_of]
+        keys = keys[: len(self._free)]
+        out = []
+        for k in keys:
+            s = self._free.pop()
+            self._slot_of[k] = s
+            out.append((k, s))
+        self.policy.admit(keys)
+        self.preload_reads += len(out)
+        return out
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def slot_of(self, key: int) -> int | None:
+        return self._slot_of.get(key)
+
+    def resident_keys(self) -> list[int]:
+        """Keys occupying slots now (static's scratch reads until the next step included)."""
+        return sorted(self._slot_of)
+
+    def stats(self) -> dict[str, int]:
+        names = ("accesses", "hits", "misses", "evictions", "preload_reads")
+        names += ("prefetch_reads", "prefetch_hits", "prefetch_wasted")
+        return {n: getattr(self, n) for n in names}
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _claim_prefetched(self, hit_keys: list[int]) -> None:
+        """Hand prefetched keys that a demand step hits over to the policy."""
+        claimed = [k for k in hit_keys if k in self._prefetched]
+        for k in claimed:
+            del self._prefetched[k]
+        if claimed:
+            self.policy.admit(claimed)
+            self.prefetch_hits += len(claimed)
+
+    def _evict(self, n: int, exclude: set[int]) -> int:
+        """Free n slots: unhit prefetches first, then the policy's victims. Returns freed."""
+        victims: list[int] = []
+        if self._prefetched:
+            _pop_oldest(self._prefetched, n, exclude, victims)
+            self.prefetch_wasted += len(victims)
+        if len(victims) < n:
+            victims += self.policy.victims(n - len(victims), exclude)
+        slot_of, free = self._slot_of, self._free
+        for k in victims:
+            free.append(slot_of.pop(k))
+        self.evictions += len(victims)
+        return len(victims)
+
+    def _too_wide(self, n: int) -> str:
+        if self.max_step < self.n_slots:
+            return (
+                f"a step selects {n} experts but the static policy has {self.max_step} scratch "
+                f"slots: pass scratch>={n} (and at least {n} slots)"
+            )
+        return (
+            f"a step selects {n} distinct experts but the cache has {self.n_slots} slots: "
+            f"raise the budget to at least {n} slots or split the step"
+        )

@@ -1,0 +1,316 @@
+"""Eviction policies of the expert cache, shared by the runtime and the trace simulator.
+
+    from specdec.cache.policies import make_policy
+    policy = make_policy("slru", n_slots=96)      # names: see POLICIES
+
+A policy only orders keys; `ExpertCache` owns the slots and drives the policy once per step, in
+batches (one call per step, not per access) because the simulator replays millions of accesses:
+
+    select(keys, counts)   every key of the step, before anything else (only if uses_select)
+    hit(keys)              the step's resident keys, ascending
+    victims(n, exclude)    remove and return up to n resident keys not in `exclude`, best first
+    admit(keys)            the step's misses, ascending, now resident; returns the keys the
+                           policy does not keep (static's scratch reads), freed before next step
+    tick(n_positions)      once per forward call, after its steps
+
+Victims are chosen before the misses are admitted. That equals admitting misses one at a time
+and evicting one victim before each: a just-admitted miss belongs to the step and may never be a
+victim, and no policy changes its order of the non-step keys while admitting.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+
+from specdec.errors import BudgetError, SpecdecError
+
+
+class Policy:
+    """Base of every policy: the hooks `ExpertCache` calls; see the module docstring."""
+
+    name = "base"
+    uses_select = False  # the cache skips select() unless set: one call fewer per step
+
+    def __init__(self, n_slots: int):
+        if n_slots < 1:
+            raise BudgetError(f"a cache needs at least 1 slot, got {n_slots}: raise the budget")
+        self.n_slots = n_slots
+
+    def max_step(self) -> int:
+        """The most distinct keys one step may select."""
+        return self.n_slots
+
+    def select(self, keys: list[int], counts: list[int] | None) -> None:
+        pass
+
+    def hit(self, keys: list[int]) -> None:
+        raise NotImplementedError
+
+    def admit(self, keys: list[int]) -> Sequence[int]:
+        raise NotImplementedError
+
+    def victims(self, n: int, exclude: Collection[int]) -> list[int]:
+        raise NotImplementedError
+
+    def tick(self, n_positions: int) -> None:
+        pass
+
+    def preload_keys(self) -> list[int]:
+        """Keys to read before the first step, in order (hotlist seeding); [] by default."""
+        return []
+
+
+def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[int]) -> None:
+    """Move up to n keys not in `exclude` from the old end of `order` into `out`."""
+    if n <= 0:
+        return
+    taken = []
+    for k in order:
+        if k not in exclude:
+            taken.append(k)
+            if len(taken) == n:
+                break
+    for k in taken:
+        del order[k]
+    out.extend(taken)
+
+
+class LRU(Policy):
+    """Least recently used: one ordered dict, oldest first."""
+
+    name = "lru"
+
+    def __init__(self, n_slots: int):
+        super().__init__(n_slots)
+        self.order: OrderedDict[int, None] = OrderedDict()
+
+    def hit(self, keys):
+        move = self.order.move_to_end
+        for k in keys:
+            move(k)
+
+    def admit(self, keys):
+        self.order.update(dict.fromkeys(keys))
+        return ()
+
+    def victims(self, n, exclude):
+        out: list[int] = []
+        _pop_oldest(self.order, n, exclude, out)
+        return out
+
+
+class SLRU(Policy):
+    """Segmented LRU: misses enter probation; a hit there promotes into protected.
+
+    Protected holds at most `protected` keys (default 80% of the slots); its overflow is demoted
+    to probation's most-recent end. Victims come from probation's oldest end first, so keys seen
+    once (scans, wasted prefetches) go before any key that was hit again.
+    """
+
+    name = "slru"
+
+    def __init__(self, n_slots: int, protected: float | int = 0.8):
+        super().__init__(n_slots)
+        cap = protected if isinstance(protected, int) else round(protected * n_slots)
+        self.protected_cap = max(0, min(n_slots, cap))
+        self.probation: OrderedDict[int, None] = OrderedDict()
+        self.protected: OrderedDict[int, None] = OrderedDict()
+
+    def hit(self, keys):
+        prob, prot = self.probation, self.protected
+        for k in keys:
+            if k in prot:
+                prot.move_to_end(k)
+                continue
+            del prob[k]
+            prot[k] = None
+            if len(prot) > self.protected_cap:
+                prob[prot.popitem(last=False)[0]] = None
+
+    def admit(self, keys):
+        self.probation.update(dict.fromkeys(keys))
+        return ()
+
+    def victims(self, n, exclude):
+        out: list[int] = []
+        _pop_oldest(self.probation, n, exclude, out)
+        _pop_oldest(self.protected, n - len(out), exclude, out)
+        return out
+
+
+class CountPolicy(Policy):
+    """Evict the lowest count; the least recently used breaks ties (`hotness` and `lfu`).
+
+    hotness (ds4's route hotness): a counter per key that outlives eviction, +1 per selecting
+    position on every selection (hit or miss), all counters halved (integer, like ds4's
+    `hotness >>= 1`) every `decay_every` positions; a hotlist seeds the counters by rank
+    (first key = len(hotlist)) and is preloaded up to the budget.
+    lfu: hits since admission, reset when evicted, never decayed.
+
+    Victims come from a heap of (count, last_used, key) with lazy deletion: an entry is live
+    while its key is resident and last_used matches; every count change comes with a touch, so
+    stale entries are recognised, and a halving rebuilds the heap from the resident keys.
+    """
+
+    def __init__(
+        self,
+        n_slots: int,
+        *,
+        name: str,
+        count_selects: bool,
+        decay_every: int = 0,
+        hotlist: Sequence[int] = (),
+        preload: bool = True,
+    ):
+        super().__init__(n_slots)
+        self.name = name
+        self.uses_select = count_selects
+        self.decay_every = decay_every
+        self.count: dict[int, int] = {}
+        self.last: dict[int, int] = {}  # resident key -> stamp of its latest touch
+        self.heap: list[tuple[int, int, int]] = []
+        self.stamp = 0
+        self.positions = 0
+        n = len(hotlist)
+        for rank, k in enumerate(hotlist):
+            self.count[k] = n - rank
+        self._preload = list(hotlist[:n_slots]) if preload else []
+
+    def preload_keys(self):
+        return list(self._preload)
+
+    def select(self, keys, counts):
+        cnt = self.count
+        if counts is None:
+            for k in keys:
+                cnt[k] = cnt.get(k, 0) + 1
+        else:
+            for k, c in zip(keys, counts, strict=True):
+                cnt[k] = cnt.get(k, 0) + c
+
+    def _touch(self, keys: list[int]) -> None:
+        cnt, last, push, heap = self.count, self.last, heapq.heappush, self.heap
+        s = self.stamp
+        for k in keys:
+            last[k] = s
+            push(heap, (cnt.get(k, 0), s, k))
+            s += 1
+        self.stamp = s
+
+    def hit(self, keys):
+        if not self.uses_select:  # lfu: the count is hits
+            cnt = self.count
+            for k in keys:
+                cnt[k] += 1
+        self._touch(keys)
+
+    def admit(self, keys):
+        if not self.uses_select:
+            cnt = self.count
+            for k in keys:
+                cnt[k] = 0
+        self._touch(keys)
+        return ()
+
+    def victims(self, n, exclude):
+        out: list[int] = []
+        kept = []
+        heap, last, pop = self.heap, self.last, heapq.heappop
+        while len(out) < n and heap:
+            entry = pop(heap)
+            k = entry[2]
+            if last.get(k) != entry[1]:
+                continue  # stale: touched again since, or evicted
+            if k in exclude:
+                kept.append(entry)
+                continue
+            del last[k]
+            if not self.uses_select:
+                del self.count[k]
+            out.append(k)
+        for entry in kept:
+            heapq.heappush(heap, entry)
+        return out
+
+    def tick(self, n_positions):
+        if not self.decay_every:
+            return
+        before = self.positions // self.decay_every
+        self.positions += n_positions
+        shift = self.positions // self.decay_every - before
+        if shift:
+            # Keys whose counter reaches 0 are dropped: a missing key reads as 0.
+            self.count = {k: v >> shift for k, v in self.count.items() if v >> shift}
+            cnt = self.count
+            self.heap = [(cnt.get(k, 0), s, k) for k, s in self.last.items()]
+            heapq.heapify(self.heap)
+
+
+class Static(Policy):
+    """Pin a hotlist; everything else is read into a scratch slot and dropped after the step.
+
+    The cache is split into `scratch` slots for the misses of one step and n_slots - scratch
+    slots for the first keys of the hotlist (pinned, preloaded or read on first use and kept).
+    A step fits whenever it selects at most `scratch` keys, so `max_step()` is `scratch`; the
+    default (64 = top-8 x 8 positions) suits the runtime, the simulator passes its step width.
+    """
+
+    name = "static"
+
+    def __init__(
+        self, n_slots: int, hotlist: Sequence[int] = (), scratch: int = 64, preload: bool = True
+    ):
+        super().__init__(n_slots)
+        self.scratch = max(1, min(scratch, n_slots))
+        self.pinned = frozenset(hotlist[: n_slots - self.scratch])
+        self._preload = list(hotlist[: n_slots - self.scratch]) if preload else []
+
+    def max_step(self):
+        return self.scratch
+
+    def preload_keys(self):
+        return list(self._preload)
+
+    def hit(self, keys):
+        pass
+
+    def admit(self, keys):
+        pinned = self.pinned
+        return [k for k in keys if k not in pinned]
+
+    def victims(self, n, exclude):
+        return []  # pinned keys are never evicted; scratch is freed by the cache
+
+
+POLICIES = ("lru", "slru", "hotness", "lfu", "static")
+
+
+def make_policy(name: str, n_slots: int, **opts) -> Policy:
+    """Build a policy by name. Options: slru `protected`; hotness `hotlist`, `preload`,
+    `decay_every` (16); static `hotlist`, `scratch`, `preload`. Unused options are ignored, so
+    one option dict can drive every policy of a sweep."""
+    if name == "lru":
+        return LRU(n_slots)
+    if name == "slru":
+        return SLRU(n_slots, protected=opts.get("protected", 0.8))
+    if name == "hotness":
+        return CountPolicy(
+            n_slots,
+            name="hotness",
+            count_selects=True,
+            decay_every=opts.get("decay_every", 16),
+            hotlist=opts.get("hotlist") or (),
+            preload=opts.get("preload", True),
+        )
+    if name == "lfu":
+        return CountPolicy(n_slots, name="lfu", count_selects=False)
+    if name == "static":
+        return Static(
+            n_slots,
+            hotlist=opts.get("hotlist") or (),
+            scratch=opts.get("scratch", 64),
+            preload=opts.get("preload", True),
+        )
+    raise SpecdecError(f"unknown cache policy {name!r}: use one of {', '.join(POLICIES)}")
