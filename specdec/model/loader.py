@@ -28,7 +28,6 @@ from mlx_lm.utils import load_model, load_tokenizer
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.errors import BudgetError, SpecdecError
-from specdec.model.bundled import resolve_model
 from specdec.model.families import Family, get_family, moe_blocks
 from specdec.model.streamed import StreamedSwitchGLU, Streamer
 from specdec.store.arena import Arena
@@ -87,6 +86,15 @@ def ensure_packed(model_dir: Path) -> Path:
     return out
 
 
+def _resolve(path: str | Path) -> Path:
+    """An existing directory as is; otherwise a bundled model's name."""
+    if Path(path).is_dir():
+        return Path(path)
+    from specdec.model.bundled import resolve_model
+
+    return resolve_model(str(path))
+
+
 def _top_k(config: dict) -> int:
     cfg = config.get("text_config", config)
     return int(cfg["num_experts_per_tok"])
@@ -103,7 +111,7 @@ def load(
     with_mtp: bool = True,
 ) -> StreamedModel:
     """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts."""
-    packed = ensure_packed(resolve_model(str(path)))
+    packed = ensure_packed(_resolve(path))
     index = ExpertIndex.load(packed)
     model, config = load_model(packed, lazy=True, strict=False)
     family = get_family(config["model_type"])
