@@ -2,7 +2,7 @@
 
     specdec union-model --union 1:8,2:13.42,3:17.99,8:35.01 --k 8 --alpha 0.8,0.9,1.0
     specdec union-model --union 1:8,2:13.42,3:17.99,8:35.01 --alpha 0.8,0.9 --gammas 1,2,3,4,8 --json
-    specdec union-model --union ... --alpha ... --plot /tmp/plots   # speedup-vs-acceptance PNG
+    specdec union-model --union ... --alpha ... --plot /tmp/plots   # two PNGs
 
 With --json the last stdout line is one JSON object (schema in specdec.costmodel.model). All
 numbers are options, parsed here so that bad input is a one-line SpecdecError (exit 2).
@@ -38,7 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--draft-cost", default="0", help="drafter cost per drafted token, in plain passes"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--plot", metavar="DIR", help="write speedup_vs_acceptance.png into DIR")
+    parser.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write speedup_vs_acceptance.png and union_vs_gamma.png into DIR",
+    )
 
 
 def _number(text: str, what: str) -> float:
@@ -93,13 +97,18 @@ def run(args: argparse.Namespace) -> int:
         draft_cost=_number(args.draft_cost, "--draft-cost"),
     )
     if args.plot:
-        from specdec.costmodel.plots import plot_speedup_vs_acceptance
+        from specdec.costmodel.plots import plot_speedup_vs_acceptance, plot_union_vs_gamma
 
         out = Path(args.plot)
         out.mkdir(parents=True, exist_ok=True)
-        path = plot_speedup_vs_acceptance(
-            [], model.cost_by_gamma, out / "speedup_vs_acceptance.png", model.draft_cost
-        )
-        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
+        fits = [f for f in (model.linear, model.power, model.overlap, model.overlap_measured) if f]
+        written = [
+            plot_speedup_vs_acceptance(
+                [], model.cost_by_gamma, out / "speedup_vs_acceptance.png", model.draft_cost
+            ),
+            plot_union_vs_gamma(model.linear.table, fits, out / "union_vs_gamma.png"),
+        ]
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     print(json.dumps(model.to_dict()) if args.json else format_text(model))
     return 0
