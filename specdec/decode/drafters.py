@@ -232,9 +232,9 @@ def make_drafter(spec: str, sm, reference: list[int] | None = None, seed: int = 
     if name == "draft":
         from mlx_lm.utils import load as mlx_load
 
-        from specdec.model.bundled import resolve_model
+        from specdec.model.loader import resolve
 
-        model, _ = mlx_load(str(resolve_model(arg)))
+        model, _ = mlx_load(str(resolve(arg)))
         return DraftModelDrafter(model, vocab)
     raise SpecdecError(
         f"unknown drafter {spec!r}: use none, mtp, self, lookup, oracle:ALPHA or draft:PATH"

@@ -86,7 +86,7 @@ def ensure_packed(model_dir: Path) -> Path:
     return out
 
 
-def _resolve(path: str | Path) -> Path:
+def resolve(path: str | Path) -> Path:
     """An existing directory as is; otherwise a bundled model's name."""
     if Path(path).is_dir():
         return Path(path)
@@ -111,7 +111,7 @@ def load(
     with_mtp: bool = True,
 ) -> StreamedModel:
     """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts."""
-    packed = ensure_packed(_resolve(path))
+    packed = ensure_packed(resolve(path))
     index = ExpertIndex.load(packed)
     model, config = load_model(packed, lazy=True, strict=False)
     family = get_family(config["model_type"])
