@@ -13,7 +13,7 @@ default) and say so in `source`. Tests: `pytest tests/test_costmodel.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specdec.costmodel.speedup import best_gamma, break_even, ceiling, check_alpha, check_gamma
 from specdec.costmodel.speedup import speedup as speedup_at
@@ -96,7 +96,7 @@ class UnionModel:
             "k": self.k,
             "draft_cost": self.draft_cost,
             "fits": fits,
-            "gammas": [vars(r) for r in self.gammas],
+            "gammas": [asdict(r) for r in self.gammas],
             "break_even_any_gamma": self.break_even_any,
             "alphas": [
                 {
