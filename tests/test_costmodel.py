@@ -99,17 +99,12 @@ def test_overlap_fit_recovers_rho_and_model_limits():
 @settings(max_examples=60, deadline=None)
 @given(gamma=st.integers(2, 12), frac=st.floats(0.0, 1.0), draft=st.floats(0.0, 0.05))
 def test_break_even_solves_e_equals_cost(gamma, frac, draft):
-    cost = 1.0 + frac * (gamma - 1) - draft * (gamma - 1)  # total pass cost in [1, γ]
-    if cost <= 0:
-        return
+    total = 1.0 + frac * (gamma - 1)  # pass cost anywhere in [1, γ]
+    cost = total - draft * (gamma - 1)  # union part; the drafter pays the rest (cost ≥ 0.45)
     be = break_even(gamma, cost, draft)
-    total = cost + draft * (gamma - 1)
-    if total <= 1.0:
-        assert be == 0.0
-    else:
-        assert be is not None and 0.0 <= be <= 1.0
-        assert expected_tokens(be, gamma) == pytest.approx(total, rel=1e-9)
-        assert speedup(be, gamma, cost, draft) == pytest.approx(1.0, rel=1e-9)
+    assert be is not None and 0.0 <= be <= 1.0
+    assert expected_tokens(be, gamma) == pytest.approx(total, rel=1e-9)
+    assert speedup(be, gamma, cost, draft) == pytest.approx(1.0, rel=1e-9)
 
 
 def test_break_even_closed_form_equals_root_finding():
@@ -232,3 +227,12 @@ def test_plots_write_pngs(tmp_path):
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["s.png", "u.png", "u_means.png"]
+
+
+def test_draft_cost_enters_every_pass():
+    m = build_union_model(QUESTION, alphas=[0.9], draft_cost=0.05)
+    rows = {r.gamma: r for r in m.gammas}
+    assert rows[8].cost == pytest.approx(35.01 / 8 + 0.05 * 7)
+    assert m.cost_by_gamma[8] == pytest.approx(35.01 / 8)  # the union part alone
+    assert m.alphas[0].speedup_by_gamma[8] == pytest.approx(expected_tokens(0.9, 8) / rows[8].cost)
+    assert rows[8].break_even == pytest.approx(solve_acceptance(8, rows[8].cost))

@@ -13,7 +13,7 @@ default) and say so in `source`. Tests: `pytest tests/test_costmodel.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specdec.costmodel.speedup import best_gamma, break_even, ceiling, check_alpha, check_gamma
 from specdec.costmodel.speedup import speedup as speedup_at
@@ -23,7 +23,6 @@ from specdec.costmodel.union import (
     PowerFit,
     UnionFit,
     UnionTable,
-    check_table,
     fit_linear,
     fit_overlap,
     fit_power,
@@ -54,6 +53,7 @@ class AlphaRow:
 @dataclass(frozen=True)
 class UnionModel:
     k: float
+    u1: float  # U(1) the costs divide by: measured if the table has γ = 1, else k
     draft_cost: float
     fill: str
     linear: LinearFit
@@ -66,7 +66,7 @@ class UnionModel:
     @property
     def cost_by_gamma(self) -> dict[int, float]:
         """Union cost U(γ)/U(1) per γ, without the drafter (speedup functions add it)."""
-        return {r.gamma: r.cost - self.draft_cost * (r.gamma - 1) for r in self.gammas}
+        return {r.gamma: r.union / self.u1 for r in self.gammas}
 
     @property
     def break_even_any(self) -> float | None:
@@ -96,7 +96,7 @@ class UnionModel:
             "k": self.k,
             "draft_cost": self.draft_cost,
             "fits": fits,
-            "gammas": [vars(r) for r in self.gammas],
+            "gammas": [asdict(r) for r in self.gammas],
             "break_even_any_gamma": self.break_even_any,
             "alphas": [
                 {
@@ -129,8 +129,7 @@ def build_union_model(
     if fill not in FILLS:
         raise SpecdecError(f"unknown fill {fill!r}: use one of {', '.join(FILLS)}")
     linear = fit_linear(table, k)
-    k = linear.k
-    check_table(table, k)
+    k = linear.k  # fit_linear has checked the table and k
     for a in alphas:
         check_alpha(a)
     fits = {
@@ -168,6 +167,7 @@ def build_union_model(
         alpha_rows.append(AlphaRow(a, g_best, s_best, by_gamma))
     return UnionModel(
         k=k,
+        u1=u1,
         draft_cost=draft_cost,
         fill=fill,
         linear=linear,
