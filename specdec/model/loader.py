@@ -56,9 +56,13 @@ class StreamedModel:
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
-        s.cache = ExpertCache(s.cache.n_slots, make_policy(self.policy, s.cache.n_slots, **(self.policy_options or {})))
-        s.reader.stats = type(s.reader.stats)()
+        for fut in list(s.inflight.values()):
+            s.reader.wait(fut)
+        s.inflight.clear()
+        s.cache = build_cache(self.policy, s.cache.n_slots, self.policy_options, s.key_stride)
+        s.reader.reset_stats()
         s.log.clear()
+        s.preload()
 
     @property
     def top_k(self) -> int:
@@ -109,8 +113,16 @@ def load(
     verify_checksums: bool = False,
     policy_options: dict | None = None,
     with_mtp: bool = True,
+    lookahead: int = 0,
 ) -> StreamedModel:
-    """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts."""
+    """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts.
+
+    policy_options: per-policy options (see specdec.cache.policies.make_policy); a `hotlist` is a
+    list of (layer, expert) pairs in priority order. lookahead: d > 0 starts reading, at each
+    MoE layer, the experts that the router d MoE layers later picks on this layer's input.
+    """
+    if lookahead < 0:
+        raise SpecdecError(f"lookahead must be >= 0 (got {lookahead}); 0 turns it off")
     packed = ensure_packed(resolve(path))
     index = ExpertIndex.load(packed)
     model, config = load_model(packed, lazy=True, strict=False)
@@ -133,11 +145,27 @@ def load(
         )
     arena = Arena(n_slots, index.slot_bytes)
     reader = ExpertReader(packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums)
-    cache = ExpertCache(n_slots, make_policy(policy, n_slots, **(policy_options or {})))
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
-    streamer = Streamer(index, arena, reader, cache, first_layer=min(blocks), key_stride=key_stride)
+    policy_options = {"scratch": 8 * k, **(policy_options or {})}
+    cache = build_cache(policy, n_slots, policy_options, key_stride)
+    order = sorted(blocks)
+    streamer = Streamer(
+        index,
+        arena,
+        reader,
+        cache,
+        first_layer=order[0],
+        key_stride=key_stride,
+        lookahead=lookahead,
+        ahead_of={
+            lid: (order[i + lookahead], blocks[order[i + lookahead]])
+            for i, lid in enumerate(order)
+            if lookahead and i + lookahead < len(order)
+        },
+    )
     for lid, block in blocks.items():
         block.switch_mlp = StreamedSwitchGLU(streamer, lid, block.switch_mlp, block, family.route)
+    streamer.preload()
 
     _load_resident_strictly(model, packed, n_main)
     mtp = _load_streamed_mtp(model, packed, streamer, family, n_main, index) if with_mtp else None
@@ -145,6 +173,14 @@ def load(
     return StreamedModel(
         model, load_tokenizer(packed), streamer, mtp, config, family, packed, policy, policy_options
     )
+
+
+def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:
+    """An empty cache; hotlist (layer, expert) pairs become cache keys."""
+    opts = dict(options or {})
+    if opts.get("hotlist"):
+        opts["hotlist"] = [int(layer) * key_stride + int(e) for layer, e in opts["hotlist"]]
+    return ExpertCache(n_slots, make_policy(policy, n_slots, **opts))
 
 
 def _budget_slots(budget: str | int, index: ExpertIndex) -> int:
