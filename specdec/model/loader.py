@@ -14,6 +14,7 @@ packed yet is packed into a cache directory on first use (SPECDEC_CACHE, default
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -94,6 +95,8 @@ def resolve(path: str | Path) -> Path:
     """An existing directory as is; otherwise a bundled model's name."""
     if Path(path).is_dir():
         return Path(path)
+    if "/" in str(path) or Path(path).exists():
+        raise SpecdecError(f"model path {path} does not exist (or is not a directory)")
     from specdec.model.bundled import resolve_model
 
     return resolve_model(str(path))
@@ -123,10 +126,13 @@ def load(
     """
     if lookahead < 0:
         raise SpecdecError(f"lookahead must be >= 0 (got {lookahead}); 0 turns it off")
-    packed = ensure_packed(resolve(path))
+    src = resolve(path)
+    if not (src / "config.json").is_file():
+        raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
+    family = get_family(json.loads((src / "config.json").read_text()).get("model_type", "?"))
+    packed = ensure_packed(src)
     index = ExpertIndex.load(packed)
     model, config = load_model(packed, lazy=True, strict=False)
-    family = get_family(config["model_type"])
     blocks = moe_blocks(model, family)
     n_main = len(model.layers)
     if set(blocks) != {lid for lid in index.layer_ids if lid < n_main}:
