@@ -234,6 +234,8 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
     from specdec.model.mtp import load_mtp
 
     mtp = load_mtp(packed, model, with_experts=False)
+    if mtp is None:
+        return None
     if n_main not in index.layers:
         raise SpecdecError(f"{packed}: mtp.safetensors present but its experts are not packed; re-pack")
     block = mtp.layer.mlp

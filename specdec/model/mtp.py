@@ -110,12 +110,19 @@ def _quant_params(path: str, module: nn.Module, weights: dict[str, mx.array]) ->
     return {"group_size": group_size, "bits": bits}
 
 
-def load_mtp(model_dir_or_weights: str | Path | dict[str, mx.array], model: nn.Module):
+def load_mtp(
+    model_dir_or_weights: str | Path | dict[str, mx.array],
+    model: nn.Module,
+    with_experts: bool = True,
+):
     """Build the MTP module for `model` (an mlx-lm deepseek_v3 Model) from its weights.
 
     `model_dir_or_weights` is a model directory (reads `mtp.safetensors`, returns None when the
     directory has none) or a dict keyed by full checkpoint names (keys of other layers are
     ignored). Quantized layers (those with `.scales`) are quantized to match before loading.
+    with_experts=False: a packed directory, whose routed experts live in experts.bin; the
+    caller swaps `mtp.layer.mlp.switch_mlp` for a streamed one (its placeholder weights are
+    lazy and never evaluated).
     """
     args: ModelArgs = model.args
     prefix = f"model.layers.{args.num_hidden_layers}."
@@ -133,11 +140,13 @@ def load_mtp(model_dir_or_weights: str | Path | dict[str, mx.array], model: nn.M
     if any(k.endswith(".scales") for k in weights):
         nn.quantize(mtp, class_predicate=lambda p, m: _quant_params(p, m, weights))
     missing = {k for k, _ in tree_flatten(mtp.parameters())} - set(weights)
+    if not with_experts:
+        missing = {k for k in missing if not k.startswith("layer.mlp.switch_mlp.")}
     if missing:
         raise SpecdecError(
             f"MTP weights under {prefix}* lack {sorted(missing)[:3]}...: "
             "re-export the checkpoint's MTP layer with `specdec extract-mtp`"
         )
-    mtp.load_weights(list(weights.items()), strict=True)
+    mtp.load_weights(list(weights.items()), strict=with_experts)
     mtp.eval()
     return mtp
