@@ -101,7 +101,9 @@ def test_speculative_sampling_matches_plain_sampling_end_to_end(target):
     plain, spec = [], []
     for seed in range(150):
         plain.append(_run(sm, prompt, "none", 1, max_tokens=2, temp=1.0, seed=seed).tokens[1])
-        spec.append(_run(sm, prompt, "self", 3, max_tokens=2, temp=1.0, seed=10_000 + seed).tokens[1])
+        spec.append(
+            _run(sm, prompt, "self", 3, max_tokens=2, temp=1.0, seed=10_000 + seed).tokens[1]
+        )
     vocab = sorted(set(plain) | set(spec))
     table = np.array([[plain.count(t) for t in vocab], [spec.count(t) for t in vocab]])
     common = table.sum(0) >= 5
@@ -147,8 +149,12 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
     model = sm.model
     with sm.streamer.phase_of("check"):
         hidden = model.model(mx.array([tokens]))  # [1, T, H], fresh cache
-        logits, _ = sm.mtp(hidden[:, :-1], mx.array([tokens[1:]]),
-                           embed=model.model.embed_tokens, head=model.lm_head)
+        logits, _ = sm.mtp(
+            hidden[:, :-1],
+            mx.array([tokens[1:]]),
+            embed=model.model.embed_tokens,
+            head=model.lm_head,
+        )
     full = np.array(logits[0].argmax(-1))  # full[i] predicts tokens[i + 2]
     for length, draft in proposed:  # st.tokens had `length` tokens; the draft is token `length`
         assert draft == int(full[length - 2])
