@@ -11,6 +11,7 @@ batches (one call per step, not per access) because the simulator replays millio
     victims(n, exclude)    remove and return up to n resident keys not in `exclude`, best first
     admit(keys)            the step's misses, ascending, now resident; returns the keys the
                            policy does not keep (static's scratch reads), freed before next step
+    remove(keys)           resident keys the cache drops outside eviction (their read failed)
     tick(n_positions)      once per forward call, after its steps
 
 Victims are chosen before the misses are admitted. That equals admitting misses one at a time
@@ -54,6 +55,9 @@ class Policy:
     def victims(self, n: int, exclude: Collection[int]) -> list[int]:
         raise NotImplementedError
 
+    def remove(self, keys: list[int]) -> None:
+        raise NotImplementedError
+
     def tick(self, n_positions: int) -> None:
         pass
 
@@ -95,6 +99,10 @@ class LRU(Policy):
         self.order.update(dict.fromkeys(keys))
         return ()
 
+    def remove(self, keys):
+        for k in keys:
+            self.order.pop(k, None)
+
     def victims(self, n, exclude):
         out: list[int] = []
         _pop_oldest(self.order, n, exclude, out)
@@ -132,6 +140,11 @@ class SLRU(Policy):
     def admit(self, keys):
         self.probation.update(dict.fromkeys(keys))
         return ()
+
+    def remove(self, keys):
+        for k in keys:
+            self.probation.pop(k, None)
+            self.protected.pop(k, None)
 
     def victims(self, n, exclude):
         out: list[int] = []
@@ -214,6 +227,12 @@ class CountPolicy(Policy):
         self._touch(keys)
         return ()
 
+    def remove(self, keys):
+        # heap entries go stale with their `last` stamp; hotness counters outlive residency
+        for k in keys:
+            if self.last.pop(k, None) is not None and not self.uses_select:
+                self.count.pop(k, None)
+
     def victims(self, n, exclude):
         out: list[int] = []
         kept = []
@@ -282,6 +301,9 @@ class Static(Policy):
 
     def victims(self, n, exclude):
         return []  # pinned keys are never evicted; scratch is freed by the cache
+
+    def remove(self, keys):
+        pass  # a forgotten pinned key is read again (and pinned again) on its next use
 
 
 POLICIES = ("lru", "slru", "hotness", "lfu", "static")

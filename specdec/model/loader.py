@@ -57,9 +57,7 @@ class StreamedModel:
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
-        for fut in list(s.inflight.values()):
-            s.reader.wait(fut)
-        s.inflight.clear()
+        s._settle(list(s.inflight))  # a failed lookahead read no longer matters: cache rebuilt
         s.cache = build_cache(self.policy, s.cache.n_slots, self.policy_options, s.key_stride)
         s.reader.reset_stats()
         s.log.clear()
