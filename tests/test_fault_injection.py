@@ -1,0 +1,158 @@
+"""Reader faults never reach compute: a slot whose read failed is never used.
+
+Run: `pytest tests/test_fault_injection.py`. The reader's test-only `fault_hook` injects EIO
+(transient: fails a few attempts then succeeds; persistent: fails every attempt), short reads and
+slow reads into a real streamed model (qwen3_moe, 4-bit, a 6-slot cache so steps miss, evict and
+chunk), with router lookahead off and on (lookahead reads fail too; they are then forgotten and
+read again on demand). Hypothesis draws a sequence of forward calls, each with its own faulty blocks; after
+every call, successful or not, every key the cache holds must sit in a slot whose bytes match its
+block's crc32, and every call that returns must give exactly the resident model's logits.
+Persistent faults must raise a StoreError naming the layer, the expert and the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import time
+import zlib
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mlx_lm import load as mlx_load
+
+from specdec.errors import StoreError
+from specdec.model.loader import load
+from specdec.store.reader import MAX_RETRIES
+from tests.helpers import random_checkpoint
+
+FAULTS = ("transient", "persistent", "short", "slow")
+
+
+class Faults:
+    """The fault hook: `plan` maps (layer, expert) -> fault kind for the current call."""
+
+    def __init__(self) -> None:
+        self.plan: dict[tuple[int, int], tuple[str, int]] = {}
+        self.injected: dict[str, int] = dict.fromkeys(FAULTS, 0)
+
+    def __call__(self, layer: int, expert: int, attempt: int) -> int | None:
+        kind, n = self.plan.get((layer, expert), ("", 0))
+        if kind == "persistent" or (kind == "transient" and attempt < n):
+            self.injected[kind] += 1
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        if kind == "short":
+            self.injected[kind] += 1
+            return 4096 * n + 1  # one short piece per attempt; the reader loops to complete it
+        if kind == "slow":
+            self.injected[kind] += 1
+            time.sleep(0.002 * n)  # reads of one batch land out of order
+        return None
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    os.environ.setdefault("SPECDEC_CACHE", str(root / "cache"))
+    src = random_checkpoint(root, "qwen3_moe", 4)
+    return src, mlx_load(str(src))[0]
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["no-lookahead", "lookahead-1"])
+def streamed(ckpt, request):
+    src, ref_model = ckpt
+    sm = load(
+        src, budget="6slots", policy="lru", io="buffered", with_mtp=False, lookahead=request.param
+    )
+    faults = Faults()
+    sm.streamer.reader.fault_hook = faults
+    yield sm, ref_model, faults
+    sm.close()
+
+
+def assert_slots_hold_their_blocks(sm) -> None:
+    """Every resident key's slot holds exactly its block (crc32 against the index)."""
+    s = sm.streamer
+    s._settle(list(s.inflight))  # lookahead reads still landing (what a hit would wait for)
+    for key in s.cache.resident_keys():
+        layer, expert = divmod(key, s.key_stride)
+        layout = s.index.layers[layer]
+        slot = s.cache.slot_of(key)
+        crc = zlib.crc32(s.arena.slot_np(slot)[: layout.block_bytes])
+        assert crc == int(layout.crc32[expert]), (
+            f"layer {layer} expert {expert} is resident in slot {slot} but the slot does not hold "
+            "its block: a failed read left it in the cache"
+        )
+
+
+def logits(model, tokens: list[int]) -> np.ndarray:
+    return np.array(model(mx.array([tokens]))[0].astype(mx.float32))  # [T, V]
+
+
+block_ids = st.tuples(st.sampled_from([0, 1, 2]), st.integers(0, 15))
+fault_plans = st.dictionaries(
+    block_ids, st.tuples(st.sampled_from(FAULTS), st.integers(1, MAX_RETRIES)), max_size=12
+)
+calls = st.lists(
+    st.tuples(st.lists(st.integers(0, 511), min_size=1, max_size=6), fault_plans),
+    min_size=2,
+    max_size=6,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=calls)
+def test_failed_reads_never_reach_compute(streamed, calls):
+    sm, ref_model, faults = streamed
+    sm.reset_cache()
+    for tokens, plan in calls:
+        faults.plan = plan
+        try:
+            got = logits(sm.model, tokens)
+        except StoreError as e:
+            bad = [le for le, (kind, _) in plan.items() if kind == "persistent"]
+            m = re.search(
+                r"experts\.bin: reading layer (\d+) expert (\d+) .* after (\d+) attempt", str(e)
+            )
+            assert m, str(e)
+            assert (int(m[1]), int(m[2])) in bad and int(m[3]) == MAX_RETRIES + 1, str(e)
+        else:
+            ref = logits(ref_model, tokens)
+            assert np.array_equal(got, ref), "a call that succeeded computed on a bad slot"
+        finally:
+            faults.plan = {}
+        assert_slots_hold_their_blocks(sm)
+    # after the faults clear, the same calls all succeed and are exact
+    for tokens, _ in calls:
+        assert np.array_equal(logits(sm.model, tokens), logits(ref_model, tokens))
+    assert_slots_hold_their_blocks(sm)
+
+
+def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed):
+    sm, ref_model, faults = streamed
+    if not sm.streamer.lookahead:
+        pytest.skip("needs router lookahead")
+    sm.reset_cache()
+    s = sm.streamer
+    before = s.prefetch_failures
+    tokens = [5]  # one position: its top-4 leaves room in 6 slots for lookahead reads
+    faults.plan = {(2, e): ("persistent", 1) for e in range(16)}
+    try:
+        with pytest.raises(StoreError, match=r"layer 2 expert \d+ .* after 4 attempt"):
+            logits(sm.model, tokens)
+    finally:
+        faults.plan = {}
+    assert s.prefetch_failures > before, "layer 1's lookahead reads of layer 2 should have failed"
+    assert not [k for k in s.cache.resident_keys() if k // s.key_stride == 2]
+    assert_slots_hold_their_blocks(sm)
+    # transient faults on the lookahead reads: retried, nothing forgotten, exact logits
+    faults.plan = {(2, e): ("transient", MAX_RETRIES) for e in range(16)}
+    try:
+        assert np.array_equal(logits(sm.model, tokens), logits(ref_model, tokens))
+    finally:
+        faults.plan = {}
+    assert faults.injected["transient"] > 0 and faults.injected["persistent"] > 0
