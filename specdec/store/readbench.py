@@ -296,6 +296,8 @@ def machine_info(directory: Path) -> dict[str, Any]:
         "filesystem": filesystem_type(directory),
         "bench_dir": str(directory),
         "fio": fio,
+        # other work on the machine shares its disk and cores: read the numbers with this
+        "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
