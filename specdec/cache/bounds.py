@@ -126,8 +126,8 @@ def knapsack_bound(
     pinned_bytes = float((c[:n_full] * b[:n_full]).sum())
     if n_full < len(c) and left > 0:
         frac = left / b[n_full]
-        hits += frac * c[n_full]
-        pinned_bytes += frac * c[n_full] * b[n_full]
+        hits += float(frac * c[n_full])
+        pinned_bytes += float(frac * c[n_full] * b[n_full])
     return hits, float((c * b).sum()) - pinned_bytes
 
 

@@ -120,21 +120,21 @@ class ExpertCache:
     # -- prefetch and preload ----------------------------------------------------------------
 
     def prefetch(self, keys, exclude=()) -> list[tuple[int, int]]:
-        """Admit the keys not resident, never evicting a key of `exclude`; returns (key, slot)
-        to read. Stops early when every resident key is excluded or the policy keeps nothing."""
-        if self.policy.max_step() < self.n_slots:
-            return []  # static: only pinned keys are kept, and they are not prefetched
-        exclude = set(exclude)
+        """Admit the keys not resident, in order, never evicting a key of `exclude` or of `keys`;
+        returns (key, slot) to read. Stops early when no resident key may be evicted."""
+        if not self.policy.prefetchable:
+            return []
+        wanted = list(dict.fromkeys(int(k) for k in keys))
+        exclude = set(exclude).union(wanted)  # nor evict a key this call asks for
         slot_of, free, out = self._slot_of, self._free, []
-        for k in dict.fromkeys(int(k) for k in keys):
+        for k in wanted:
             if k in slot_of:
                 continue
-            if not free and not self._evict(1, exclude | {k}):
+            if not free and not self._evict(1, exclude):
                 break
             s = free.pop()
             slot_of[k] = s
             self._prefetched[k] = None
-            exclude.add(k)  # a later prefetch of this call must not evict this one
             out.append((k, s))
         self.prefetch_reads += len(out)
         return out

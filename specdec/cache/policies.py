@@ -32,6 +32,7 @@ class Policy:
 
     name = "base"
     uses_select = False  # the cache skips select() unless set: one call fewer per step
+    prefetchable = True  # static is not: it keeps only pinned keys, whatever is read ahead
 
     def __init__(self, n_slots: int):
         if n_slots < 1:
@@ -258,6 +259,7 @@ class Static(Policy):
     """
 
     name = "static"
+    prefetchable = False
 
     def __init__(
         self, n_slots: int, hotlist: Sequence[int] = (), scratch: int = 64, preload: bool = True
