@@ -23,7 +23,7 @@ def _replay_hits(steps, n, group_size=None):
     cache = ExpertCache(n, make_policy("lru", n))
     groups: dict[int, int] = {}
     for ks in steps:
-        _, missed = cache.access(ks)
+        missed = cache.access(ks)
         missed = {k for k, _ in missed}
         for k in ks:
             if k not in missed and group_size:
@@ -65,7 +65,7 @@ def test_lru_is_not_a_stack_algorithm_here():
     def last_step_hits(n):
         cache = ExpertCache(n, make_policy("lru", n))
         for ks in steps:
-            _, missed = cache.access(ks)
+            missed = cache.access(ks)
         return [k for k in steps[-1] if k not in {m for m, _ in missed}]
 
     assert 2 in last_step_hits(4) and 2 not in last_step_hits(5)

@@ -21,7 +21,7 @@ victim, and no policy changes its order of the non-step keys while admitting.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 
 from specdec.errors import BudgetError, SpecdecError
@@ -63,6 +63,9 @@ class Policy:
         return []
 
 
+_consume = deque(maxlen=0).extend  # runs an iterator to its end in C: a loop without bytecode
+
+
 def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[int]) -> None:
     """Move up to n keys not in `exclude` from the old end of `order` into `out`."""
     if n <= 0:
@@ -88,9 +91,7 @@ class LRU(Policy):
         self.order: OrderedDict[int, None] = OrderedDict()
 
     def hit(self, keys):
-        move = self.order.move_to_end
-        for k in keys:
-            move(k)
+        _consume(map(self.order.move_to_end, keys))
 
     def admit(self, keys):
         self.order.update(dict.fromkeys(keys))
@@ -150,9 +151,11 @@ class CountPolicy(Policy):
     (first key = len(hotlist)) and is preloaded up to the budget.
     lfu: hits since admission, reset when evicted, never decayed.
 
-    Victims come from a heap of (count, last_used, key) with lazy deletion: an entry is live
-    while its key is resident and last_used matches; every count change comes with a touch, so
-    stale entries are recognised, and a halving rebuilds the heap from the resident keys.
+    Victims come from a min-heap of (count, last_used, key), one entry per resident key, updated
+    lazily: between halvings a key's (count, last_used) only grows, so an outdated entry sorts
+    too early, never too late. A popped entry that is outdated goes back with its current value;
+    the first up-to-date one is the true minimum. Hits therefore cost two dict writes, and a
+    halving (which lowers counts) rebuilds the heap.
     """
 
     def __init__(
@@ -171,7 +174,7 @@ class CountPolicy(Policy):
         self.decay_every = decay_every
         self.count: dict[int, int] = {}
         self.last: dict[int, int] = {}  # resident key -> stamp of its latest touch
-        self.heap: list[tuple[int, int, int]] = []
+        self.heap: list[tuple[int, int, int]] = []  # (count, stamp, key) per resident key
         self.stamp = 0
         self.positions = 0
         n = len(hotlist)
@@ -183,53 +186,49 @@ class CountPolicy(Policy):
         return list(self._preload)
 
     def select(self, keys, counts):
-        cnt = self.count
+        get = self.count.get
         if counts is None:
-            for k in keys:
-                cnt[k] = cnt.get(k, 0) + 1
+            self.count.update({k: get(k, 0) + 1 for k in keys})
         else:
-            for k, c in zip(keys, counts, strict=True):
-                cnt[k] = cnt.get(k, 0) + c
+            self.count.update({k: get(k, 0) + c for k, c in zip(keys, counts, strict=True)})
 
-    def _touch(self, keys: list[int]) -> None:
-        cnt, last, push, heap = self.count, self.last, heapq.heappush, self.heap
+    def hit(self, keys):
+        if not self.uses_select:  # lfu: the count is hits
+            cnt = self.count
+            cnt.update({k: cnt[k] + 1 for k in keys})
+        s = self.stamp
+        self.last.update(zip(keys, range(s, s + len(keys))))
+        self.stamp = s + len(keys)
+
+    def admit(self, keys):
+        cnt, last, heap, push = self.count, self.last, self.heap, heapq.heappush
+        if not self.uses_select:
+            cnt.update(dict.fromkeys(keys, 0))
         s = self.stamp
         for k in keys:
             last[k] = s
             push(heap, (cnt.get(k, 0), s, k))
             s += 1
         self.stamp = s
-
-    def hit(self, keys):
-        if not self.uses_select:  # lfu: the count is hits
-            cnt = self.count
-            for k in keys:
-                cnt[k] += 1
-        self._touch(keys)
-
-    def admit(self, keys):
-        if not self.uses_select:
-            cnt = self.count
-            for k in keys:
-                cnt[k] = 0
-        self._touch(keys)
         return ()
 
     def victims(self, n, exclude):
         out: list[int] = []
         kept = []
-        heap, last, pop = self.heap, self.last, heapq.heappop
+        heap, last, cnt = self.heap, self.last, self.count
         while len(out) < n and heap:
-            entry = pop(heap)
-            k = entry[2]
-            if last.get(k) != entry[1]:
-                continue  # stale: touched again since, or evicted
+            c, s, k = heap[0]
+            now = last[k]
+            if now != s or cnt.get(k, 0) != c:
+                heapq.heapreplace(heap, (cnt.get(k, 0), now, k))  # outdated: re-sort it
+                continue
+            heapq.heappop(heap)
             if k in exclude:
-                kept.append(entry)
+                kept.append((c, s, k))
                 continue
             del last[k]
             if not self.uses_select:
-                del self.count[k]
+                del cnt[k]
             out.append(k)
         for entry in kept:
             heapq.heappush(heap, entry)

@@ -68,7 +68,7 @@ def replay(
     total = 0
     for position in steps:
         for ks in position:
-            _, missed = access(ks)
+            missed = access(ks)
             if missed and key_bytes is not None:
                 total += sum(key_bytes[k] for k, _ in missed)
         tick(1)
