@@ -197,7 +197,7 @@ class CountPolicy(Policy):
             cnt = self.count
             cnt.update({k: cnt[k] + 1 for k in keys})
         s = self.stamp
-        self.last.update(zip(keys, range(s, s + len(keys))))
+        self.last.update(zip(keys, range(s, s + len(keys)), strict=True))
         self.stamp = s + len(keys)
 
     def admit(self, keys):
