@@ -83,7 +83,7 @@ class Belady(Policy):
         self.hit(keys)
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         out, kept = [], []
         heap, res = self._heap, self._resident
         while len(out) < n and heap:

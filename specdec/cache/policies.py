@@ -8,7 +8,10 @@ batches (one call per step, not per access) because the simulator replays millio
 
     select(keys, counts)   every key of the step, before anything else (only if uses_select)
     hit(keys)              the step's resident keys, ascending
-    victims(n, exclude)    remove and return up to n resident keys not in `exclude`, best first
+    victims(n, exclude, in_step)
+                           remove and return up to n resident keys not in `exclude`, best
+                           first; in_step: `exclude` is the current step, whose resident keys
+                           hit() has just touched (LRU relies on it to skip the checks)
     admit(keys)            the step's misses, ascending, now resident; returns the keys the
                            policy does not keep (static's scratch reads), freed before next step
     tick(n_positions)      once per forward call, after its steps
@@ -23,6 +26,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
+from itertools import repeat
 
 from specdec.errors import BudgetError, SpecdecError
 
@@ -52,7 +56,7 @@ class Policy:
     def admit(self, keys: list[int]) -> Sequence[int]:
         raise NotImplementedError
 
-    def victims(self, n: int, exclude: Collection[int]) -> list[int]:
+    def victims(self, n: int, exclude: Collection[int], in_step: bool = False) -> list[int]:
         raise NotImplementedError
 
     def tick(self, n_positions: int) -> None:
@@ -94,10 +98,13 @@ class LRU(Policy):
         _consume(map(self.order.move_to_end, keys))
 
     def admit(self, keys):
-        self.order.update(dict.fromkeys(keys))
+        self.order.update(zip(keys, repeat(None)))
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
+        if in_step:  # the step's resident keys were just touched: the n oldest are not in it
+            pop = self.order.popitem
+            return [pop(False)[0] for _ in range(n)]
         out: list[int] = []
         _pop_oldest(self.order, n, exclude, out)
         return out
@@ -135,7 +142,7 @@ class SLRU(Policy):
         self.probation.update(dict.fromkeys(keys))
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         out: list[int] = []
         _pop_oldest(self.probation, n, exclude, out)
         _pop_oldest(self.protected, n - len(out), exclude, out)
@@ -212,14 +219,14 @@ class CountPolicy(Policy):
         self.stamp = s
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         out: list[int] = []
         kept = []
         heap, last, cnt = self.heap, self.last, self.count
         while len(out) < n and heap:
             c, s, k = heap[0]
             now = last[k]
-            if now != s or cnt.get(k, 0) != c:
+            if now != s:  # every count change between halvings comes with a touch
                 heapq.heapreplace(heap, (cnt.get(k, 0), now, k))  # outdated: re-sort it
                 continue
             heapq.heappop(heap)
@@ -281,7 +288,7 @@ class Static(Policy):
         pinned = self.pinned
         return [k for k in keys if k not in pinned]
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         return []  # pinned keys are never evicted; scratch is freed by the cache
 
 
