@@ -24,7 +24,13 @@ victim, and no policy changes its order of the non-step keys while admitting.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import (
+    OrderedDict,
+    # Counter.update's C helper: +1 per element on a plain dict, ~3x a dict comprehension;
+    # private to collections but there since Python 3.2. hotness and lfu count with it.
+    _count_elements,  # type: ignore[attr-defined]
+    deque,
+)
 from collections.abc import Collection, Sequence
 from itertools import repeat
 
@@ -193,16 +199,15 @@ class CountPolicy(Policy):
         return list(self._preload)
 
     def select(self, keys, counts):
-        get = self.count.get
         if counts is None:
-            self.count.update({k: get(k, 0) + 1 for k in keys})
+            _count_elements(self.count, keys)
         else:
+            get = self.count.get
             self.count.update({k: get(k, 0) + c for k, c in zip(keys, counts, strict=True)})
 
     def hit(self, keys):
         if not self.uses_select:  # lfu: the count is hits
-            cnt = self.count
-            cnt.update({k: cnt[k] + 1 for k in keys})
+            _count_elements(self.count, keys)
         s = self.stamp
         self.last.update(zip(keys, range(s, s + len(keys)), strict=True))
         self.stamp = s + len(keys)
