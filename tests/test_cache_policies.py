@@ -193,5 +193,8 @@ def test_prefetch_evicted_first_and_counted_wasted():
     assert c.prefetch([3, 1]) == [(3, 2)]  # 1 is resident: not read again
     _step(c, [4])  # full: the unhit prefetch 3 goes before the older demand keys
     assert c.resident_keys() == [1, 2, 4] and c.prefetch_wasted == 1
-    got = c.prefetch([5, 6], exclude=[1, 2, 4])  # no victim allowed: nothing admitted
+    got = c.prefetch(np.array([5, 6]), exclude=np.array([1, 2, 4]))  # no victim allowed
     assert got == [] and c.resident_keys() == [1, 2, 4]
+    got = c.prefetch(np.array([5, 6]), exclude=np.array([2, 4]))  # the runtime passes arrays
+    assert got == [(5, c.slot_of(5))] and c.resident_keys() == [2, 4, 5]  # 1 was oldest
+    assert all(type(k) is int for k in c.resident_keys())

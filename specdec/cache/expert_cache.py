@@ -123,8 +123,8 @@ class ExpertCache:
         returns (key, slot) to read. Stops early when no resident key may be evicted."""
         if not self.policy.prefetchable:
             return []
-        wanted = list(dict.fromkeys(int(k) for k in keys))
-        exclude = set(exclude).union(wanted)  # nor evict a key this call asks for
+        wanted = list(dict.fromkeys(int(k) for k in keys))  # numpy ints become Python ints
+        exclude = {int(k) for k in exclude}.union(wanted)  # nor evict a key this call asks for
         slot_of, free, out = self._slot_of, self._free, []
         for k in wanted:
             if k in slot_of:
