@@ -141,6 +141,10 @@ def test_hotness_seeds_and_preloads_hotlist():
     assert c.preload() == [(7, 0), (5, 1)]
     assert c.policy.count == {7: 3, 5: 2, 9: 1}
     assert _step(c, [5, 7]).misses == [] and c.hits == 2
+    _step(c, [1], np.array([8]))
+    assert c.policy.count == {7: 4, 5: 3, 9: 1, 1: 8}
+    c.new_sequence()  # a prefill from position 0: back to the seeds, residents kept
+    assert c.policy.count == {7: 3, 5: 2, 9: 1} and c.resident_keys() == [1, 7]
 
 
 def test_lfu_counts_hits_since_admission():

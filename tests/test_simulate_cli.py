@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from specdec.cache.simulate import simulate
 from specdec.errors import SpecdecError
 from specdec.trace.format import (
     HotlistEntry,
@@ -154,6 +155,7 @@ def test_cli_table_and_positions(trace_dir):
         (["--policy=lru,arc"], "unknown policy 'arc': use one of lru, slru"),
         (["--positions=0"], "--positions 0"),
         (["--hotlist=/nonexistent/hot.txt"], "cannot read hotlist"),
+        (["--lookahead=2"], "no lookahead at distance 2 (has: none)"),
     ],
 )
 def test_cli_errors_are_one_line(trace_dir, args, message):
@@ -167,3 +169,21 @@ def test_cli_missing_trace(tmp_path):
     out = _cli(tmp_path / "nope")
     assert out.returncode == 2 and "not a trace directory" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_perfect_lookahead_leaves_only_first_layer_misses():
+    trace = synthetic_trace(50, n_layers=4, n_experts=16, top_k=4, seed=5)
+    # a router that predicts perfectly: the prediction for layer l is layer l's own experts
+    trace.lookahead = trace.experts[None].copy()  # [D=1, T, L, k]
+    trace.lookahead[0, :, :1] = -1  # nothing predicts layer 0 from an earlier layer
+    trace.lookahead_distances = [1]
+    for policy in ("lru", "slru", "hotness", "lfu"):
+        plain, ahead = (simulate(trace, [policy], ["12slots"], lookahead=d)[0] for d in (0, 1))
+        layer0 = [r for r in simulate(_only_layer0(trace), [policy], ["12slots"])][0]
+        assert ahead.misses <= layer0.accesses, policy  # layers 1..3 were all read ahead
+        assert ahead.prefetch_hits > 0 and ahead.hits > plain.hits, policy
+        assert ahead.bytes_read == (ahead.misses * trace.slot_bytes + ahead.prefetch_bytes)
+
+
+def _only_layer0(trace):
+    return Trace(experts=trace.experts[:, :1], n_experts=trace.n_experts, expert_bytes=[1])

@@ -116,6 +116,10 @@ class ExpertCache:
         """Once per forward call, after its steps, with its number of positions."""
         self.policy.tick(n_positions)
 
+    def new_sequence(self) -> None:
+        """A prefill from position 0 begins: policies with per-sequence state reset it."""
+        self.policy.new_sequence()
+
     # -- prefetch and preload ----------------------------------------------------------------
 
     def prefetch(self, keys, exclude=()) -> list[tuple[int, int]]:

@@ -15,6 +15,7 @@ batches (one call per step, not per access) because the simulator replays millio
     admit(keys)            the step's misses, ascending, now resident; returns the keys the
                            policy does not keep (static's scratch reads), freed before next step
     tick(n_positions)      once per forward call, after its steps
+    new_sequence()         a prefill from position 0 begins (hotness resets its counters)
 
 Victims are chosen before the misses are admitted. That equals admitting misses one at a time
 and evicting one victim before each: a just-admitted miss belongs to the step and may never be a
@@ -66,6 +67,9 @@ class Policy:
         raise NotImplementedError
 
     def tick(self, n_positions: int) -> None:
+        pass
+
+    def new_sequence(self) -> None:
         pass
 
     def preload_keys(self) -> list[int]:
@@ -190,9 +194,8 @@ class CountPolicy(Policy):
         self.heap: list[tuple[int, int, int]] = []  # (count, stamp, key) per resident key
         self.stamp = 0
         self.positions = 0
-        n = len(hotlist)
-        for rank, k in enumerate(hotlist):
-            self.count[k] = n - rank
+        self._seed = {k: len(hotlist) - rank for rank, k in enumerate(hotlist)}
+        self.count.update(self._seed)
         self._preload = list(hotlist[:n_slots]) if preload else []
 
     def preload_keys(self):
@@ -254,10 +257,19 @@ class CountPolicy(Policy):
         shift = self.positions // self.decay_every - before
         if shift:
             # Keys whose counter reaches 0 are dropped: a missing key reads as 0.
-            self.count = {k: v >> shift for k, v in self.count.items() if v >> shift}
-            cnt = self.count
-            self.heap = [(cnt.get(k, 0), s, k) for k, s in self.last.items()]
-            heapq.heapify(self.heap)
+            self._recount({k: v >> shift for k, v in self.count.items() if v >> shift})
+
+    def new_sequence(self):
+        """ds4 resets route hotness at a prefill from position 0; the hotlist seeds it again."""
+        if self.uses_select:
+            self.positions = 0
+            self._recount(dict(self._seed))
+
+    def _recount(self, count: dict[int, int]) -> None:
+        """Counts went down (halving, reset): the lazy heap's order no longer holds; rebuild."""
+        self.count = count
+        self.heap = [(count.get(k, 0), s, k) for k, s in self.last.items()]
+        heapq.heapify(self.heap)
 
 
 class Static(Policy):
