@@ -148,7 +148,11 @@ def lru_curve_steps(
     bl = sorted(set(int(n) for n in budgets))
     bidx = {n: i for i, n in enumerate(bl)}
     top = bl[-1] if bl else 0
-    n_groups = 1 if group_size is None else max(k for ks in steps for k in ks) // group_size + 1
+    n_groups = (
+        1
+        if group_size is None
+        else max((k for ks in steps for k in ks), default=0) // group_size + 1
+    )
     first = np.zeros((n_groups, len(bl) + 1), dtype=np.int64)  # [G, B + 1]: first hitting budget
     extra = np.zeros((n_groups, len(bl)), dtype=np.int64)  # [G, B]: hits below that one
     last: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # key -> (step, T, E) of last access
