@@ -10,6 +10,8 @@ A step is one MoE layer of one forward call: S = the sorted distinct keys any po
 counts[i] = positions that selected S[i]. Resident members of S are hits (touched ascending),
 then each miss (ascending) is admitted, evicting while full a key the policy picks among the
 resident keys NOT in S. Slots returned by a step stay valid until the next step or prefetch.
+A step may select at most `max_step` keys (n_slots; static: its scratch slots), else it raises
+BudgetError naming the minimum: callers split wider steps into chunks of at most `max_step`.
 The simulator (specdec.cache.simulate) drives the very same object through `access()`.
 
 Prefetch (router lookahead): `prefetch(keys, exclude)` admits keys into free slots or over
