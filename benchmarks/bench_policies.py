@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,27 +27,12 @@ from specdec.cache.bounds import Belady, lru_curve_steps  # noqa: E402
 from specdec.cache.expert_cache import ExpertCache  # noqa: E402
 from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
 from specdec.cache.simulate import replay, trace_steps  # noqa: E402
+from specdec.machine import machine_info  # noqa: E402
 from specdec.trace.format import hotlist_keys, profile_hotlist  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 
 TARGET_ACCESSES_PER_S = 2e6
 TARGET_CURVE_SPEEDUP = 5.0
-
-
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-    }
 
 
 def best_time(fn, repeats: int) -> tuple[float, float, object]:
@@ -171,7 +154,7 @@ def main() -> int:
     flat = [ks for position in steps for ks in position]
     hot = hotlist_keys(trace, profile_hotlist(trace))
     result = {
-        "machine": machine(),
+        "machine": machine_info(),
         "trace": {"positions": args.positions, "layers": 16, "experts": 64, "top_k": 8},
         "targets": {
             "accesses_per_s": TARGET_ACCESSES_PER_S,

@@ -26,7 +26,6 @@ import argparse
 import concurrent.futures as cf
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from specdec import machine
 from specdec.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import (
@@ -272,32 +272,16 @@ def run_fio(file: Path, block_bytes: int, threads: int, n_reads: int, engine: st
 
 
 def machine_info(directory: Path) -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
     fio = (
         subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
         if shutil.which("fio")
         else None
     )
     return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(mem / 2**30, 1),
-        "python": platform.python_version(),
-        "mlx": mx.__version__,
+        **machine.machine_info(),
         "filesystem": filesystem_type(directory),
         "bench_dir": str(directory),
         "fio": fio,
-        # other work on the machine shares its disk and cores: read the numbers with this
-        "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
