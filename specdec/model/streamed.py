@@ -7,9 +7,9 @@ mlx-lm's own `SwitchGLU.__call__` with `ArenaLinear` projections that call `mx.g
 strided views of the arena. Everything else in the family's block (gate weighting, shared experts)
 is the family's own code, so streamed logits equal resident logits.
 
-A call whose union exceeds the cache is computed in chunks of positions whose union fits, each
-chunk evaluated before the next read can overwrite its slots; so any budget of at least one
-position's top-k works. Outputs stay lazy (one host sync per MoE layer, the router's), but every
+A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
+scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
+the next read can overwrite its slots; so any budget of at least one position's top-k works. Outputs stay lazy (one host sync per MoE layer, the router's), but every
 output still pending is evaluated before a read may overwrite a slot: no lazy graph ever
 computes on a slot that was refilled under it.
 """
@@ -274,7 +274,7 @@ class StreamedSwitchGLU(nn.Module):
             y = self._resident_only(x, indices, idx)
         else:
             experts, counts = np.unique(idx, return_counts=True)
-            if len(experts) <= s.cache.n_slots:
+            if len(experts) <= s.cache.max_step:
                 h.lut[experts] = s.fetch(h.layer, experts, counts)
                 y = self._glu(x, h.lut[idx])
             else:
@@ -288,12 +288,14 @@ class StreamedSwitchGLU(nn.Module):
         return y
 
     def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
-        """A call whose union exceeds the cache: groups of positions whose union fits."""
+        """A call whose union exceeds one cache step (the slots; static: its scratch slots):
+        groups of positions whose union fits."""
         h, s = self._h, self._h.streamer
-        k = idx.shape[-1]
-        if k > s.cache.n_slots:
+        k, width = idx.shape[-1], s.cache.max_step
+        if k > width:
             raise BudgetError(
-                f"the cache holds {s.cache.n_slots} slots but one position selects {k} experts"
+                f"a cache step holds {width} experts (slots, or static's scratch) but one "
+                f"position selects {k}: raise the budget (or scratch) to at least {k}"
             )
         flat_idx = idx.reshape(-1, k)  # [N, k]
         flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
@@ -301,9 +303,7 @@ class StreamedSwitchGLU(nn.Module):
         while start < len(flat_idx):
             seen: set[int] = set()
             end = start
-            while (
-                end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots
-            ):
+            while end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= width:
                 seen |= set(flat_idx[end].tolist())
                 end += 1
             chunk = flat_idx[start:end]
