@@ -256,7 +256,10 @@ def pack(
     """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if not model_dir.is_dir():
-        raise StoreError(f"{model_dir}: no such model directory")
+        raise StoreError(
+            f"{model_dir}: no such model directory; give an mlx-lm model directory "
+            "(made by `mlx_lm.convert` or `specdec make-random`)"
+        )
     fingerprint = source_fingerprint(model_dir)
     if out_dir.exists():
         if (out_dir / EXPERTS_JSON).is_file() and not force:

@@ -34,7 +34,9 @@ def verify(packed_dir: str | Path, io: str = "direct", threads: int = 4) -> Veri
     """Raise StoreError at the first problem; return what was checked."""
     packed_dir = Path(packed_dir)
     if not packed_dir.is_dir():
-        raise StoreError(f"{packed_dir}: no such packed directory")
+        raise StoreError(
+            f"{packed_dir}: no such packed directory; create one with `specdec pack MODEL_DIR OUT_DIR`"
+        )
     index = ExpertIndex.load(packed_dir)
     if not (packed_dir / "config.json").is_file():
         raise StoreError(f"{packed_dir}/config.json missing; re-pack with `specdec pack`")
