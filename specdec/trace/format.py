@@ -83,7 +83,8 @@ class Trace:
         e = self.experts
         if e.ndim != 3 or not np.issubdtype(e.dtype, np.integer):
             raise TraceError(
-                f"{where}: experts must be integers [T, L, k], got {e.dtype} {e.shape}"
+                f"{where}: experts must be integers [T, L, k], got {e.dtype} {e.shape}: "
+                "write integer expert ids (see docs/trace-format.md)"
             )
         T, L, _ = e.shape
         if e.size and (e.min() < 0 or e.max() >= self.n_experts):
@@ -135,7 +136,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
     want = (meta["n_layers"], meta["top_k"])
     if e.ndim != 3 or e.shape[1:] != want:
         raise TraceError(
-            f"{d}: experts.npy has shape {e.shape}, meta.json says [T, {want[0]}, {want[1]}]"
+            f"{d}: experts.npy has shape {e.shape}, meta.json says [T, {want[0]}, {want[1]}]: "
+            "fix n_layers/top_k in meta.json or re-record the trace (specdec trace record)"
         )
     eb = meta["expert_bytes"]
     trace = Trace(
