@@ -49,6 +49,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "platform": platform.platform(),
+        "load_average_1m": round(os.getloadavg()[0], 2),  # other processes share these cores
     }
 
 
@@ -171,7 +172,7 @@ def main() -> int:
     flat = [ks for position in steps for ks in position]
     hot = hotlist_keys(trace, profile_hotlist(trace))
     result = {
-        "machine": machine(),
+        "machine": machine(),  # load_average_1m as the run starts
         "trace": {"positions": args.positions, "layers": 16, "experts": 64, "top_k": 8},
         "targets": {
             "accesses_per_s": TARGET_ACCESSES_PER_S,
@@ -180,6 +181,7 @@ def main() -> int:
         "replay": bench_replays(steps, flat, hot, (256, 512), args.repeats),
         "step_overhead": bench_step_overhead(trace, args.repeats),
         "lru_curve": bench_curve(flat, 64, args.repeats),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "command": " ".join(["python", *sys.argv]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
