@@ -80,9 +80,10 @@ def lookahead_steps(trace: Trace, distance: int, positions: int | None = None):
     pred = trace.lookahead[trace.lookahead_distances.index(distance), :positions]  # [T, L, k]
     T, L, _ = pred.shape
     layer = np.arange(L, dtype=np.int64)[None, :, None] * trace.n_experts
-    keys = (pred.astype(np.int64) + layer)[:, distance:]  # [T, L - d, k]: target layers
+    keys = np.where(pred >= 0, pred + layer, -1)[:, distance:]  # [T, L - d, k]: target layers
     empty = [[] for _ in range(min(distance, L))]
-    return [[sorted(set(ks)) for ks in row] + empty for row in keys.tolist()]
+    # -1: no prediction (the recorder had none for that layer)
+    return [[sorted({k for k in ks if k >= 0}) for ks in row] + empty for row in keys.tolist()]
 
 
 def replay(
