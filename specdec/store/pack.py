@@ -20,13 +20,15 @@ same files is kept as it is; anything else there is replaced only with `--force`
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
 import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -237,22 +239,15 @@ def _write_experts(
         os.fsync(f.fileno())
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale_tmp(out_dir: Path) -> None:
-    """Delete OUT_DIR.tmp-<pid> and OUT_DIR.old-<pid> directories left by killed packs."""
+    """Delete OUT_DIR.tmp-<pid> and OUT_DIR.old-<pid> directories left by killed packs.
+
+    Called under the pack lock: every pack into OUT_DIR holds it while those exist, so whoever
+    left them is dead (a pid check would see a killed pack not yet reaped as alive).
+    """
     for kind in (".tmp-", ".old-"):
         for p in out_dir.parent.glob(out_dir.name + kind + "*"):
-            pid = p.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if p.name.rsplit("-", 1)[-1].isdigit():
                 shutil.rmtree(p, ignore_errors=True)
 
 
@@ -269,13 +264,41 @@ def pack(
     force: bool = False,
     on_block: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook."""
+    """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook.
+
+    One pack per OUT_DIR at a time (an flock on `.OUT_DIR.pack-lock` beside it, released by the
+    kernel if the holder dies): a second pack of the same model, e.g. two runs packing into the
+    cache on first use, waits and then finds the first one's pack.
+    """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if not model_dir.is_dir():
         raise StoreError(
             f"{model_dir}: no such model directory; give an mlx-lm model directory "
             "(made by `mlx_lm.convert` or `specdec make-random`)"
         )
+    with _pack_lock(out_dir):
+        return _pack(model_dir, out_dir, force, on_block)
+
+
+@contextmanager
+def _pack_lock(out_dir: Path) -> Iterator[None]:
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir.parent / f".{out_dir.name}.pack-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"specdec: note: waiting for another pack into {out_dir}", file=sys.stderr)
+            sys.stderr.flush()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _pack(
+    model_dir: Path, out_dir: Path, force: bool, on_block: Callable[[int, int], None] | None
+) -> Path:
     fingerprint = source_fingerprint(model_dir)
     _remove_stale_tmp(out_dir)
     if out_dir.exists():
