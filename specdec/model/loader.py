@@ -32,7 +32,7 @@ from specdec.errors import BudgetError, SpecdecError, StoreError
 from specdec.model.families import Family, get_family, moe_blocks
 from specdec.model.streamed import StreamedSwitchGLU, Streamer
 from specdec.store.arena import Arena
-from specdec.store.layout import ExpertIndex
+from specdec.store.layout import ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
 from specdec.store.reader import ExpertReader
 from specdec.units import format_bytes, parse_budget
@@ -145,6 +145,8 @@ def load(
     family = get_family(model_type)
     packed = ensure_packed(src)
     index = ExpertIndex.load(packed)
+    for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
+        read_safetensors_header(f)
     model, config = load_model(packed, lazy=True, strict=False)
     blocks = moe_blocks(model, family)
     n_main = len(model.layers)
