@@ -78,6 +78,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     ),
     "truncated experts.bin (generate)": lambda c: shrink(c["packed"] / EXPERTS_BIN),
     "truncated experts.bin (verify)": lambda c: shrink(c["packed"] / EXPERTS_BIN),
+    "truncated model.safetensors (generate)": lambda c: shrink(c["packed"] / "model.safetensors"),
+    "truncated mtp.safetensors (verify)": lambda c: shrink(c["packed"] / "mtp.safetensors"),
     "corrupt expert block (verify)": lambda c: corrupt_layer(c["packed"], 2),
     "corrupt expert block (--verify-checksums)": lambda c: corrupt_layer(c["packed"], 2),
     "config.json: other expert count": lambda c: edit_config(c["packed"], n_routed_experts=32),
