@@ -95,6 +95,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "budget below one position's top-k (simulate)": nothing,
     "budget that does not parse": nothing,
     "gamma below 1": nothing,
+    "max tokens below 1": nothing,
+    "reader threads below 1": nothing,
     "unknown drafter": nothing,
     "unknown cache policy": nothing,
     "unknown cache policy (simulate)": nothing,
