@@ -145,16 +145,22 @@ def load_trace(path: str | os.PathLike) -> Trace:
             "fix n_layers/top_k in meta.json or re-record the trace (specdec trace record)"
         )
     eb = meta["expert_bytes"]
-    trace = Trace(
-        experts=e,
-        n_experts=int(meta["n_experts"]),
-        expert_bytes=[int(eb)] * e.shape[1] if isinstance(eb, int) else [int(b) for b in eb],
-        model=str(meta.get("model", "")),
-        source=str(meta.get("source", "")),
-        layer_ids=meta.get("layer_ids"),
-        lookahead_distances=list(meta.get("lookahead_distances", [])),
-        **{k: v for k, v in arrays.items() if k != "experts"},
-    )
+    try:
+        trace = Trace(
+            experts=e,
+            n_experts=int(meta["n_experts"]),
+            expert_bytes=[int(eb)] * e.shape[1] if isinstance(eb, int) else [int(b) for b in eb],
+            model=str(meta.get("model", "")),
+            source=str(meta.get("source", "")),
+            layer_ids=meta.get("layer_ids"),
+            lookahead_distances=list(meta.get("lookahead_distances", [])),
+            **{k: v for k, v in arrays.items() if k != "experts"},
+        )
+    except (TypeError, ValueError) as err:  # e.g. "n_experts": "x"
+        raise TraceError(
+            f"{meta_path}: a field has the wrong type ({err}): n_experts is an int, "
+            "expert_bytes an int or a list of ints (see docs/trace-format.md)"
+        ) from None
     trace.validate(str(d))
     return trace
 
