@@ -43,6 +43,12 @@ def edit_config(path: Path, **changes) -> None:
     (path / "config.json").write_text(json.dumps(cfg))
 
 
+def edit_meta(trace: Path, **changes) -> None:
+    meta = json.loads((trace / "meta.json").read_text())
+    meta.update(changes)
+    (trace / "meta.json").write_text(json.dumps(meta))
+
+
 def corrupt_layer(path: Path, layer: int) -> None:
     """Flip one byte in every expert block of `layer` (a disk or copy gone wrong)."""
     layout = ExpertIndex.load(path).layers[layer]
@@ -91,6 +97,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace: wrong layer count": lambda c: save_experts(c["trace"], np.zeros((10, 3, 4), np.int32)),
     "trace: wrong dtype": lambda c: save_experts(c["trace"], np.zeros((10, 2, 4), np.float32)),
     "trace: not a trace directory": lambda c: shutil.rmtree(c["trace"]),
+    "trace: meta.json field of the wrong type": lambda c: edit_meta(c["trace"], n_experts="x"),
     "budget below one position's top-k": nothing,
     "budget below one position's top-k (simulate)": nothing,
     "budget that does not parse": nothing,
