@@ -14,6 +14,7 @@ least disturbed one).
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 import time
