@@ -9,9 +9,11 @@ is the family's own code, so streamed logits equal resident logits.
 
 A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
 scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
-the next read can overwrite its slots; so any budget of at least one position's top-k works. Outputs stay lazy (one host sync per MoE layer, the router's), but every
-output still pending is evaluated before a read may overwrite a slot: no lazy graph ever
-computes on a slot that was refilled under it.
+the next read can overwrite its slots; so any budget of at least one position's top-k works.
+Outputs stay lazy (one host sync per MoE layer, the router's), but every output still pending
+is evaluated before a read may overwrite a slot: no lazy graph ever computes on a slot that was
+refilled under it. A failed read (or lookahead read) makes the cache forget its keys, so no
+slot holding a partial or stale block is ever computed on (tests/test_fault_injection.py).
 """
 
 from __future__ import annotations
@@ -62,7 +64,9 @@ class Streamer:
     arena: Arena
     reader: ExpertReader
     cache: ExpertCache
-    first_layer: int  # the main model's first MoE layer: hotness ticks once per forward there
+    last_layer: (
+        int  # the main model's last MoE layer: the cache ticks after its step, once per forward
+    )
     key_stride: int  # cache key = layer * key_stride + expert
     phase: str = "verify"
     resident_only: bool = False
@@ -268,8 +272,6 @@ class StreamedSwitchGLU(nn.Module):
         idx = np.array(indices)  # [..., k] host sync: the router's decision
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
-        if h.layer == s.first_layer and not s.resident_only:
-            s.cache.tick(int(np.prod(idx.shape[:-1])))
         if s.resident_only:
             y = self._resident_only(x, indices, idx)
         else:
@@ -279,6 +281,8 @@ class StreamedSwitchGLU(nn.Module):
                 y = self._glu(x, h.lut[idx])
             else:
                 y = self._chunked(x, idx)
+            if h.layer == s.last_layer:
+                s.cache.tick(int(np.prod(idx.shape[:-1])))
         s.pending.append(y)
         if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
             s._flush(keep=y)
@@ -291,11 +295,12 @@ class StreamedSwitchGLU(nn.Module):
         """A call whose union exceeds one cache step (the slots; static: its scratch slots):
         groups of positions whose union fits."""
         h, s = self._h, self._h.streamer
-        k, width = idx.shape[-1], s.cache.max_step
+        k = idx.shape[-1]
+        width = s.cache.max_step  # n_slots, or the static policy's scratch slots
         if k > width:
             raise BudgetError(
-                f"a cache step holds {width} experts (slots, or static's scratch) but one "
-                f"position selects {k}: raise the budget (or scratch) to at least {k}"
+                f"a cache step holds at most {width} experts but one position selects {k}: "
+                "raise the budget (or the static policy's scratch)"
             )
         flat_idx = idx.reshape(-1, k)  # [N, k]
         flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
