@@ -121,7 +121,7 @@ import sys
 from specdec.decode.records import RecordWriter
 with RecordWriter(sys.argv[1]) as w:
     for i in range(10**9):
-        w.write({"pass_idx": i, "tokens": list(range(i % 5000))})  # up to 40 KB a line
+        w.write({"pass_idx": i, "tokens": list(range(i * 97 % 5000))})  # 2 B to 40 KB a line
         if i == 200:
             print("written", flush=True)
 """
@@ -141,6 +141,7 @@ def test_killed_record_writer_leaves_whole_lines(tmp_path):
     assert text.endswith("\n"), "a record was left half-written"
     rows = read_records(path)
     assert [r["pass_idx"] for r in rows] == list(range(len(rows))) and len(rows) > 200
+    assert max(len(r["tokens"]) for r in rows) > 4000  # lines longer than an io buffer
 
 
 def test_torn_final_line_is_skipped_and_cut_before_appending(tmp_path, capsys):
