@@ -156,3 +156,28 @@ def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed):
     finally:
         faults.plan = {}
     assert faults.injected["transient"] > 0 and faults.injected["persistent"] > 0
+
+
+def test_persistent_fault_through_the_cli(ckpt, tmp_path, monkeypatch, capsys):
+    """`specdec generate` on a disk that fails one block: exit 2, one line naming the block."""
+    from specdec.cli import main
+    from specdec.store.reader import ExpertReader
+
+    src, _ = ckpt
+    init = ExpertReader.__init__
+
+    def failing_disk(self, *args, **kw):
+        init(self, *args, **kw)
+        self.fault_hook = Faults()
+        self.fault_hook.plan = {(layer, e): ("persistent", 1) for layer in range(3) for e in (3, 9)}
+
+    monkeypatch.setattr(ExpertReader, "__init__", failing_disk)
+    argv = ["generate", "--model", str(src), "--max-tokens", "8", "--io", "buffered"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert re.fullmatch(
+        r"specdec: error: \S+/experts\.bin: reading layer \d expert (3|9) at offset \d+ failed "
+        r"after 4 attempt\(s\): Input/output error \(injected\); run `specdec verify`",
+        err[0],
+    ), err[0]
