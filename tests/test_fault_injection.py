@@ -7,7 +7,9 @@ chunk), with router lookahead off and on (lookahead reads fail too; they are the
 read again on demand). Hypothesis draws a sequence of forward calls, each with its own faulty blocks; after
 every call, successful or not, every key the cache holds must sit in a slot whose bytes match its
 block's crc32, and every call that returns must give exactly the resident model's logits.
-Persistent faults must raise a StoreError naming the layer, the expert and the file.
+Persistent faults must raise a StoreError naming the layer, the expert and the file (also
+through `specdec generate`), and a corrupt block read ahead with --verify-checksums is forgotten
+and then named.
 """
 
 from __future__ import annotations
@@ -181,3 +183,27 @@ def test_persistent_fault_through_the_cli(ckpt, tmp_path, monkeypatch, capsys):
         r"after 4 attempt\(s\): Input/output error \(injected\); run `specdec verify`",
         err[0],
     ), err[0]
+
+
+def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
+    """--verify-checksums covers lookahead reads: the bad block is forgotten, then named."""
+    from specdec.store.layout import EXPERTS_BIN, ExpertIndex
+    from specdec.store.pack import pack
+
+    src, ref_model = ckpt
+    packed = pack(src, tmp_path / "packed")
+    index = ExpertIndex.load(packed)
+    with open(packed / EXPERTS_BIN, "r+b") as f:  # flip a byte in every block of layer 2
+        for off in index.layers[2].offsets:
+            f.seek(int(off) + 64)
+            b = f.read(1)
+            f.seek(int(off) + 64)
+            f.write(bytes([b[0] ^ 0xFF]))
+    sm = load(packed, budget="6slots", io="buffered", lookahead=1, verify_checksums=True)
+    try:
+        with pytest.raises(StoreError, match=r"layer 2 expert \d+ fails its crc32 check"):
+            logits(sm.model, [5])
+        assert sm.streamer.prefetch_failures > 0, "layer 1 should have read layer 2 ahead"
+        assert_slots_hold_their_blocks(sm)
+    finally:
+        sm.close()
