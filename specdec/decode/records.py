@@ -16,11 +16,14 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from specdec.errors import SpecdecError
-from specdec.model.streamed import LayerStep
+
+if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
+    from specdec.model.streamed import LayerStep
 
 
 @dataclass
@@ -146,8 +149,8 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
 
 class RecordWriter:
     """Appends one JSON line per record, each with a single write(2) on an O_APPEND descriptor:
-    a killed writer leaves only whole lines, whatever the record's size (a buffered file would
-    split a record longer than its buffer over several writes).
+    a killed writer leaves only whole lines, whatever the record's size, without relying on how
+    the io stack splits a buffered write.
 
     A file whose last line is torn (its writer died inside a write: disk full, power loss) has
     that line cut off when opened, with a note, so appended records start on a line of their own.
