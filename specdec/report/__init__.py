@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,8 +120,12 @@ def _figures(st: Setting, out: Path, suffix: str, report: Report) -> None:
             )
             if f
         ]
-        title = f"Experts per verify pass — {src.name} ({st.label})"
-        st.figures[src.name] = plot_union_vs_gamma(src.per_layer, fits, path, title)
+        title = (
+            f"Union along the committed trace of the plain run ({st.label})"
+            if src.name == "trace"
+            else f"Experts read by real verify passes, {src.name} ({st.label})"
+        )
+        st.figures[f"union:{src.name}"] = plot_union_vs_gamma(src.per_layer, fits, path, title)
     if st.cost_model:
         points = [(r["acceptance"], r["gamma"], r["speedup_bytes"]) for r in st.speedup_rows]
         st.figures["speedup"] = plot_speedup_vs_acceptance(
@@ -130,7 +135,9 @@ def _figures(st: Setting, out: Path, suffix: str, report: Report) -> None:
             title=f"Streaming-bound speedup, measured (bytes read) vs model ({st.label})",
         )
     if st.trace_rows:
-        st.figures["trace"] = plot_verify_vs_trace(st, out / f"verify_vs_trace{suffix}.png")
+        st.figures["verify_vs_trace"] = plot_verify_vs_trace(
+            st, out / f"verify_vs_trace{suffix}.png"
+        )
     report.plots += list(st.figures.values())
 
 
@@ -168,6 +175,7 @@ def _tables(st: Setting, suffix: str, report: Report) -> None:
 
 def _log_wandb(report: Report, jobs: list, mode: str) -> None:
     sweep = jobs[0].meta.get("sweep", "report")
+    shutil.rmtree(report.out_dir / "wandb", ignore_errors=True)  # one report run, the latest
     sink = WandbSink(
         mode,
         report.out_dir,

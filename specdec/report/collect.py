@@ -37,7 +37,8 @@ class Job:
     meta: dict
     model: dict  # top_k, n_experts, moe_layers, ... of the loaded model
     records: list[PassRecord]
-    trace: dict[int, TraceUnion] | None
+    trace: dict[int, TraceUnion] | None  # union along the committed trace (γ = 1 jobs)
+    rho: float | None  # share of a token's top-k the next token keeps, on that trace
     finished_at: str
 
     @property
@@ -90,19 +91,14 @@ def _load_job(result_path: Path) -> Job:
     records = (
         [PassRecord(**row) for row in read_records(records_path)] if records_path.exists() else []
     )
-    trace = None
+    trace, rho = None, None
     if (d / "trace_union.json").exists():
         raw = json.loads((d / "trace_union.json").read_text())
-        trace = {int(g): TraceUnion(t["mean"], t["per_layer"]) for g, t in raw.items()}
-    return Job(
-        d,
-        cfg["config"],
-        cfg["meta"],
-        summary.get("model", {}),
-        records,
-        trace,
-        result.get("finished_at", ""),
-    )
+        trace = {int(g): TraceUnion(t["mean"], t["per_layer"]) for g, t in raw["union"].items()}
+        rho = raw["consecutive_overlap"]
+    model = summary.get("model", {})
+    done = result.get("finished_at", "")
+    return Job(d, cfg["config"], cfg["meta"], model, records, trace, rho, done)
 
 
 def collect_jobs(root: Path) -> list[Job]:

@@ -37,7 +37,14 @@ def plot_verify_vs_trace(st: Setting, path: Path) -> Path:
         lw=1.8,
         label="trace: mean over layers",
     )
-    ax.plot(gammas, [st.k * g for g in gammas], ":", color="0.5", label=f"no sharing: {st.k}·γ")
+    n = st.n_experts or float("inf")
+    ax.plot(
+        gammas,
+        [min(st.k * g, n) for g in gammas],
+        ":",
+        color="0.5",
+        label=f"no sharing: min({st.k}·γ, N = {st.n_experts})",
+    )
     drafters = sorted({r["drafter"] for r in st.trace_rows})
     for i, d in enumerate(drafters):
         rows = sorted((r for r in st.trace_rows if r["drafter"] == d), key=lambda r: r["gamma"])
@@ -55,7 +62,7 @@ def plot_verify_vs_trace(st: Setting, path: Path) -> Path:
     ax.set_xticks(gammas)
     ax.set_title(
         "Real verify batches vs the union along the committed trace\n"
-        "(rejected drafts route elsewhere: real batches read more)",
+        f"(points: each drafter's verify passes, α = acceptance; {st.label})",
         fontsize=11,
     )
     ax.legend(fontsize=8, loc="upper left")

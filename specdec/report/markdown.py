@@ -64,8 +64,8 @@ def _setting(st, out: Path) -> str:
         "Fits by least squares on the mean union: the question's linear model "
         "k·(1 + s·(γ − 1)), a power law k·γ^p, and the one-step overlap model with ρ fitted and "
         + (
-            f"at ρ = {st.rho:.3f}, the share of a token's top-k that the next token on the "
-            "committed trace keeps (2k − U_trace(2))/k.\n"
+            f"at ρ = {st.rho:.3f}, the measured mean share of a token's top-k that the next "
+            "token on the committed trace also selects.\n"
             if st.rho is not None
             else "(no trace measured, so no measured ρ).\n"
         )
@@ -77,8 +77,8 @@ def _setting(st, out: Path) -> str:
         p.append(table(src.rows()))
         if src.model:
             p.append("\nResiduals (measured − fit, experts):\n\n" + table(src.fit_rows()))
-        if src.name in st.figures:
-            p.append(_image(st.figures[src.name], out, f"union vs γ, {src.name}"))
+        if f"union:{src.name}" in st.figures:
+            p.append(_image(st.figures[f"union:{src.name}"], out, f"union vs γ, {src.name}"))
     p.append("### (b) Speedup vs acceptance\n")
     if st.cost_model is None:
         p.append("_Needs γ = 1 jobs and drafting jobs in the same setting._\n")
@@ -125,5 +125,5 @@ def _setting(st, out: Path) -> str:
         p.append("_Needs a γ = 1 union_cost job (it measures the trace) and γ > 1 jobs._\n")
     else:
         p.append(table(st.trace_rows))
-        p.append(_image(st.figures["trace"], out, "verify vs trace"))
+        p.append(_image(st.figures["verify_vs_trace"], out, "verify vs trace"))
     return "\n".join(p)

@@ -77,7 +77,7 @@ class Setting:
     jobs: list[Job]
     alphas: list[float]
     sources: list[UnionSource] = field(default_factory=list)
-    rho: float | None = None  # measured overlap between consecutive tokens (trace, γ = 2)
+    rho: float | None = None  # measured overlap between consecutive tokens of the trace
     cost_model: UnionModel | None = None  # from the pooled verify unions, for (b)
     speedup_rows: list[dict] = field(default_factory=list)
     trace_rows: list[dict] = field(default_factory=list)
@@ -122,8 +122,7 @@ class Setting:
 def build_setting(label: str, jobs: list[Job], alphas: list[float]) -> Setting:
     st = Setting(label, jobs, sorted(set(alphas)))
     trace = st.trace
-    if trace and 2 in trace:
-        st.rho = (2 * st.k - trace[2].mean) / st.k  # 2k − U(2) experts shared by a pair
+    st.rho = next((j.rho for j in jobs if j.rho is not None), None)
     if trace:
         st.sources.append(
             _source(st, "trace", {g: list(t.per_layer.values()) for g, t in trace.items()})
