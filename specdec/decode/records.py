@@ -15,10 +15,12 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specdec.model.streamed import LayerStep
+if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
+    from specdec.model.streamed import LayerStep
 
 
 @dataclass
