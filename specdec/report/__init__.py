@@ -127,7 +127,9 @@ def _figures(st: Setting, out: Path, suffix: str, report: Report) -> None:
         )
         st.figures[f"union:{src.name}"] = plot_union_vs_gamma(src.per_layer, fits, path, title)
     if st.cost_model:
-        points = [(r["acceptance"], r["gamma"], r["speedup_bytes"]) for r in st.speedup_rows]
+        points = [
+            (r["acceptance"], r["gamma"], r["speedup_bytes"], r["drafter"]) for r in st.speedup_rows
+        ]
         st.figures["speedup"] = plot_speedup_vs_acceptance(
             points,
             st.cost_model.cost_by_gamma,
