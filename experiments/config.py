@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from specdec.errors import SpecdecError
 
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"  # short name for tags and tables
-    path: str = "tiny"  # bundled name, mlx-lm or packed directory, or random:FAMILY
+    name: str = MISSING  # short name for tags and tables
+    path: str = MISSING  # bundled name, mlx-lm or packed directory, or random:FAMILY
     bits: int | None = 4  # random:FAMILY only: quantization of the generated checkpoint
     io: str = "direct"  # direct | buffered | mmap
     threads: int = 8
@@ -37,6 +39,8 @@ class DrafterConfig:
         if self.name == "oracle":
             return f"oracle:{self.alpha}"
         if self.name == "draft":
+            if not self.path:
+                raise SpecdecError("drafter=draft needs the draft model: add drafter.path=DIR")
             return f"draft:{self.path}"
         return self.name
 
@@ -49,7 +53,7 @@ class CacheConfig:
 
 @dataclass
 class DeviceConfig:
-    profile: str = "m4-24gb"  # built-in name or a YAML/JSON profile file
+    profile: str = MISSING  # built-in name or a YAML/JSON profile file
 
 
 @dataclass
@@ -95,4 +99,12 @@ def register() -> None:
 def to_config(cfg: DictConfig) -> Config:
     """The composed config as the typed object (Hydra's own `hydra` node left out)."""
     plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    # a group option may leave a value to the user (`path: ???`); the schema has no default
+    # for those keys, so a merge cannot hide the gap
+    missing = sorted(OmegaConf.missing_keys(plain))
+    if missing:
+        raise SpecdecError(
+            f"{', '.join(missing)} must be set: add e.g. {missing[0]}=VALUE to the command "
+            "(conf/ leaves it to you)"
+        )
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
