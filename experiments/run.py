@@ -16,6 +16,7 @@ the end of a sweep `specdec report` runs on the sweep directory (experiments/cal
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -38,7 +39,10 @@ log = logging.getLogger("specdec-exp")
 
 def slug(text: str) -> str:
     """A job's override string as one safe directory name (paths and odd characters folded)."""
-    return re.sub(r"[^A-Za-z0-9._=,:+-]+", "_", text).strip("_")[:150] or "default"
+    safe = re.sub(r"[^A-Za-z0-9._=,:+-]+", "_", text).strip("_") or "default"
+    if len(safe) > 120:  # keep names short and still distinct
+        safe = f"{safe[:100]}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+    return safe
 
 
 OmegaConf.register_new_resolver("specdec_slug", slug, replace=True)
@@ -97,8 +101,11 @@ def _run(cfg: DictConfig) -> float | None:
         sink.log_summary({**result.summary, "headline": result.headline})
         ok = True
     finally:
+        wandb_dir = sink.dir
         sink.finish(ok)
     log.info("%s = %s  (%s)", result.headline_name, result.headline, run_dir)
+    if wandb_dir:
+        log.info("wandb run: %s  (upload: wandb sync %s)", wandb_dir, wandb_dir)
     return result.headline
 
 
