@@ -12,6 +12,8 @@ inside the streamed block's host code alone (the cache step and remap), measured
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 
@@ -80,3 +82,24 @@ def measure_overhead(model: str = "tiny", tokens: int = 128, repeats: int = 3) -
         }
     finally:
         sm.close()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    r = measure_overhead(args.model, args.tokens, args.repeats)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(
+            f"{r['model']}: resident {r['resident_tokens_per_s']:.1f} tok/s, streamed "
+            f"{r['streamed_tokens_per_s']:.1f} tok/s (x{r['ratio']:.2f}); "
+            f"+{r['added_us_per_moe_layer']:.0f} µs per MoE layer, of which "
+            f"{r['fetch_us_per_moe_layer']:.0f} µs in the cache step"
+        )
+    return 0
