@@ -123,7 +123,8 @@ def _figures(st: Setting, out: Path, suffix: str, report: Report) -> None:
         title = (
             f"Union along the committed trace of the plain run ({st.label})"
             if src.name == "trace"
-            else f"Experts read by real verify passes, {src.name} ({st.label})"
+            else f"Experts read by real verify passes, drafter {src.name.removeprefix('verify: ')}"
+            f" ({st.label})"
         )
         st.figures[f"union:{src.name}"] = plot_union_vs_gamma(src.per_layer, fits, path, title)
     if st.cost_model:
