@@ -271,3 +271,15 @@ def test_report_keeps_one_job_per_config(basic_sweep, tmp_path):
     first = job_dirs(copy)[0]
     shutil.copytree(first, copy / "again")
     assert len(collect_jobs(copy)) == 4
+
+
+def test_wandb_online_without_credentials_is_one_clear_error(tmp_path, monkeypatch):
+    from specdec.errors import SpecdecError
+    from specdec.report.wandb_sink import WandbSink
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no stored login
+    with pytest.raises(SpecdecError, match="wandb login"):
+        WandbSink("online", tmp_path, name="x")
+    with pytest.raises(SpecdecError, match="offline, online, disabled"):
+        WandbSink("cloud", tmp_path, name="x")

@@ -48,6 +48,11 @@ class WandbSink:
         os.environ.setdefault("WANDB_SILENT", "true")
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self._wandb = wandb
+        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _logged_in()):
+            raise SpecdecError(
+                "wandb online mode needs credentials: run `wandb login` (or set WANDB_API_KEY), "
+                "or log offline (logger=wandb_offline / --wandb offline) and `wandb sync` later"
+            )
         self.run = wandb.init(
             project=project,
             entity=entity,
@@ -113,6 +118,12 @@ class WandbSink:
         if self.run:
             self.run.finish(exit_code=0 if ok else 1)
             self.run = None
+
+
+def _logged_in() -> bool:
+    """Whether `wandb login` stored a key (~/.netrc, where wandb keeps it)."""
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    return netrc.exists() and "api.wandb.ai" in netrc.read_text()
 
 
 def _is_number(v) -> bool:
