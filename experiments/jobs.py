@@ -4,8 +4,10 @@ A job directory holds, once finished:
 
     config.json      resolved config + meta (seed, package versions, device profile, BLAS, git)
     records.jsonl    one line per verify pass (written by the task as it decodes)
+    trace_union.json γ = 1 union_cost jobs: union along the committed trace, token overlap
     summary.json     the task's summary, headline and model facts
     tables/NAME.json the task's tables (lists of row dicts)
+    wandb/           the job's wandb run (offline mode)
     result.json      the completion marker, written last: config hash + headline
 
 Every file but records.jsonl is written to a temporary name and renamed. A rerun of a sweep
@@ -111,8 +113,8 @@ def meta(cfg, key: str, overrides: list[str]) -> dict:
     }
 
 
-def write_outputs(run_dir: Path, result, key: str, wall_s: float) -> None:
-    """Summary and tables, then the completion marker last."""
+def write_outputs(run_dir: Path, result) -> None:
+    """The task's summary and tables."""
     write_json(
         run_dir / "summary.json",
         {
@@ -124,6 +126,10 @@ def write_outputs(run_dir: Path, result, key: str, wall_s: float) -> None:
     (run_dir / "tables").mkdir(exist_ok=True)
     for name, rows in result.tables.items():
         write_json(run_dir / "tables" / f"{name}.json", rows)
+
+
+def mark_done(run_dir: Path, key: str, result, wall_s: float) -> None:
+    """The completion marker: a rerun with the same config hash skips this job."""
     write_json(
         run_dir / RESULT,
         {

@@ -93,7 +93,8 @@ def _run(cfg: DictConfig) -> float | None:
     try:
         t0 = time.perf_counter()
         result = task(c, run_dir)
-        jobs.write_outputs(run_dir, result, key, time.perf_counter() - t0)
+        wall_s = time.perf_counter() - t0
+        jobs.write_outputs(run_dir, result)
         records = run_dir / "records.jsonl"
         if records.exists():
             sink.log_steps(read_records(records), "pass_idx")
@@ -103,6 +104,7 @@ def _run(cfg: DictConfig) -> float | None:
     finally:
         wandb_dir = sink.dir
         sink.finish(ok)
+    jobs.mark_done(run_dir, key, result, wall_s)  # last: local files and wandb are complete
     log.info("%s = %s  (%s)", result.headline_name, result.headline, run_dir)
     if wandb_dir:
         log.info("wandb run: %s  (upload: wandb sync %s)", wandb_dir, wandb_dir)

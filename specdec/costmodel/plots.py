@@ -108,22 +108,22 @@ def plot_speedup_vs_acceptance(
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
     ax.axhline(1.0, color="black", lw=1, label="plain decoding (γ = 1)")
     envelope = np.ones_like(alpha)
-    for i, (color, g) in enumerate(zip(colors, gammas, strict=False)):  # colors has ≥ 1 entry
+    for color, g in zip(colors, gammas, strict=False):  # colors has ≥ 1 entry
         curve = speedup(alpha, g, cost_by_gamma[g], draft_cost)  # [n_alpha]
         envelope = np.maximum(envelope, curve)
-        ax.plot(alpha, curve, color=color, lw=1.8, label=f"γ = {g}: cost {cost_by_gamma[g]:.2f}")
         be = break_even(g, cost_by_gamma[g], draft_cost)
+        # the value goes in the legend: break-evens of different γ often nearly coincide, and
+        # labels at the markers would overprint each other
+        where = "never pays" if be is None else f"break-even α {be:.2f}"
+        ax.plot(
+            alpha,
+            curve,
+            color=color,
+            lw=1.8,
+            label=f"γ = {g}: cost {cost_by_gamma[g]:.2f}, {where}",
+        )
         if be is not None:
             ax.plot(be, 1.0, "v", color=color, ms=9, mec="black", mew=0.6, zorder=5)
-            ax.annotate(
-                f"{be:.2f}",
-                (be, 1.0),
-                xytext=(0, -16 - 10 * (i % 2)),  # alternate rows: near values stay legible
-                textcoords="offset points",
-                ha="center",
-                fontsize=8,
-                color=color,
-            )
     ax.plot(alpha, envelope, color="crimson", lw=1, ls="--", label="best γ of these")
     labels = list(dict.fromkeys(p[3] if len(p) > 3 else "" for p in points))
     shapes = dict(zip(labels, "osD^PX*h", strict=False))
