@@ -49,6 +49,7 @@ class DrafterConfig:
 class CacheConfig:
     policy: str = "lru"  # lru | slru | hotness | lfu | static
     budget: str = "25%"  # 512MiB, 2GB, 96slots or N% of all experts
+    lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on will want
 
 
 @dataclass

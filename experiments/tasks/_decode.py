@@ -51,6 +51,7 @@ def loaded_model(cfg) -> Iterator[StreamedModel]:
         io=cfg.model.io,
         threads=cfg.model.threads,
         with_mtp=cfg.drafter.name == "mtp",
+        lookahead=cfg.cache.lookahead,
     )
     try:
         yield sm
