@@ -60,6 +60,14 @@ def test_every_config_composes(group, option):
         assert cfg.hydra.runtime.choices[group] == option
 
 
+@pytest.mark.parametrize("launcher", ["basic", "joblib", "submitit_local", "submitit_slurm"])
+def test_documented_launchers_compose(launcher):
+    register()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", [f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.runtime.choices["hydra/launcher"] == launcher
+
+
 def test_schema_rejects_unknown_keys_and_wrong_types():
     register()
     with initialize_config_dir(str(CONF), version_base="1.3"):
