@@ -121,6 +121,7 @@ def write_outputs(run_dir: Path, result) -> None:
             "headline": {"name": result.headline_name, "value": result.headline},
             "model": result.model_info,
             "summary": result.summary,
+            "plots": [str(Path(p).relative_to(run_dir)) for p in result.plots],
         },
     )
     (run_dir / "tables").mkdir(exist_ok=True)

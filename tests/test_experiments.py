@@ -291,3 +291,37 @@ def test_wandb_online_without_credentials_is_one_clear_error(tmp_path, monkeypat
         WandbSink("online", tmp_path, name="x")
     with pytest.raises(SpecdecError, match="offline, online, disabled"):
         WandbSink("cloud", tmp_path, name="x")
+
+
+def test_report_shows_tasks_without_records(tmp_path):
+    """A task that does not decode (a probe) is reported by its own tables and figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments import jobs
+    from experiments.tasks import TaskResult
+    from specdec.report import build_report
+
+    run_dir = tmp_path / "sweep" / "task.options.budgets=[0.1]"
+    run_dir.mkdir(parents=True)
+    fig, ax = plt.subplots()
+    ax.plot([0.1, 0.2], [0.5, 0.6])
+    fig.savefig(run_dir / "eviction.png")
+    rows = [{"policy": "lru", "budget_share": 0.1, "hit_rate": 0.53}]
+    result = TaskResult(
+        "hit_rate", 0.53, {"rows": 1}, {"eviction": rows}, [run_dir / "eviction.png"]
+    )
+    config = {"task": {"name": "eviction"}, "drafter": {"name": "none"}, "gamma": 1}
+    meta = {"config_hash": "abc", "sweep": "probe", "versions": {}}
+    jobs.write_json(run_dir / "config.json", {"config": config, "meta": meta})
+    jobs.write_outputs(run_dir, result)
+    jobs.mark_done(run_dir, "abc", result, 1.0)
+
+    report = build_report(tmp_path / "sweep", wandb_mode="disabled")
+    md = report.markdown.read_text()
+    assert "## Other tasks" in md and "| lru | 0.1 | 0.53 |" in md
+    assert "![eviction](../task.options.budgets=[0.1]/eviction.png)" in md
+    assert report.tables == {"task.options.budgets_0.1_eviction": rows}
+    assert report.plots == [run_dir / "eviction.png"]

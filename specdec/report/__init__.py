@@ -33,6 +33,7 @@ class Report:
     out_dir: Path
     markdown: Path
     settings: list[Setting]
+    others: list = field(default_factory=list)  # finished jobs without records (probes)
     plots: list[Path] = field(default_factory=list)
     tables: dict[str, list[dict]] = field(default_factory=dict)
     wandb_dir: Path | None = None
@@ -52,6 +53,8 @@ def _slug(text: str) -> str:
 
 def _labels(settings: list[list]) -> list[str]:
     """Name each setting by the config values that differ between them (or its model)."""
+    if not settings:
+        return []
     configs = [json.loads(jobs[0].setting) for jobs in settings]
     flat = [dict(_flatten(c)) for c in configs]
     differing = [k for k in flat[0] if len({json.dumps(f.get(k)) for f in flat}) > 1]
@@ -82,19 +85,22 @@ def build_report(
     out = Path(out) if out else Path(root) / "report"
     (out / "tables").mkdir(parents=True, exist_ok=True)
     groups: dict[str, list] = {}
-    for j in jobs:
+    for j in (j for j in jobs if j.records):
         groups.setdefault(j.setting, []).append(j)
     grouped = list(groups.values())
     if alphas is None:
-        alphas = sorted({a for j in jobs for a in j.config["task"]["alphas"]})
+        alphas = sorted({a for j in jobs for a in j.config["task"].get("alphas", [])})
     settings = [
         build_setting(lab, g, alphas) for lab, g in zip(_labels(grouped), grouped, strict=True)
     ]
-    report = Report(out, out / "report.md", settings)
+    report = Report(out, out / "report.md", settings, others=[j for j in jobs if not j.records])
     for i, st in enumerate(settings):
         suffix = "" if len(settings) == 1 else f"_s{i + 1}"
         _figures(st, out, suffix, report)
         _tables(st, suffix, report)
+    for j in report.others:  # tasks without decoding (probes): their own tables and figures
+        report.tables.update({f"{_slug(j.dir.name)}_{n}": rows for n, rows in j.tables.items()})
+        report.plots += j.plots
     for name, rows in report.tables.items():
         _write(out / "tables" / f"{name}.json", json.dumps(rows, indent=1, default=str))
     _write(report.markdown, render(Path(root), report))

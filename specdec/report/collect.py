@@ -1,6 +1,7 @@
-"""Read the finished jobs of a run or sweep directory: config, records, trace union.
+"""Read the finished jobs of a run or sweep directory: config, records, trace union, tables.
 
-Only finished jobs count (a `result.json` completion marker, written last by `specdec-exp`);
+Decoding jobs have records (one line per verify pass); other tasks (probes) only their tables
+and figures. Only finished jobs count (a `result.json` completion marker, written last by `specdec-exp`);
 each job's summary is recomputed from its records JSONL, never taken from wandb. Two job
 directories with the same config hash (the same measurement run twice) give one job, the later.
 
@@ -40,6 +41,8 @@ class Job:
     trace: dict[int, TraceUnion] | None  # union along the committed trace (γ = 1 jobs)
     rho: float | None  # share of a token's top-k the next token keeps, on that trace
     finished_at: str
+    tables: dict[str, list[dict]]  # the task's own tables (tables/NAME.json)
+    plots: list[Path]  # the task's own figures
 
     @property
     def gamma(self) -> int:
@@ -98,7 +101,9 @@ def _load_job(result_path: Path) -> Job:
         rho = raw["consecutive_overlap"]
     model = summary.get("model", {})
     done = result.get("finished_at", "")
-    return Job(d, cfg["config"], cfg["meta"], model, records, trace, rho, done)
+    tables = {t.stem: json.loads(t.read_text()) for t in sorted((d / "tables").glob("*.json"))}
+    plots = [d / p for p in summary.get("plots", [])]
+    return Job(d, cfg["config"], cfg["meta"], model, records, trace, rho, done, tables, plots)
 
 
 def collect_jobs(root: Path) -> list[Job]:
@@ -115,9 +120,6 @@ def collect_jobs(root: Path) -> list[Job]:
         key = job.meta.get("config_hash", str(p))
         if key not in by_hash or job.finished_at >= by_hash[key].finished_at:
             by_hash[key] = job
-    jobs = [j for j in by_hash.values() if j.records]
-    if not jobs:
-        raise SpecdecError(
-            f"{root} holds no finished job with records: run `specdec-exp -m ...` into it first"
-        )
-    return sorted(jobs, key=lambda j: (j.setting, j.drafter, j.gamma))
+    if not by_hash:
+        raise SpecdecError(f"{root} holds no finished job: run `specdec-exp -m ...` into it first")
+    return sorted(by_hash.values(), key=lambda j: (j.setting, j.drafter, j.gamma))

@@ -6,6 +6,7 @@ significant digits, missing values print as an em dash.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -36,7 +37,7 @@ def _image(path: Path, out_dir: Path, caption: str) -> str:
 
 
 def render(root: Path, report) -> str:
-    jobs = [j for st in report.settings for j in st.jobs]
+    jobs = [j for st in report.settings for j in st.jobs] + report.others
     meta = jobs[0].meta
     v = meta.get("versions", {})
     parts = [
@@ -49,6 +50,14 @@ def render(root: Path, report) -> str:
     ]
     for st in report.settings:
         parts.append(_setting(st, report.out_dir))
+    if report.others:
+        parts.append("## Other tasks\n")
+    for j in report.others:
+        parts.append(f"### {j.config['task']['name']}: `{j.dir.name}`\n")
+        for name, rows in j.tables.items():
+            parts.append(f"{name}:\n\n" + table(rows))
+        for plot in j.plots:
+            parts.append(f"![{plot.stem}]({os.path.relpath(plot, report.out_dir)})\n")
     return "\n".join(parts)
 
 
