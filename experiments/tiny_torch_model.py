@@ -295,14 +295,22 @@ class TinyMTP(nn.Module):
         logits2 = self.lm_head(self.mtp(hidden, self.model.embed_tokens(y)))
         return logits, logits2
 
-    def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(main CE on t_{i+1}, MTP CE on t_{i+2}, routing smoothness) for a [B, T+2] window."""
+    def losses(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(main CE on t_{i+1}, MTP CE on t_{i+2}, routing smoothness, router z) for [B, T+2]."""
         x, y, z = tokens[:, :-2], tokens[:, 1:-1], tokens[:, 2:]  # [B, T] each
         logits, logits2 = self(x, y)
         v = self.c.vocab_size
         main = F.cross_entropy(logits.float().reshape(-1, v), y.reshape(-1))
         mtp = F.cross_entropy(logits2.float().reshape(-1, v), z.reshape(-1))
-        return main, mtp, self.routing_smoothness(x.shape)
+        return main, mtp, self.routing_smoothness(x.shape), self.router_z()
+
+    def router_z(self) -> torch.Tensor:
+        """Mean squared router logit over MoE layers (training-only, weight --router-z).
+
+        Keeps the sigmoid out of float32 saturation (sigmoid(z) == 1.0 for z > ~17): saturated
+        experts tie on score + bias, and torch and MLX break top-k ties differently.
+        """
+        return torch.stack([g.last_logits.pow(2).mean() for g in self.gates()]).mean()
 
     def routing_smoothness(self, shape: torch.Size) -> torch.Tensor:
         """Mean over MoE layers of 1 − cos(z_t, z_{t−1}), z = doubly centred router logits.

@@ -139,8 +139,8 @@ def train(a: argparse.Namespace) -> None:
         for group in opt.param_groups:
             group["lr"] = lr
         with torch.autocast(dev.type, torch.bfloat16, enabled=amp):
-            main, mtp, smooth = model.losses(batch)
-        loss = main + MTP_WEIGHT * mtp + a.smooth * smooth
+            main, mtp, smooth, router_z = model.losses(batch)
+        loss = main + MTP_WEIGHT * mtp + a.smooth * smooth + a.router_z * router_z
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -160,6 +160,7 @@ def train(a: argparse.Namespace) -> None:
                 "train_main": main.item(),
                 "train_mtp": mtp.item(),
                 "train_smooth": smooth.item(),
+                "train_router_z": router_z.item(),
                 "grad_norm": gnorm.item(),
                 **{f"val_{k}": v for k, v in ev.items()},
             }
@@ -245,6 +246,7 @@ def main() -> None:
     t.add_argument("--dropout", type=float, default=0.0)
     t.add_argument("--bias-rate", type=float, default=1e-3, help="u of the balance update")
     t.add_argument("--smooth", type=float, default=0.0, help="routing-smoothness weight")
+    t.add_argument("--router-z", type=float, default=0.0, help="mean squared router logit weight")
     t.add_argument("--val-frac", type=float, default=0.05)
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--eval-batch", type=int, default=64)
