@@ -118,6 +118,8 @@ def export(weights_dir: Path, tokenizer_dir: Path, out: Path) -> None:
         "device": run["device"],
         "torch": run["torch"],
         "selected_run": runs["selected"],
+        "command": "python -m experiments.train_tiny_torch train "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in hp.items() if k != "cmd"),
         "step": best["step"],
         "total_steps": run["steps_planned"],
         "tokens": best["step"] * run["tokens_per_step"],
