@@ -46,6 +46,7 @@ from specdec.model.mtp import MTP_FILE, MTPModule  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 SHIP_DIR = REPO / "specdec" / "models" / "tiny"
 MTP_WEIGHT = 0.3
+HYPERPARAMETERS = ("seed", "batch", "seq", "lr", "warmup", "bias_rate", "time_limit_min")
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
 
 TINY_ARGS = ModelArgs(
@@ -319,7 +320,7 @@ def export(a: argparse.Namespace) -> None:
     out = Path(a.out)
     model = TinyMTP(TINY_ARGS)
     model.load_weights(str(out / "ckpt" / "model.safetensors"))
-    config = {k: v for k, v in asdict(TINY_ARGS).items() if v is not None}
+    config = asdict(TINY_ARGS)  # None values too: q_lora_rank=None means "no q LoRA"
     config.update(architectures=["DeepseekV3ForCausalLM"], torch_dtype="float32")
     config.update(eos_token_id=0, bos_token_id=None, tie_word_embeddings=False)
     main, config = quantize_model(model.main, config, QUANT["group_size"], QUANT["bits"])
@@ -347,7 +348,18 @@ def export(a: argparse.Namespace) -> None:
     os.replace(SHIP_DIR / "config.json.tmp", SHIP_DIR / "config.json")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(out / "tokenizer" / name, SHIP_DIR / name)
-    shutil.copyfile(out / "corpus.json", SHIP_DIR / "corpus.json")
+    shutil.copyfile(out / "metrics.jsonl", SHIP_DIR / "train_log.jsonl")
+    state = json.loads((out / "ckpt" / "state.json").read_text())
+    summary = {
+        **state,
+        "tokens": state["step"] * a.batch * a.seq,
+        "command": "python -m experiments.train_tiny "
+        f"--time-limit-min {a.time_limit_min:g} && python -m experiments.train_tiny --export-only",
+        "hyperparameters": {k: getattr(a, k) for k in HYPERPARAMETERS},
+        "mtp_loss_weight": MTP_WEIGHT,
+        "blas": active_blas(),
+    }
+    (SHIP_DIR / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {SHIP_DIR} (blas: {active_blas()})")
 
 
@@ -355,14 +367,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(REPO / "runs" / "tiny"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--steps", type=int, default=0, help="0: fit the schedule to the time cap")
     p.add_argument("--calibrate-steps", type=int, default=20)
     p.add_argument("--time-limit-min", type=float, default=42.0)
-    p.add_argument("--bias-rate", type=float, default=5e-3, help="u of the balance update")
+    p.add_argument("--bias-rate", type=float, default=2e-2, help="u of the balance update")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--export-only", action="store_true")
