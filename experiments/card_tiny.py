@@ -1,12 +1,12 @@
 """Measure the SHIPPED `tiny` model on held-out stdlib files; write its card figures.
 
-    python -m experiments.card_tiny                  # all held-out tokens
-    python -m experiments.card_tiny --max-tokens 65536
+    python -m experiments.card_tiny                  # 65,536 held-out tokens (256 windows)
+    python -m experiments.card_tiny --max-tokens 0   # every held-out token (slow on 2 cores)
 
 Loads specdec/models/tiny exactly as users do (`mlx_lm.load`, quantized) plus its MTP module
 (`specdec.model.mtp.load_mtp`), tokenizes the held-out files (rule: experiments/tiny_corpus.py)
-with the shipped tokenizer, and evaluates non-overlapping windows of --seq tokens under teacher
-forcing of the real text. Writes, into the model directory: card.json (every number on the
+with the shipped tokenizer, and evaluates --max-tokens / --seq windows of --seq tokens, spread
+evenly over the held-out stream, under teacher forcing of the real text. Writes, into the model directory: card.json (every number on the
 card), loss.png (training curve from train_log.jsonl) and README.md (the card, rendered from
 card.json by experiments/tiny_card_text.py).
 
@@ -69,16 +69,18 @@ def greedy(model, tokenizer, prompt: str, n: int) -> str:
     return generate(model, tokenizer, prompt=prompt, max_tokens=n, verbose=False)
 
 
-def evaluate(model, mtp, tokens: np.ndarray, seq: int, batch: int) -> dict:
+def evaluate(model, mtp, tokens: np.ndarray, seq: int, batch: int, max_tokens: int) -> dict:
     args = model.args
     moe_layers = [layer.mlp for layer in model.model.layers if hasattr(layer.mlp, "gate")]
     moe_layers.append(mtp.layer.mlp)
     logs: list[list] = [[] for _ in moe_layers]
     for mlp, log in zip(moe_layers, logs, strict=True):
         mlp.gate = RoutingRecorder(mlp.gate, log)
-    n_win = (len(tokens) - 1) // seq
-    x_all = tokens[: n_win * seq].reshape(n_win, seq)
-    y_all = tokens[1 : n_win * seq + 1].reshape(n_win, seq)
+    # Windows spread evenly over the whole held-out stream, so every file region is sampled.
+    starts = np.linspace(0, len(tokens) - seq - 1, max(1, max_tokens // seq)).astype(np.int64)
+    x_all = np.stack([tokens[s : s + seq] for s in starts])  # [W, T]
+    y_all = np.stack([tokens[s + 1 : s + seq + 1] for s in starts])  # [W, T]
+    n_win = len(starts)
     nll = top1 = acc = mtp_top1 = n_main = n_mtp = 0.0
     k, n_exp = args.num_experts_per_tok, args.n_routed_experts
     loads = np.zeros((len(moe_layers), n_exp))
@@ -157,7 +159,9 @@ def main() -> None:
     p.add_argument("--model-dir", default=str(BUNDLED["tiny"]))
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=0, help="0: every held-out token")
+    p.add_argument(
+        "--max-tokens", type=int, default=65536, help="evaluated tokens; 0: the whole stream"
+    )
     a = p.parse_args()
     model_dir = Path(a.model_dir)
     model, tokenizer = load(str(model_dir))
@@ -166,18 +170,16 @@ def main() -> None:
     tokens = encode_files(
         Tokenizer.from_file(str(model_dir / "tokenizer.json")), corpus, corpus.heldout
     )
-    if a.max_tokens:
-        tokens = tokens[: a.max_tokens + 1]
     sample = greedy(model, tokenizer, PROMPT, SAMPLE_TOKENS)
     t0 = time.perf_counter()
-    metrics = evaluate(model, mtp, tokens, a.seq, a.batch)
+    metrics = evaluate(model, mtp, tokens, a.seq, a.batch, a.max_tokens or len(tokens))
     train_log = model_dir / "train_log.jsonl"
     train = json.loads((model_dir / "train_summary.json").read_text())
     card = {
         **metrics,
         "eval_seconds": time.perf_counter() - t0,
-        "eval_command": "python -m experiments.card_tiny"
-        + (f" --max-tokens {a.max_tokens}" if a.max_tokens else ""),
+        "eval_command": f"python -m experiments.card_tiny --max-tokens {a.max_tokens}",
+        "heldout_stream_tokens": int(len(tokens)),
         "corpus": {**corpus.describe(), "eot": EOT},
         "training": train,
         "greedy_sample": {"prompt": PROMPT, "max_tokens": SAMPLE_TOKENS, "text": sample},

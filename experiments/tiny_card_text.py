@@ -104,7 +104,10 @@ slow on CPU; the saved model uses mlx-lm's stock modules.
 
 ![training loss](loss.png)
 
-## Held-out results ({card["heldout_tokens"]:,} tokens, shipped 4-bit model, teacher forcing)
+## Held-out results (shipped 4-bit model, teacher forcing)
+
+{card["heldout_tokens"]:,} tokens: {card["heldout_tokens"] // hp["seq"]} windows of {hp["seq"]} spread evenly over the
+{card["heldout_stream_tokens"]:,}-token held-out stream.
 
 | metric | value | bar |
 |---|---|---|

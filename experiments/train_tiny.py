@@ -37,10 +37,10 @@ import mlx.optimizers as optim  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs, MoEGate  # noqa: E402
-from mlx_lm.models.switch_layers import SwitchGLU  # noqa: E402
 from mlx_lm.utils import quantize_model  # noqa: E402
 
 from experiments.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
+from experiments.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
 from specdec.model.mtp import MTP_FILE, MTPModule  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,65 +90,6 @@ class CountingGate(MoEGate):
         # A plain attribute: an array set the Module way would become a parameter.
         object.__setattr__(self, "loads", loads)
         return inds, scores
-
-
-class SortedSwitchGLU(SwitchGLU):
-    """SwitchGLU computed exactly by grouping token-slots by expert, one dense matmul each.
-
-    Same parameters and same math as mlx-lm's SwitchGLU, whose `gather_mm` (and its backward)
-    runs at ~4 GFLOP/s on our CPU. Sorting the M = tokens·k assignments by expert and running
-    each expert's rows as a plain matmul is ~4x faster in training (measured, fwd+bwd) and
-    pads nothing. Training only; the saved model uses the stock classes.
-    """
-
-    def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
-        *lead, k = indices.shape  # x [B, T, H], indices [B, T, k]
-        h = x.shape[-1]
-        flat = np.array(indices).reshape(-1)  # [M] host copy: the split needs concrete sizes
-        e = self.gate_proj.weight.shape[0]
-        order = np.argsort(flat, kind="stable")  # assignments grouped by expert
-        counts = np.bincount(flat, minlength=e)
-        xs = x.reshape(-1, h)[mx.array(order // k)]  # [M, H]
-        parts = mx.split(xs, np.cumsum(counts)[:-1].tolist(), axis=0)  # E x [count_e, H]
-        w_up, w_gate, w_down = (
-            mx.split(p.weight, e, axis=0) for p in (self.up_proj, self.gate_proj, self.down_proj)
-        )  # E x [1, out, in]
-        outs = [
-            self.activation(xp @ w_up[i][0].T, xp @ w_gate[i][0].T) @ w_down[i][0].T
-            for i, xp in enumerate(parts)
-            if counts[i]
-        ]  # [count_e, H] each
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(order.size)
-        ys = mx.concatenate(outs, axis=0)[mx.array(inverse)]  # [M, H] back in token order
-        return ys.reshape(*lead, k, h)  # [B, T, k, H]
-
-
-def _softmax_parts(logits: mx.array, targets: mx.array):
-    lg = np.array(logits, copy=False).reshape(-1, logits.shape[-1])  # [N, V]
-    t = np.array(targets).reshape(-1)  # [N]
-    m = lg.max(-1, keepdims=True)
-    e = np.exp(lg - m)
-    return lg, t, m, e, e.sum(-1, keepdims=True)
-
-
-@mx.custom_function
-def cross_entropy(logits: mx.array, targets: mx.array) -> mx.array:
-    """Mean token cross-entropy, computed in numpy: MLX's CPU `exp` is ~10x slower than
-    numpy's, and the two [N, 4096] softmaxes per step dominated the step time."""
-    lg, t, m, _, s = _softmax_parts(logits, targets)
-    lse = np.log(s[:, 0]) + m[:, 0]
-    return mx.array((lse - lg[np.arange(t.size), t]).mean(dtype=np.float64).astype(np.float32))
-
-
-@cross_entropy.vjp
-def _cross_entropy_vjp(primals, cotangent, output):
-    logits, targets = primals
-    _, t, _, e, s = _softmax_parts(logits, targets)
-    g = e / s  # softmax - onehot, over N
-    g[np.arange(t.size), t] -= 1.0
-    g *= np.array(cotangent) / t.size
-    return mx.array(g.reshape(logits.shape)), mx.zeros_like(targets)
 
 
 class TinyMTP(nn.Module):
@@ -316,8 +257,8 @@ def train(a: argparse.Namespace) -> None:
 
 
 def export(a: argparse.Namespace) -> None:
-    """Quantize the trained checkpoint like `mlx_lm.convert -q` and write SHIP_DIR."""
-    out = Path(a.out)
+    """Quantize the trained checkpoint like `mlx_lm.convert -q` and write --ship-dir."""
+    out, ship = Path(a.out), Path(a.ship_dir)
     model = TinyMTP(TINY_ARGS)
     model.load_weights(str(out / "ckpt" / "model.safetensors"))
     config = asdict(TINY_ARGS)  # None values too: q_lora_rank=None means "no q LoRA"
@@ -335,20 +276,20 @@ def export(a: argparse.Namespace) -> None:
         ),
     )
     # Plain mlx-lm module classes in the saved names (CountingGate keeps MoEGate's keys).
-    SHIP_DIR.mkdir(parents=True, exist_ok=True)
+    ship.mkdir(parents=True, exist_ok=True)
     files = {
         "model.safetensors": dict(tree_flatten(main.parameters())),
         MTP_FILE: mtp.checkpoint_weights(),
     }
     for name, weights in files.items():
-        tmp = SHIP_DIR / name.replace(".safetensors", ".partial.safetensors")
+        tmp = ship / name.replace(".safetensors", ".partial.safetensors")
         mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        os.replace(tmp, SHIP_DIR / name)
-    (SHIP_DIR / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(SHIP_DIR / "config.json.tmp", SHIP_DIR / "config.json")
+        os.replace(tmp, ship / name)
+    (ship / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(ship / "config.json.tmp", ship / "config.json")
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copyfile(out / "tokenizer" / name, SHIP_DIR / name)
-    shutil.copyfile(out / "metrics.jsonl", SHIP_DIR / "train_log.jsonl")
+        shutil.copyfile(out / "tokenizer" / name, ship / name)
+    shutil.copyfile(out / "metrics.jsonl", ship / "train_log.jsonl")
     state = json.loads((out / "ckpt" / "state.json").read_text())
     summary = {
         **state,
@@ -359,8 +300,8 @@ def export(a: argparse.Namespace) -> None:
         "mtp_loss_weight": MTP_WEIGHT,
         "blas": active_blas(),
     }
-    (SHIP_DIR / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {SHIP_DIR} (blas: {active_blas()})")
+    (ship / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {ship} (blas: {active_blas()})")
 
 
 def main() -> None:
@@ -378,6 +319,7 @@ def main() -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--export-only", action="store_true")
+    p.add_argument("--ship-dir", default=str(SHIP_DIR), help="where export writes the model")
     a = p.parse_args()
     if not a.export_only:
         train(a)
