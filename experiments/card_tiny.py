@@ -44,7 +44,7 @@ from experiments.tiny_corpus import EOT, encode_files, stdlib_corpus  # noqa: E4
 from specdec.model.bundled import BUNDLED  # noqa: E402
 from specdec.model.mtp import load_mtp  # noqa: E402
 
-PROMPT = "import os\n\n\ndef main():\n    "
+PROMPT = "class Config:\n    def __init__(self, name):\n        self."
 SAMPLE_TOKENS = 32
 
 

@@ -95,12 +95,15 @@ corpus; the figures here are for the one named.
 `{t["command"]}`: {t["step"]} steps of {hp["batch"]} x {hp["seq"]} tokens =
 {t["tokens"] / 1e6:.2f} M tokens in {t["elapsed_s"] / 60:.1f} min on 2 shared CPU cores
 (MLX, {t["blas"]}). AdamW (β 0.9/0.95, weight decay 0.1), peak lr {hp["lr"]}, {hp["warmup"]} warmup
-steps, cosine to 10%, gradient clip 1.0, seed {hp["seed"]}. Loss = main CE + {t["mtp_loss_weight"]} x MTP CE
+steps, then cosine to 10% over the fraction of the {hp["time_limit_min"]:g}-minute wall-clock budget used (so
+the run anneals fully however busy the shared cores are), gradient clip 1.0, seed {hp["seed"]}
+(initialisation and every batch: random windows of the training stream). Loss = main CE + {t["mtp_loss_weight"]} x MTP CE
 (DeepSeek-V3's early weight). Balance is DeepSeek-V3's auxiliary-loss-free rule: after each
 step, for every MoE layer including the MTP's, `bias_e += u * sign(mean load - load_e)`,
 u = {hp["bias_rate"]} (DeepSeek used 0.001 over far more steps). Training computes the routed
-MLP by grouping tokens by expert (exact, same parameters) because `gather_mm`'s backward is
-slow on CPU; the saved model uses mlx-lm's stock modules.
+MLP by grouping tokens by expert, one dense matmul per expert, and the cross-entropy in numpy
+(`experiments/tiny_ops.py`): both exact (tests/test_tiny_ops.py), both because MLX's CPU
+`gather_mm` and `exp` are slow; the saved model uses mlx-lm's stock modules.
 
 ![training loss](loss.png)
 
@@ -150,7 +153,7 @@ Also: `config.json`, `tokenizer.json`, `tokenizer_config.json`, `card.json` (all
 ## Reproduce
 
 ```
-python -m experiments.train_tiny --time-limit-min {hp.get("time_limit_min", 42)}   # trains into runs/tiny, resumable
+python -m experiments.train_tiny --time-limit-min {hp["time_limit_min"]:g}   # trains into runs/tiny, resumable
 python -m experiments.train_tiny --export-only             # quantize, write this directory
 {card["eval_command"]}                     # every held-out figure, loss.png, this card
 ```

@@ -137,11 +137,15 @@ def batch(data: np.ndarray, seed: int, step: int, bsz: int, seq: int) -> mx.arra
     return mx.array(np.stack([data[s : s + seq + 2] for s in starts]))  # [B, T+2]
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
+    """Linear warmup over steps, then cosine to 10% over `progress` in [0, 1].
+
+    progress is the larger of step/--steps and elapsed/--time-limit-min, so a run capped by
+    the wall clock still anneals fully, however fast the shared cores happen to be.
+    """
     if step < warmup:
         return peak * (step + 1) / warmup
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(1.0, progress))))
 
 
 def prepare_data(out: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +186,8 @@ def train(a: argparse.Namespace) -> None:
     mx.random.seed(a.seed)
     model = TinyMTP(TINY_ARGS)
     opt = optim.AdamW(learning_rate=a.lr, betas=[0.9, 0.95], weight_decay=0.1)
-    state = load_ckpt(out, model, opt) or {"step": 0, "elapsed_s": 0.0, "total_steps": a.steps}
+    state = load_ckpt(out, model, opt) or {"step": 0, "elapsed_s": 0.0}
+    limit_s = a.time_limit_min * 60
     gates = model.gates()
 
     def loss_fn(params_model, tokens):
@@ -211,23 +216,17 @@ def train(a: argparse.Namespace) -> None:
     log = (out / "metrics.jsonl").open("a")
     tokens_per_step = a.batch * a.seq
     try:
-        bar = tqdm(initial=state["step"], total=state["total_steps"] or None, unit="step")
+        bar = tqdm(initial=state["step"], total=a.steps or None, unit="step")
         t_last = time.perf_counter()
-        while state["elapsed_s"] < a.time_limit_min * 60:
+        while state["elapsed_s"] < limit_s and not (a.steps and state["step"] >= a.steps):
             step = state["step"]
-            if state["total_steps"] and step >= state["total_steps"]:
-                break
-            lr = lr_at(step, state["total_steps"] or 10**9, a.lr, a.warmup)
+            progress = max(step / a.steps if a.steps else 0.0, state["elapsed_s"] / limit_s)
+            lr = lr_at(step, progress, a.lr, a.warmup)
             loss, main, mtp, loads = step_fn(batch(train_data, a.seed, step, a.batch, a.seq), lr)
             mx.eval(loss, main, mtp, loads, model.parameters(), opt.state)
             now = time.perf_counter()
             dt, t_last = now - t_last, now
             state["step"], state["elapsed_s"] = step + 1, state["elapsed_s"] + dt
-            if not state["total_steps"] and step + 1 == a.calibrate_steps:
-                # Size the cosine schedule to the time cap from the measured step time.
-                per = state["elapsed_s"] / (step + 1)
-                state["total_steps"] = int(a.time_limit_min * 60 * 0.95 / per)
-                bar.total = state["total_steps"]
             bar.update(1)
             if (step + 1) % a.log_every == 0 or step == 0:
                 ld = np.array(loads)  # [layers, N]
@@ -312,8 +311,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--steps", type=int, default=0, help="0: fit the schedule to the time cap")
-    p.add_argument("--calibrate-steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=0, help="step cap; 0: only the time cap")
     p.add_argument("--time-limit-min", type=float, default=42.0)
     p.add_argument("--bias-rate", type=float, default=2e-2, help="u of the balance update")
     p.add_argument("--log-every", type=int, default=10)

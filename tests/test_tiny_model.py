@@ -150,3 +150,17 @@ def test_card_is_rendered_from_its_numbers(card):
     config = json.loads((TINY / "config.json").read_text())
     assert (TINY / "README.md").read_text() == render_card(card, config)
     assert (TINY / "loss.png").stat().st_size > 0
+
+
+def test_load_mtp_from_a_checkpoint_dict_like_deepseek_v3(loaded):
+    model, _ = loaded
+    n = model.args.num_hidden_layers
+    weights = dict(mx.load(str(TINY / MTP_FILE)))
+    # DeepSeek-V3's HF files also hold an embedding copy under the MTP prefix and other layers.
+    weights[f"model.layers.{n}.embed_tokens.weight"] = mx.zeros((4, 4))
+    weights["model.layers.0.input_layernorm.weight"] = mx.zeros((4,))
+    mtp = load_mtp(weights, model)
+    assert isinstance(mtp, MTPModule)
+    del weights[f"model.layers.{n}.hnorm.weight"]
+    with pytest.raises(SpecdecError, match="hnorm"):
+        load_mtp(weights, model)
