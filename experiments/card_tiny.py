@@ -162,8 +162,30 @@ def main() -> None:
     p.add_argument(
         "--max-tokens", type=int, default=65536, help="evaluated tokens; 0: the whole stream"
     )
+    p.add_argument(
+        "--render-only", action="store_true", help="rewrite README.md from card.json, no eval"
+    )
     a = p.parse_args()
     model_dir = Path(a.model_dir)
+    if a.render_only:
+        card = json.loads((model_dir / "card.json").read_text())
+        card["training"] = json.loads((model_dir / "train_summary.json").read_text())
+    else:
+        card = measure(model_dir, a)
+        plot_loss(model_dir / "train_log.jsonl", model_dir / "loss.png")
+    config = json.loads((model_dir / "config.json").read_text())
+    for name, text in (
+        ("card.json", json.dumps(card, indent=2) + "\n"),
+        ("README.md", render_card(card, config)),
+    ):
+        tmp = model_dir / (name + ".partial")
+        tmp.write_text(text)
+        os.replace(tmp, model_dir / name)
+    print(json.dumps({k: v for k, v in card.items() if k not in ("corpus", "training")}, indent=2))
+
+
+def measure(model_dir: Path, a: argparse.Namespace) -> dict:
+    """Every card figure, from the files in model_dir."""
     model, tokenizer = load(str(model_dir))
     mtp = load_mtp(model_dir, model)
     corpus = stdlib_corpus()
@@ -173,28 +195,21 @@ def main() -> None:
     sample = greedy(model, tokenizer, PROMPT, SAMPLE_TOKENS)
     t0 = time.perf_counter()
     metrics = evaluate(model, mtp, tokens, a.seq, a.batch, a.max_tokens or len(tokens))
-    train_log = model_dir / "train_log.jsonl"
-    train = json.loads((model_dir / "train_summary.json").read_text())
-    card = {
+    return {
         **metrics,
         "eval_seconds": time.perf_counter() - t0,
         "eval_command": f"python -m experiments.card_tiny --max-tokens {a.max_tokens}",
         "heldout_stream_tokens": int(len(tokens)),
         "corpus": {**corpus.describe(), "eot": EOT},
-        "training": train,
+        "training": json.loads((model_dir / "train_summary.json").read_text()),
         "greedy_sample": {"prompt": PROMPT, "max_tokens": SAMPLE_TOKENS, "text": sample},
         "sizes_bytes": {f.name: f.stat().st_size for f in sorted(model_dir.glob("*.safetensors"))},
-        "machine": {"platform": platform.platform(), "blas": active_blas()},
+        # What ensure_fast_blas preloaded; active_blas() can name numpy's own bundled copy.
+        "machine": {
+            "platform": platform.platform(),
+            "blas": os.environ.get("LD_PRELOAD") or active_blas(),
+        },
     }
-    plot_loss(train_log, model_dir / "loss.png")
-    for name, text in (
-        ("card.json", json.dumps(card, indent=2) + "\n"),
-        ("README.md", render_card(card, json.loads((model_dir / "config.json").read_text()))),
-    ):
-        tmp = model_dir / (name + ".partial")
-        tmp.write_text(text)
-        os.replace(tmp, model_dir / name)
-    print(json.dumps({k: v for k, v in card.items() if k not in ("corpus", "training")}, indent=2))
 
 
 if __name__ == "__main__":

@@ -293,14 +293,16 @@ def export(a: argparse.Namespace) -> None:
     summary = {
         **state,
         "tokens": state["step"] * a.batch * a.seq,
+        "train_stream_tokens": int(np.load(out / "train.npy", mmap_mode="r").size),
         "command": "python -m experiments.train_tiny "
         f"--time-limit-min {a.time_limit_min:g} && python -m experiments.train_tiny --export-only",
         "hyperparameters": {k: getattr(a, k) for k in HYPERPARAMETERS},
         "mtp_loss_weight": MTP_WEIGHT,
-        "blas": active_blas(),
+        # What ensure_fast_blas preloaded; active_blas() can name numpy's own bundled copy.
+        "blas": os.environ.get("LD_PRELOAD") or active_blas(),
     }
     (ship / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {ship} (blas: {active_blas()})")
+    print(f"wrote {ship} (blas: {summary['blas']})")
 
 
 def main() -> None:
