@@ -11,9 +11,13 @@ Balance: DeepSeek-V3's auxiliary-loss-free rule; after every step, per MoE layer
 included) `bias_e += u·sign(mean_load − load_e)`; the bias only changes which experts are
 selected, never the gate values (mlx-lm's `group_expert_select` adds it after the sigmoid).
 
+The first run builds the corpus and tokenizer into --out (experiments/tiny_corpus.py). The lr
+follows a cosine over the used fraction of the wall-clock budget (or of --steps, if given).
 Seeded (init and every batch derive from --seed and the step), resumable (checkpoint in
---out every --ckpt-every steps), progress bar, metrics to <out>/metrics.jsonl and to wandb
-(offline). Export quantizes as `mlx_lm.convert -q` does (affine, 4 bits, group 64) and writes
+--out every --ckpt-every steps; with --steps, an interrupted and resumed run ends with
+bitwise the same weights as an uninterrupted one, checked), progress bar, metrics to
+<out>/metrics.jsonl and to wandb (offline). The routed MLP and the loss use the exact CPU fast
+paths of experiments/tiny_ops.py. Export quantizes as `mlx_lm.convert -q` does (affine, 4 bits, group 64) and writes
 config.json, model.safetensors, mtp.safetensors and the tokenizer into specdec/models/tiny.
 """
 
