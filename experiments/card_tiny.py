@@ -139,10 +139,13 @@ def plot_loss(log_path: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     recs = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    tok = [r["tokens"] / 1e6 for r in recs]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(tok, [r["main_loss"] for r in recs], label="main (next token)")
-    ax.plot(tok, [r["mtp_loss"] for r in recs], label="MTP (token after next)")
+    tok = [r["tokens"] / 1e6 for r in recs]
+    ax.plot(tok, [r["main_loss"] for r in recs], label="main (next token), train")
+    ax.plot(tok, [r["mtp_loss"] for r in recs], label="MTP (token after next), train")
+    if "val_main_loss" in recs[0]:  # experiments/train_tiny_torch.py also logs validation
+        ax.plot(tok, [r["val_main_loss"] for r in recs], "--", label="main, validation")
+        ax.plot(tok, [r["val_mtp_loss"] for r in recs], "--", label="MTP, validation")
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_title("tiny: training loss")
@@ -170,6 +173,8 @@ def main() -> None:
     if a.render_only:
         card = json.loads((model_dir / "card.json").read_text())
         card["training"] = json.loads((model_dir / "train_summary.json").read_text())
+        card.setdefault("eval_seq", a.seq)
+        plot_loss(model_dir / "train_log.jsonl", model_dir / "loss.png")
     else:
         card = measure(model_dir, a)
         plot_loss(model_dir / "train_log.jsonl", model_dir / "loss.png")
@@ -198,6 +203,7 @@ def measure(model_dir: Path, a: argparse.Namespace) -> dict:
     return {
         **metrics,
         "eval_seconds": time.perf_counter() - t0,
+        "eval_seq": a.seq,
         "eval_command": f"python -m experiments.card_tiny --max-tokens {a.max_tokens}",
         "heldout_stream_tokens": int(len(tokens)),
         "corpus": {**corpus.describe(), "eot": EOT},

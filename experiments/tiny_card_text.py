@@ -13,10 +13,41 @@ BARS = {
 }
 
 
-def _notes(card: dict, ratios: list[float], mass: list[list[float]]) -> str:
-    """What the figures mean at this size, and why a bar is missed (measured, with commands)."""
+def _gate_note(mass: list[list[float]]) -> str:
     first = sum(m[0] for m in mass) / len(mass)
     last = sum(m[-1] for m in mass) / len(mass)
+    return f"""\
+**Gate mass is flat**, as in the seed question's sigmoid models (0.192 at slot 1 of 8 against
+0.093 at slot 8 there): slot 1 carries {first:.2f} of the top-4 weight on average, slot 4
+{last:.2f}.
+"""
+
+
+def _notes_gpu(card: dict, ratios: list[float], mass: list[list[float]]) -> str:
+    """Reading the figures of the GPU-trained model: where its routing locality comes from."""
+    hp = card["training"]["hyperparameters"]
+    return f"""\
+### Reading these figures
+
+**Routing locality is partly trained in.** The router keeps {min(ratios):.1f}x-{max(ratios):.1f}x the random share
+of a token's experts for the next token (the seed question's MiniMax-M2.5: 33.4% of top-8 of
+256, 10.7x random). Training added a term (`--smooth {hp["smooth"]}`) asking adjacent tokens for similar
+router logits after removing each expert's batch mean; without it, runs of the same length
+reached only 1.4x-1.5x random (docs/tiny-gpu.md lists every run), and the CPU-trained MLX model
+(0.85 M tokens) 1.4x-2.3x. The exported tensors are plain deepseek_v3: the term shaped
+training only. So the tiny model's routing has the *regime* of a large model's (weaker than
+MiniMax's), but cache hit rates measured on it say nothing about how a large model learns its
+locality. Seeds differ by up to 0.36 nats in validation loss (docs/tiny-gpu.md): differences
+between settings smaller than that are noise.
+
+**MTP acceptance of {card["mtp_acceptance"]:.2f}** is agreement between the MTP head and a
+small main model (top-1 {card["main_top1"]:.2f}); DeepSeek-V3 reports 85-90% at full scale.
+
+{_gate_note(mass)}"""
+
+
+def _notes(card: dict, ratios: list[float], mass: list[list[float]]) -> str:
+    """What the figures mean at this size, and why a bar is missed (measured, with commands)."""
     return f"""\
 ### Reading these figures
 
@@ -41,10 +72,7 @@ model's top-1 accuracy is {card["main_top1"]:.2f}; both heads often agree on fre
 own accuracy against the real token i+2 is given next to it. The shorter run above
 measured 0.56, so the bar holds at both budgets, but this is not DeepSeek-V3's 85-90%.
 
-**Gate mass is flat**, as in the seed question's sigmoid models (0.192 at slot 1 of 8 against
-0.093 at slot 8 there): slot 1 carries {first:.2f} of the top-4 weight on average, slot 4
-{last:.2f}.
-"""
+{_gate_note(mass)}"""
 
 
 def _fmt(xs: list[float], nd: int = 3) -> str:
@@ -74,15 +102,19 @@ def render_card(card: dict, cfg: dict) -> str:
     sizes = "\n".join(f"| {n} | {b / 2**20:.2f} MiB |" for n, b in card["sizes_bytes"].items())
     q = cfg.get("quantization", {})
     sample = card["greedy_sample"]
+    gpu = "device" in t  # trained by experiments/train_tiny_torch.py on a lent GPU
+    notes = (_notes_gpu if gpu else _notes)(card, main_ratios, r["gate_mass_by_slot"])
+    training = (_training_gpu if gpu else _training_cpu)(t, hp)
+    reproduce = (_reproduce_gpu if gpu else _reproduce_cpu)(card, hp)
     return f"""\
 # tiny: a DeepSeek-V3-style MoE with an MTP head, trained on the Python stdlib
 
 The default model of specdec (`--model tiny`). It exists so the harness runs out of the box
 with a model whose MTP head has learned something, whose router is trained and balanced, and
 whose gates are DeepSeek's flat sigmoid gates: the properties the research question is about.
-It is tiny and trained for {t["elapsed_s"] / 60:.0f} minutes on 2 shared CPU cores; its absolute
-quality is not the point, its *shape* is. The project's bars, and which ones this budget
-reaches, are in the held-out table; the routing-locality bar is not reached (see below).
+It is tiny and was trained for {t["elapsed_s"] / 60:.0f} minutes on {"an NVIDIA H200 (PyTorch, exported to this mlx-lm layout)" if gpu else "2 shared CPU cores"}; its
+absolute quality is not the point, its *shape* is. The project's bars, and which ones it
+reaches, are in the held-out table; read the notes under it before using its routing.
 
 Every number below is written by `{card["eval_command"]}` (held-out figures, from the
 shipped quantized files) and by the training run (`train_summary.json`, `train_log.jsonl`).
@@ -121,26 +153,12 @@ held out: {c["heldout_files"]} files, {c["heldout_bytes"] / 1e6:.2f} MB. The tok
 trained on the training files only. Another Python version gives a slightly different
 corpus; the figures here are for the one named.
 
-## Training
-
-`{t["command"]}`: {t["step"]} steps of {hp["batch"]} x {hp["seq"]} tokens =
-{t["tokens"] / 1e6:.2f} M tokens in {t["elapsed_s"] / 60:.1f} min on 2 shared CPU cores
-(MLX, {t["blas"]}). AdamW (β 0.9/0.95, weight decay 0.1), peak lr {hp["lr"]}, {hp["warmup"]} warmup
-steps, then cosine to 10% over the fraction of the {hp["time_limit_min"]:g}-minute wall-clock budget used (so
-the run anneals fully however busy the shared cores are), gradient clip 1.0, seed {hp["seed"]}
-(initialisation and every batch: random windows of the training stream). Loss = main CE + {t["mtp_loss_weight"]} x MTP CE
-(DeepSeek-V3's early weight). Balance is DeepSeek-V3's auxiliary-loss-free rule: after each
-step, for every MoE layer including the MTP's, `bias_e += u * sign(mean load - load_e)`,
-u = {hp["bias_rate"]} (DeepSeek used 0.001 over far more steps). Training computes the routed
-MLP by grouping tokens by expert, one dense matmul per expert, and the cross-entropy in numpy
-(`experiments/tiny_ops.py`): both exact (tests/test_tiny_ops.py), both because MLX's CPU
-`gather_mm` and `exp` are slow; the saved model uses mlx-lm's stock modules.
-
+{training}
 ![training loss](loss.png)
 
 ## Held-out results (shipped 4-bit model, teacher forcing)
 
-{card["heldout_tokens"]:,} tokens: {card["heldout_tokens"] // hp["seq"]} windows of {hp["seq"]} spread evenly over the
+{card["heldout_tokens"]:,} tokens: {card["heldout_tokens"] // card["eval_seq"]} windows of {card["eval_seq"]} spread evenly over the
 {card["heldout_stream_tokens"]:,}-token held-out stream.
 
 | metric | value | bar |
@@ -165,7 +183,7 @@ gate mass = mean normalised gate weight at slot 1..{cfg["num_experts_per_tok"]},
 |---|---|---|---|---|
 {routing_rows}
 
-{_notes(card, main_ratios, r["gate_mass_by_slot"])}
+{notes}
 ## Greedy sample (main model, mlx-lm `generate`, {sample["max_tokens"]} tokens)
 
 ```python
@@ -183,10 +201,81 @@ Also: `config.json`, `tokenizer.json`, `tokenizer_config.json`, `card.json` (all
 
 ## Reproduce
 
+{reproduce}
+Machine of the figures: {card["machine"]["platform"]}, {card["machine"]["blas"]}.
+"""
+
+
+def _training_cpu(t: dict, hp: dict) -> str:
+    """The MLX training run on this machine's CPU cores (experiments/train_tiny.py)."""
+    return f"""\
+## Training
+
+`{t["command"]}`: {t["step"]} steps of {hp["batch"]} x {hp["seq"]} tokens =
+{t["tokens"] / 1e6:.2f} M tokens in {t["elapsed_s"] / 60:.1f} min on 2 shared CPU cores
+(MLX, {t["blas"]}). AdamW (β 0.9/0.95, weight decay 0.1), peak lr {hp["lr"]}, {hp["warmup"]} warmup
+steps, then cosine to 10% over the fraction of the {hp["time_limit_min"]:g}-minute wall-clock budget used (so
+the run anneals fully however busy the shared cores are), gradient clip 1.0, seed {hp["seed"]}
+(initialisation and every batch: random windows of the training stream). Loss = main CE + {t["mtp_loss_weight"]} x MTP CE
+(DeepSeek-V3's early weight). Balance is DeepSeek-V3's auxiliary-loss-free rule: after each
+step, for every MoE layer including the MTP's, `bias_e += u * sign(mean load - load_e)`,
+u = {hp["bias_rate"]} (DeepSeek used 0.001 over far more steps). Training computes the routed
+MLP by grouping tokens by expert, one dense matmul per expert, and the cross-entropy in numpy
+(`experiments/tiny_ops.py`): both exact (tests/test_tiny_ops.py), both because MLX's CPU
+`gather_mm` and `exp` are slow; the saved model uses mlx-lm's stock modules.
+"""
+
+
+def _training_gpu(t: dict, hp: dict) -> str:
+    """The PyTorch run on a lent GPU (experiments/train_tiny_torch.py), exported to mlx-lm."""
+    return f"""\
+## Training
+
+Trained on {t["device"]} in PyTorch ({t["torch"]}, bf16 autocast) by
+`experiments/train_tiny_torch.py`, a line-for-line mirror of mlx-lm's `deepseek_v3` and of
+`specdec.model.mtp`, then exported by `experiments/export_tiny_torch.py` through mlx-lm's own
+`sanitize` and `quantize_model`. Why not the MLX script: on this project's 2 CPU cores, shared
+with other work, `experiments/train_tiny.py` reached 0.85 M tokens in 42 minutes (held-out loss
+4.31, MTP acceptance 0.60, overlap 1.4x-2.3x random: the overlap bar missed); the GPU run saw
+{t["tokens"] / 1e6:.1f} M tokens ({t["epochs"]:.1f} epochs of the training files) in {t["elapsed_s"] / 60:.1f} minutes. MLX has no
+CUDA build that fits the lent machine's transfer limit, hence PyTorch. Parity is checked, not
+assumed: `python -m experiments.check_tiny_torch_parity` compares torch and MLX logits on random
+float32 weights (max difference 2.4e-5 main, 1.7e-5 MTP, identical expert choices; a control with
+the wrong RoPE layout gives 9.7) and on the trained weights (argmax agreement 0.9995 main,
+0.9990 MTP; differing tokens are router near-ties).
+
+`{t["command"]}`
+
+AdamW (weight decay {hp["wd"]}), peak lr {hp["lr"]}, {hp["warmup"]} warmup steps then cosine, batch
+{hp["batch"]} x {hp["seq"]}, dropout {hp["dropout"]} (training only), seed {hp["seed"]}. Loss = main CE +
+{t["mtp_loss_weight"]} x MTP CE (DeepSeek-V3's early weight) + router z-loss ({hp["router_z"]}) + the locality term
+(`--smooth {hp["smooth"]}`, see the notes). Balance: DeepSeek-V3's auxiliary-loss-free rule,
+`bias_e += u * sign(mean load - load_e)` after each step for every MoE layer including the MTP's,
+u = {hp["bias_rate"]}. The checkpoint was selected on the last 5% of the training stream; the
+held-out files were used for nothing but this card. Every run and its validation figures:
+docs/tiny-gpu.md.
+"""
+
+
+def _reproduce_cpu(card: dict, hp: dict) -> str:
+    return f"""\
 ```
 python -m experiments.train_tiny --time-limit-min {hp["time_limit_min"]:g}   # trains into runs/tiny, resumable
 python -m experiments.train_tiny --export-only             # quantize, write this directory
 {card["eval_command"]}                     # every held-out figure, loss.png, this card
 ```
-Machine of the figures: {card["machine"]["platform"]}, {card["machine"]["blas"]}.
+"""
+
+
+def _reproduce_gpu(card: dict, hp: dict) -> str:
+    return f"""\
+```
+# on a CUDA machine, with runs/tiny/{{train,heldout}}.npy from experiments/tiny_corpus.py
+python -m experiments.train_tiny_torch train ...      # the command above; then `select`
+python -m experiments.export_tiny_torch --weights out/round4 --tokenizer runs/tiny/tokenizer --out DIR
+python -m experiments.check_tiny_torch_parity --weights out/round4 --heldout runs/tiny/heldout.npy
+{card["eval_command"]}                     # every held-out figure, loss.png, this card
+# the MLX path on CPU (what CI-class machines can run):
+python -m experiments.train_tiny --time-limit-min {hp.get("time_limit_min", 42):g}
+```
 """
