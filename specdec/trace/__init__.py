@@ -1,0 +1,1 @@
+"""specdec.trace: routing traces (format.py: the directory format, hotlists); see README.md."""
