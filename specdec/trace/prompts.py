@@ -76,7 +76,9 @@ def _from_dataset(name: str, split: str, field: str | None, limit: int | None) -
     try:
         import datasets
     except ImportError:
-        raise SpecdecError("dataset:NAME needs the `datasets` package: pip install datasets") from None
+        raise SpecdecError(
+            "dataset:NAME needs the `datasets` package: pip install datasets"
+        ) from None
     try:
         if (Path(name) / "dataset_info.json").is_file() or (Path(name) / "state.json").is_file():
             ds = datasets.load_from_disk(name)

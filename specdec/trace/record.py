@@ -70,7 +70,12 @@ def record_trace(
         try:
             with MoETap(sm.model, sm.family, distances, keep_inputs) as tap:
                 run = Decode(
-                    sm, prompt, make_drafter("none", sm), DecodeConfig(1, max_tokens), (), eos_ids(sm)
+                    sm,
+                    prompt,
+                    make_drafter("none", sm),
+                    DecodeConfig(1, max_tokens),
+                    (),
+                    eos_ids(sm),
                 )
                 for _ in run.passes():
                     pass
