@@ -56,10 +56,7 @@ class StreamedModel:
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
-        s.cache = ExpertCache(
-            s.cache.n_slots,
-            make_policy(self.policy, s.cache.n_slots, **(self.policy_options or {})),
-        )
+        s.cache = ExpertCache(s.cache.n_slots, make_policy(self.policy, s.cache.n_slots, **(self.policy_options or {})))
         s.reader.stats = type(s.reader.stats)()
         s.log.clear()
 
@@ -135,9 +132,7 @@ def load(
             f"({k}slots)"
         )
     arena = Arena(n_slots, index.slot_bytes)
-    reader = ExpertReader(
-        packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums
-    )
+    reader = ExpertReader(packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums)
     cache = ExpertCache(n_slots, make_policy(policy, n_slots, **(policy_options or {})))
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
     streamer = Streamer(index, arena, reader, cache, first_layer=min(blocks), key_stride=key_stride)
@@ -198,9 +193,7 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
 
     mtp = load_mtp(packed, model, with_experts=False)
     if n_main not in index.layers:
-        raise SpecdecError(
-            f"{packed}: mtp.safetensors present but its experts are not packed; re-pack"
-        )
+        raise SpecdecError(f"{packed}: mtp.safetensors present but its experts are not packed; re-pack")
     block = mtp.layer.mlp
     block.switch_mlp = StreamedSwitchGLU(streamer, n_main, block.switch_mlp, block, family.route)
     return mtp

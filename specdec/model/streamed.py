@@ -210,9 +210,7 @@ class StreamedSwitchGLU(nn.Module):
         while start < len(flat_idx):
             seen: set[int] = set()
             end = start
-            while (
-                end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots
-            ):
+            while end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots:
                 seen |= set(flat_idx[end].tolist())
                 end += 1
             chunk = flat_idx[start:end]
@@ -238,9 +236,7 @@ class StreamedSwitchGLU(nn.Module):
         _, scores = h.route(h.block, x)  # [..., k], the family's own gate values
         scores = np.array(scores.astype(mx.float32))
         kept_mass = (scores * keep).sum(-1, keepdims=True)
-        scale = np.where(
-            kept_mass > 0, scores.sum(-1, keepdims=True) / np.maximum(kept_mass, 1e-30), 0
-        )
+        scale = np.where(kept_mass > 0, scores.sum(-1, keepdims=True) / np.maximum(kept_mass, 1e-30), 0)
         factor = mx.array((keep * scale).astype(np.float32))[..., None]  # [..., k, 1]
         y = self._glu(x, np.where(keep, slots, 0))
         return (y * factor).astype(y.dtype)

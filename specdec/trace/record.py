@@ -116,7 +116,7 @@ def record_trace(
 
 def _add_call(call, rows, lids, distances, cols, inputs) -> None:
     """One forward call's rows: experts [T, L, k] sorted per position, gates aligned."""
-    experts, gates, ahead = [], [], []
+    experts, gates = [], []
     for (layer, idx, _), lid in zip(rows, lids, strict=True):
         real = np.sort(idx.reshape(call.n_positions, -1), axis=-1)  # [T, k]
         inds, scores = call.route[lid]  # [T, k] each, the family route on the same input
