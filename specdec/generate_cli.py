@@ -30,6 +30,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--io", default="direct", choices=["direct", "buffered", "mmap"])
     p.add_argument("--threads", type=int, default=8, help="reader threads")
     p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")
+    p.add_argument("--lookahead", type=int, default=0, help="router lookahead distance d (0 = off)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     profiles = tuple(get_profile(n) for n in args.profile)
     sm = load(args.model, budget=args.budget, policy=args.policy, io=args.io,
               threads=args.threads, verify_checksums=args.verify_checksums,
-              with_mtp=args.drafter == "mtp")
+              with_mtp=args.drafter == "mtp", lookahead=args.lookahead)
     try:
         tok = sm.tokenizer
         if args.chat:

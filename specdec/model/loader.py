@@ -14,6 +14,7 @@ packed yet is packed into a cache directory on first use (SPECDEC_CACHE, default
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -56,9 +57,13 @@ class StreamedModel:
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
-        s.cache = ExpertCache(s.cache.n_slots, make_policy(self.policy, s.cache.n_slots, **(self.policy_options or {})))
-        s.reader.stats = type(s.reader.stats)()
+        for fut in list(s.inflight.values()):
+            s.reader.wait(fut)
+        s.inflight.clear()
+        s.cache = build_cache(self.policy, s.cache.n_slots, self.policy_options, s.key_stride)
+        s.reader.reset_stats()
         s.log.clear()
+        s.preload()
 
     @property
     def top_k(self) -> int:
@@ -90,6 +95,8 @@ def resolve(path: str | Path) -> Path:
     """An existing directory as is; otherwise a bundled model's name."""
     if Path(path).is_dir():
         return Path(path)
+    if "/" in str(path) or Path(path).exists():
+        raise SpecdecError(f"model path {path} does not exist (or is not a directory)")
     from specdec.model.bundled import resolve_model
 
     return resolve_model(str(path))
@@ -109,12 +116,23 @@ def load(
     verify_checksums: bool = False,
     policy_options: dict | None = None,
     with_mtp: bool = True,
+    lookahead: int = 0,
 ) -> StreamedModel:
-    """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts."""
-    packed = ensure_packed(resolve(path))
+    """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts.
+
+    policy_options: per-policy options (see specdec.cache.policies.make_policy); a `hotlist` is a
+    list of (layer, expert) pairs in priority order. lookahead: d > 0 starts reading, at each
+    MoE layer, the experts that the router d MoE layers later picks on this layer's input.
+    """
+    if lookahead < 0:
+        raise SpecdecError(f"lookahead must be >= 0 (got {lookahead}); 0 turns it off")
+    src = resolve(path)
+    if not (src / "config.json").is_file():
+        raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
+    family = get_family(json.loads((src / "config.json").read_text()).get("model_type", "?"))
+    packed = ensure_packed(src)
     index = ExpertIndex.load(packed)
     model, config = load_model(packed, lazy=True, strict=False)
-    family = get_family(config["model_type"])
     blocks = moe_blocks(model, family)
     n_main = len(model.layers)
     if set(blocks) != {lid for lid in index.layer_ids if lid < n_main}:
@@ -133,11 +151,27 @@ def load(
         )
     arena = Arena(n_slots, index.slot_bytes)
     reader = ExpertReader(packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums)
-    cache = ExpertCache(n_slots, make_policy(policy, n_slots, **(policy_options or {})))
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
-    streamer = Streamer(index, arena, reader, cache, first_layer=min(blocks), key_stride=key_stride)
+    policy_options = {"scratch": 8 * k, **(policy_options or {})}
+    cache = build_cache(policy, n_slots, policy_options, key_stride)
+    order = sorted(blocks)
+    streamer = Streamer(
+        index,
+        arena,
+        reader,
+        cache,
+        first_layer=order[0],
+        key_stride=key_stride,
+        lookahead=lookahead,
+        ahead_of={
+            lid: (order[i + lookahead], blocks[order[i + lookahead]])
+            for i, lid in enumerate(order)
+            if lookahead and i + lookahead < len(order)
+        },
+    )
     for lid, block in blocks.items():
         block.switch_mlp = StreamedSwitchGLU(streamer, lid, block.switch_mlp, block, family.route)
+    streamer.preload()
 
     _load_resident_strictly(model, packed, n_main)
     mtp = _load_streamed_mtp(model, packed, streamer, family, n_main, index) if with_mtp else None
@@ -145,6 +179,14 @@ def load(
     return StreamedModel(
         model, load_tokenizer(packed), streamer, mtp, config, family, packed, policy, policy_options
     )
+
+
+def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:
+    """An empty cache; hotlist (layer, expert) pairs become cache keys."""
+    opts = dict(options or {})
+    if opts.get("hotlist"):
+        opts["hotlist"] = [int(layer) * key_stride + int(e) for layer, e in opts["hotlist"]]
+    return ExpertCache(n_slots, make_policy(policy, n_slots, **opts))
 
 
 def _budget_slots(budget: str | int, index: ExpertIndex) -> int:

@@ -16,6 +16,7 @@ left pointing at a slot that a later read may overwrite.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -39,8 +40,9 @@ class LayerStep:
     layer: int
     union: int  # distinct experts selected by the call's positions
     misses: int
-    bytes_read: int
+    bytes_read: int  # misses and lookahead prefetches started by this step
     phase: str  # "verify", "draft" or "prefill"
+    prefetched: int = 0  # blocks this step started reading for a later layer (lookahead)
 
 
 @dataclass
@@ -58,24 +60,47 @@ class Streamer:
     log: list[LayerStep] = field(default_factory=list)
     # Optional routing recorder: called with (layer, indices [..., k] int array, phase) per call.
     recorder: Callable[[int, np.ndarray, str], None] | None = None
+    # Router lookahead: layer L evaluates the router of the MoE layer `lookahead` MoE layers
+    # later on its own input and starts reading the predicted experts (0 = off).
+    lookahead: int = 0
+    ahead_of: dict[int, tuple[int, nn.Module]] = field(default_factory=dict)  # L -> (L+d, block)
+    inflight: dict[int, Future] = field(default_factory=dict)  # slot -> read still landing
+
+    def _requests(self, misses: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        s = self.key_stride
+        return [(key // s, key % s, slot) for key, slot in misses]
+
+    def _settle(self, slots) -> None:
+        """Wait for reads still landing in these slots (a prefetch hit, or a slot to reuse)."""
+        if self.inflight:
+            for slot in slots:
+                fut = self.inflight.pop(int(slot), None)
+                if fut is not None:
+                    self.reader.wait(fut)
 
     def fetch(self, layer: int, experts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses."""
-        before = self.reader.stats.bytes_read
         step = self.cache.step(experts + layer * self.key_stride, counts)
+        self._settle(step.slots)
         if step.misses:
-            s = self.key_stride
-            self.reader.read([(key // s, key % s, slot) for key, slot in step.misses])
+            self.reader.read(self._requests(step.misses))
+        block = self.index.layers[layer].block_bytes
         self.log.append(
-            LayerStep(
-                layer,
-                len(experts),
-                len(step.misses),
-                self.reader.stats.bytes_read - before,
-                self.phase,
-            )
+            LayerStep(layer, len(experts), len(step.misses), len(step.misses) * block, self.phase)
         )
         return step.slots
+
+    def prefetch(self, layer: int, experts: np.ndarray, exclude: np.ndarray) -> None:
+        """Start reading `layer`'s predicted experts without waiting; never evicts `exclude`."""
+        reqs = self.cache.prefetch(experts + layer * self.key_stride, exclude)
+        if not reqs:
+            return
+        self._settle(slot for _, slot in reqs)
+        fut = self.reader.submit(self._requests(reqs))
+        for _, slot in reqs:
+            self.inflight[slot] = fut
+        block = self.index.layers[layer].block_bytes
+        self.log.append(LayerStep(layer, 0, 0, len(reqs) * block, self.phase, len(reqs)))
 
     def resident_slots(self, layer: int, experts: np.ndarray) -> np.ndarray:
         """Slot of each expert id (any shape) if resident, else -1. Reads nothing, touches nothing."""
@@ -83,6 +108,12 @@ class Streamer:
         return np.array([-1 if s is None else s for s in flat], dtype=np.int32).reshape(
             experts.shape
         )
+
+    def preload(self) -> None:
+        """Read the policy's preload set (a seeded hotlist) into an empty cache."""
+        reqs = self.cache.preload()
+        if reqs:
+            self.reader.read(self._requests(reqs))
 
     def drain(self) -> list[LayerStep]:
         """The steps logged since the last drain (the decode loop calls this once per phase)."""
@@ -179,6 +210,11 @@ class StreamedSwitchGLU(nn.Module):
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
         h = self._h
         s: Streamer = h.streamer
+        ahead = None
+        if s.lookahead and not s.resident_only and h.layer in s.ahead_of:
+            target, block = s.ahead_of[h.layer]
+            ahead = h.route(block, x)[0]  # [..., k] layer L+d's router on this layer's input
+            mx.eval(indices, ahead)  # one evaluation, the one this layer does anyway
         idx = np.array(indices)  # [..., k] host sync: the router's decision
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
@@ -193,6 +229,9 @@ class StreamedSwitchGLU(nn.Module):
                 y = self._glu(x, h.lut[idx])
             else:
                 y = self._chunked(x, idx)
+            if ahead is not None:  # reads overlap this layer's compute and the next layers'
+                keys = experts + h.layer * s.key_stride
+                s.prefetch(target, np.unique(np.array(ahead)), keys)
         mx.eval(y)  # slots may be overwritten by the next fetch; never leave a lazy reader
         return y
 

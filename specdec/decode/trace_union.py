@@ -1,0 +1,68 @@
+"""The question's own union measurement: union along the committed trace, no drafting.
+
+A plain greedy run records the experts every decode position routes to, per MoE layer; the
+union at γ is then the mean, over layers and over non-overlapping windows of γ consecutive
+positions, of the number of distinct experts in the window. That is what a verify pass would
+read if every draft were right. Real verify batches (records of a drafted run) also include the
+routing of rejected drafts; `union_ratio` compares the two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specdec.decode.run import plain_greedy
+from specdec.model.loader import StreamedModel
+
+
+def record_decode_routing(
+    sm: StreamedModel, prompt: list[int], max_tokens: int
+) -> dict[int, np.ndarray]:
+    """{layer: [T, k] experts} of the decode positions of a plain greedy run (cache reset after)."""
+    seen: dict[int, list[np.ndarray]] = {}
+
+    def recorder(layer: int, idx: np.ndarray, phase: str) -> None:
+        if phase == "verify":
+            seen.setdefault(layer, []).append(idx.reshape(-1, idx.shape[-1]))
+
+    sm.streamer.recorder = recorder
+    try:
+        plain_greedy(sm, prompt, max_tokens, stop_at_eos=False)
+    finally:
+        sm.streamer.recorder = None
+    return {layer: np.concatenate(rows) for layer, rows in seen.items()}
+
+
+def window_unions(experts: np.ndarray, gamma: int) -> np.ndarray:
+    """Distinct experts in each non-overlapping window of γ positions; experts: [T, k]."""
+    n = len(experts) // gamma
+    windows = experts[: n * gamma].reshape(n, -1)  # [n, γ·k]
+    return np.array([len(np.unique(w)) for w in windows])
+
+
+def trace_union(
+    sm: StreamedModel, prompt: list[int], max_tokens: int, gammas: list[int]
+) -> dict[int, dict]:
+    """{γ: {"mean": float, "per_layer": {layer: float}, "windows": int}} along the committed trace."""
+    routing = record_decode_routing(sm, prompt, max_tokens)
+    out = {}
+    for g in gammas:
+        per_layer = {layer: window_unions(e, g) for layer, e in routing.items()}
+        vals = np.concatenate(list(per_layer.values()))
+        out[g] = {
+            "mean": float(vals.mean()) if len(vals) else float("nan"),
+            "per_layer": {str(k): float(v.mean()) for k, v in per_layer.items() if len(v)},
+            "windows": int(min(len(v) for v in per_layer.values())),
+        }
+    return out
+
+
+def consecutive_overlap(sm: StreamedModel, prompt: list[int], max_tokens: int) -> float:
+    """Mean share of a position's top-k also selected by the previous position (decode trace)."""
+    routing = record_decode_routing(sm, prompt, max_tokens)
+    shares = [
+        len(np.intersect1d(e[t], e[t - 1])) / e.shape[1]
+        for e in routing.values()
+        for t in range(1, len(e))
+    ]
+    return float(np.mean(shares))

@@ -1,0 +1,80 @@
+"""`specdec generate` end to end through the real CLI: JSON output and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import random_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return random_checkpoint(tmp_path_factory.mktemp("gen"), "deepseek_v3", 4)
+
+
+def specdec(*args, env_cache, check=True):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "SPECDEC_CACHE": str(env_cache)},
+        timeout=300,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_generate_json_stats(ckpt, tmp_path):
+    out = specdec("generate", "--model", ckpt, "--prompt", "def f(x):", "--max-tokens", 12,
+                  "--budget", "30%", "--json", "--drafter", "self", "--gamma", 3,
+                  "--records", tmp_path / "r.jsonl", "--profile", "m4-24gb", env_cache=tmp_path)
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(d["tokens"]) == 12 and isinstance(d["text"], str)
+    s = d["stats"]
+    for key in ("bytes_read", "hits", "misses", "hit_rate", "blocked_s", "tokens_per_s",
+                "acceptance", "accepted_per_drafted", "mean_union", "draft_bytes_read",
+                "verify_bytes_read"):
+        assert key in s, key
+    assert s["bytes_read"] == s["draft_bytes_read"] + s["verify_bytes_read"] > 0
+    assert s["misses"] > 0 and 0 < s["hit_rate"] < 1
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert len(lines) == s["passes"] and json.loads(lines[0])["gamma"] == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--budget", "2slots"], "one position selects top-k = 4: use at least"),
+        (["--budget", "12parsecs"], "unknown unit"),
+        (["--policy", "fifo"], "unknown cache policy 'fifo'"),
+        (["--gamma", "0"], "gamma must be >= 1"),
+        (["--drafter", "mtp", "--gamma", "2", "--model", "MISSING"], "does not exist"),
+        (["--drafter", "telepathy", "--gamma", "2"], "unknown drafter"),
+        (["--lookahead", "-1"], "lookahead must be >= 0"),
+    ],
+)
+def test_bad_input_is_one_clear_line(ckpt, tmp_path, args, message):
+    model = ["--model", ckpt] if "--model" not in args else []
+    missing = [a if a != "MISSING" else tmp_path / "no" / "such" for a in args]
+    proc = specdec("generate", *model, *missing, "--max-tokens", 4, env_cache=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_unknown_family_lists_the_supported_ones(ckpt, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(ckpt, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["model_type"] = "olmoe"
+    (other / "config.json").write_text(json.dumps(cfg))
+    proc = specdec("generate", "--model", other, env_cache=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown model family 'olmoe'" in proc.stderr and "deepseek_v3" in proc.stderr
