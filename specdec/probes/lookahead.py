@@ -1,0 +1,109 @@
+"""Router lookahead recall: how much of layer L's real top-k can be known before layer L runs.
+
+    rows = lookahead_table(load_trace("runs/trace-heldout"))   # needs lookahead.npy
+    write_lookahead(rows, "runs/probes")                         # lookahead.{md,json,png}
+    specdec probe lookahead --model tiny --out runs/probes
+
+Recall of a prediction = |predicted ∩ real top-k| / k, averaged over positions and MoE layers.
+Predictors: layer L's router evaluated on the MLP input of layer L - d (d = 1, 2, 3: what
+`specdec trace record` stores as lookahead.npy; the question calls it "router evaluated at
+L+d", i.e. d layers ahead), and the same layer's selection at the previous token (the prefetch
+"use what this layer picked last time"). Layers with L - d < 0 have no prediction and are left
+out of that row. `recall_decode` counts only decode positions (the prefetch that matters while
+generating); `recall_all` also counts prefill positions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specdec.errors import SpecdecError
+from specdec.trace.format import Trace
+
+
+def overlap(pred: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """|pred ∩ real| per row of [..., k] id sets (entries < 0 never match); shape [...]."""
+    hit = (pred[..., :, None] == real[..., None, :]) & (pred[..., :, None] >= 0)  # [..., k, k]
+    return hit.any(-1).sum(-1)
+
+
+def _mean_recall(pred: np.ndarray, real: np.ndarray, mask: np.ndarray, k: int) -> tuple[float, int]:
+    """Mean recall over the [T, L] cells where mask holds."""
+    n = int(mask.sum())
+    if n == 0:
+        return float("nan"), 0
+    return float(overlap(pred, real)[mask].sum() / (n * k)), n
+
+
+def lookahead_table(trace: Trace) -> list[dict]:
+    """One row per predictor: d, recall over all positions and over decode positions only."""
+    if trace.lookahead is None:
+        raise SpecdecError(
+            "the trace has no lookahead.npy: record it with `specdec trace record` "
+            "(--lookahead 1,2,3)"
+        )
+    e, k = trace.experts, trace.top_k  # [T, L, k]
+    T, L = e.shape[:2]
+    decode = np.ones(T, bool) if trace.phase is None else trace.phase.astype(bool)  # [T]
+    rows = []
+    for i, d in enumerate(trace.lookahead_distances):
+        pred = trace.lookahead[i]  # [T, L, k]
+        valid = (pred >= 0).all(-1)  # [T, L]: layer L - d exists
+        rows.append(_row(f"layer L-{d} input (L+{d} ahead)", d, pred, e, valid, decode, k))
+    prompt = np.zeros(T, int) if trace.prompt_ids is None else trace.prompt_ids
+    same = np.zeros((T, L), bool)
+    same[1:] = (prompt[1:] == prompt[:-1])[:, None]  # previous position is the same prompt's
+    prev = np.concatenate([np.full_like(e[:1], -1), e[:-1]])  # [T, L, k]
+    rows.append(_row("same layer, previous token", None, prev, e, same, decode, k))
+    return rows
+
+
+def _row(name, d, pred, real, valid, decode, k) -> dict:
+    r_all, n_all = _mean_recall(pred, real, valid, k)
+    r_dec, n_dec = _mean_recall(pred, real, valid & decode[:, None], k)
+    per_layer = [
+        _mean_recall(pred[:, j], real[:, j], valid[:, j] & decode, k)[0]
+        for j in range(real.shape[1])
+    ]
+    return {
+        "predictor": name,
+        "d": d,
+        "recall_all": r_all,
+        "recall_decode": r_dec,
+        "cells_all": n_all,
+        "cells_decode": n_dec,
+        "recall_decode_by_layer": per_layer,
+    }
+
+
+def render_lookahead(rows: list[dict], title: str = "") -> str:
+    from specdec.probes.report import md_table
+
+    body = md_table(
+        ["router evaluated at", "recall (decode)", "recall (all positions)", "(position, layer) cells"],
+        [
+            [r["predictor"], f"{r['recall_decode']:.1%}", f"{r['recall_all']:.1%}", r["cells_decode"]]
+            for r in rows
+        ],
+    )
+    return (f"{title}\n\n" if title else "") + body
+
+
+def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
+    import matplotlib.pyplot as plt
+
+    from specdec.probes.report import write_report
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for r in rows:
+        ys = [np.nan if v is None else v for v in r["recall_decode_by_layer"]]
+        ax.plot(range(len(ys)), ys, marker="o", label=r["predictor"])
+    ax.set_xlabel("MoE layer (index among MoE layers)")
+    ax.set_ylabel("recall of the layer's real top-k (decode positions)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title or "Router lookahead recall by layer")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return write_report(out_dir, "lookahead", rows, render_lookahead(rows, title), fig)
