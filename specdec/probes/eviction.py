@@ -41,7 +41,9 @@ LABELS = {
 def select_positions(trace: Trace, keep: np.ndarray) -> Trace:
     """The trace restricted to positions where `keep` [T] holds (order kept)."""
     per_pos = ("experts", "gates", "tokens", "prompt_ids", "phase")
-    out = replace(trace, **{n: getattr(trace, n)[keep] for n in per_pos if getattr(trace, n) is not None})
+    out = replace(
+        trace, **{n: getattr(trace, n)[keep] for n in per_pos if getattr(trace, n) is not None}
+    )
     if trace.lookahead is not None:
         out.lookahead = trace.lookahead[:, keep]
     return out
@@ -109,7 +111,9 @@ def write_eviction(rows: list[dict], out_dir: str | Path, title: str = "") -> di
         x = [100 * r["budget_share"] for r in rs]
         style = "--" if p in ("knapsack_bound", "belady") else "-"
         a1.plot(x, [100 * r["hit_rate"] for r in rs], style, marker="o", label=LABELS.get(p, p))
-        a2.plot(x, [r["bytes_per_token"] / 2**20 for r in rs], style, marker="o", label=LABELS.get(p, p))
+        a2.plot(
+            x, [r["bytes_per_token"] / 2**20 for r in rs], style, marker="o", label=LABELS.get(p, p)
+        )
     a1.set_ylabel("hit rate (%)")
     a2.set_ylabel("bytes read per token (MiB)")
     for ax in (a1, a2):

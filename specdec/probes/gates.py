@@ -179,7 +179,9 @@ def write_gates(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
         label="drop non-resident experts",
     )
     low = next(r for r in drops if r["variant"].startswith("drop the lowest"))
-    a2.axhline(100 * low["rel_error_mean"], color="tab:red", ls="--", label="drop lowest-gate expert")
+    a2.axhline(
+        100 * low["rel_error_mean"], color="tab:red", ls="--", label="drop lowest-gate expert"
+    )
     a2.set_xlabel("cache budget (% of all routed experts)")
     a2.set_ylabel("relative MoE block error (%)")
     a2.set_title("error of renormalised dropping")

@@ -82,9 +82,19 @@ def render_lookahead(rows: list[dict], title: str = "") -> str:
     from specdec.probes.report import md_table
 
     body = md_table(
-        ["router evaluated at", "recall (decode)", "recall (all positions)", "(position, layer) cells"],
         [
-            [r["predictor"], f"{r['recall_decode']:.1%}", f"{r['recall_all']:.1%}", r["cells_decode"]]
+            "router evaluated at",
+            "recall (decode)",
+            "recall (all positions)",
+            "(position, layer) cells",
+        ],
+        [
+            [
+                r["predictor"],
+                f"{r['recall_decode']:.1%}",
+                f"{r['recall_all']:.1%}",
+                r["cells_decode"],
+            ]
             for r in rows
         ],
     )
