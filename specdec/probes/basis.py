@@ -150,6 +150,7 @@ def write_basis(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
     a2.set_ylabel("rank needed / number of experts")
     a2.set_title("rank of the stacked experts (uncentred SVD)")
     for ax in (a1, a2):
+        ax.set_xticks(layers)
         ax.set_xlabel("model layer")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

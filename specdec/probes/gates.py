@@ -168,6 +168,7 @@ def write_gates(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
     drops = [r for r in rows if r["kind"] == "drop"]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     a1.bar([r["slot"] for r in slots], [r["mean_share"] for r in slots], color="tab:blue")
+    a1.set_xticks([r["slot"] for r in slots])
     a1.set_xlabel("slot, sorted by gate (1 = largest)")
     a1.set_ylabel("mean share of the position's gate sum")
     a1.set_title("gate mass by slot")

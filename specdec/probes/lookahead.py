@@ -29,11 +29,13 @@ def overlap(pred: np.ndarray, real: np.ndarray) -> np.ndarray:
     return hit.any(-1).sum(-1)
 
 
-def _mean_recall(pred: np.ndarray, real: np.ndarray, mask: np.ndarray, k: int) -> tuple[float, int]:
-    """Mean recall over the [T, L] cells where mask holds."""
+def _mean_recall(
+    pred: np.ndarray, real: np.ndarray, mask: np.ndarray, k: int
+) -> tuple[float | None, int]:
+    """Mean recall over the [T, L] cells where mask holds (None where there is none)."""
     n = int(mask.sum())
     if n == 0:
-        return float("nan"), 0
+        return None, 0
     return float(overlap(pred, real)[mask].sum() / (n * k)), n
 
 
@@ -51,12 +53,14 @@ def lookahead_table(trace: Trace) -> list[dict]:
     for i, d in enumerate(trace.lookahead_distances):
         pred = trace.lookahead[i]  # [T, L, k]
         valid = (pred >= 0).all(-1)  # [T, L]: layer L - d exists
-        rows.append(_row(f"layer L-{d} input (L+{d} ahead)", d, pred, e, valid, decode, k))
+        rows.append(_row(f"layer L-{d} input ({d} layer(s) ahead)", d, pred, e, valid, decode, k))
     prompt = np.zeros(T, int) if trace.prompt_ids is None else trace.prompt_ids
     same = np.zeros((T, L), bool)
     same[1:] = (prompt[1:] == prompt[:-1])[:, None]  # previous position is the same prompt's
     prev = np.concatenate([np.full_like(e[:1], -1), e[:-1]])  # [T, L, k]
     rows.append(_row("same layer, previous token", None, prev, e, same, decode, k))
+    for r in rows:
+        r["layer_ids"] = list(trace.layer_ids or range(L))
     return rows
 
 
@@ -78,6 +82,10 @@ def _row(name, d, pred, real, valid, decode, k) -> dict:
     }
 
 
+def _pct(v: float | None) -> str:
+    return "n/a (no such layer)" if v is None else f"{v:.1%}"
+
+
 def render_lookahead(rows: list[dict], title: str = "") -> str:
     from specdec.probes.report import md_table
 
@@ -91,8 +99,8 @@ def render_lookahead(rows: list[dict], title: str = "") -> str:
         [
             [
                 r["predictor"],
-                f"{r['recall_decode']:.1%}",
-                f"{r['recall_all']:.1%}",
+                _pct(r["recall_decode"]),
+                _pct(r["recall_all"]),
                 r["cells_decode"],
             ]
             for r in rows
@@ -109,8 +117,9 @@ def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> d
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for r in rows:
         ys = [np.nan if v is None else v for v in r["recall_decode_by_layer"]]
-        ax.plot(range(len(ys)), ys, marker="o", label=r["predictor"])
-    ax.set_xlabel("MoE layer (index among MoE layers)")
+        ax.plot(r["layer_ids"], ys, marker="o", label=r["predictor"])
+    ax.set_xticks(rows[0]["layer_ids"] if rows else [])
+    ax.set_xlabel("model layer L (MoE layers)")
     ax.set_ylabel("recall of the layer's real top-k (decode positions)")
     ax.set_ylim(0, 1.05)
     ax.set_title(title or "Router lookahead recall by layer")
