@@ -155,6 +155,15 @@ def test_prompt_errors_are_one_line(tmp_path, monkeypatch):
     assert "\n" not in str(e.value) and "could not be loaded" in str(e.value)
 
 
+def test_prompts_from_a_saved_dataset(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"n": [1, 2, 3], "code": ["a = 1", "b = 2", "c = 3"]}).save_to_disk(
+        tmp_path / "ds"
+    )
+    assert load_prompts(f"dataset:{tmp_path / 'ds'}", limit=2) == ["a = 1", "b = 2"]
+
+
 def test_cli_probe_lookahead_from_a_trace(ds3, tmp_path, capsys):
     save_trace(ds3[2].trace, tmp_path / "tr")
     assert (

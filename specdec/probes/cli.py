@@ -20,7 +20,8 @@ from pathlib import Path
 
 from specdec.errors import SpecdecError
 
-NAMES = ("eviction", "lookahead", "gates", "basis", "read_path")
+NAMES = ("gates", "eviction", "lookahead", "basis", "read_path")  # gates first: its recording
+# keeps the MoE inputs, and `probe all` reuses it for the others
 
 
 @dataclass
@@ -41,13 +42,33 @@ class ProbeOptions:
     read_json: str = "benchmarks/results/read.json"
 
 
-def _trace(opts: ProbeOptions, path: str | None, prompts: str, sm=None):
-    from specdec.trace.format import load_trace
+_LOADED: dict[str, object] = {}  # model -> StreamedModel, loaded once per process
+_RECORDED: dict[tuple, object] = {}  # (model, prompts, max_tokens, limit) -> Recording
+
+
+def _recording(opts: ProbeOptions, prompts: str, keep_inputs: bool = False):
+    """Record `prompts` on opts.model once per process (`probe all` shares it across probes);
+    a recording with MoE inputs also serves requests without them."""
+    from specdec.model.loader import load
     from specdec.trace.record import record
 
-    if path:
-        return load_trace(path)
-    return record(opts.model, prompts, opts.max_tokens, limit=opts.limit, sm=sm).trace
+    key = (opts.model, prompts, opts.max_tokens, opts.limit)
+    rec = _RECORDED.get(key)
+    if rec is None or (keep_inputs and rec.inputs is None):
+        if opts.model not in _LOADED:
+            _LOADED[opts.model] = load(opts.model, budget="100%", with_mtp=False)
+        sm = _LOADED[opts.model]
+        rec = record(
+            opts.model, prompts, opts.max_tokens, limit=opts.limit, keep_inputs=keep_inputs, sm=sm
+        )
+        _RECORDED[key] = rec
+    return rec
+
+
+def _trace(opts: ProbeOptions, path: str | None, prompts: str):
+    from specdec.trace.format import load_trace
+
+    return load_trace(path) if path else _recording(opts, prompts).trace
 
 
 def run_probe(name: str, opts: ProbeOptions) -> list[dict]:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import sysconfig
 from pathlib import Path
+from urllib.parse import urlparse
 
 from specdec.errors import SpecdecError
 
@@ -71,8 +73,23 @@ def _from_file(path: Path, field: str | None) -> list[str]:
     return out
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's host answers a TCP connect (so an offline run fails fast, not after
+    minutes of the hub client's retries)."""
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def _from_dataset(name: str, split: str, field: str | None, limit: int | None) -> list[str]:
     """A `datasets` dataset: a directory saved with save_to_disk, or a hub/local name."""
+    if not Path(name).exists() and "datasets" not in sys.modules and not _hub_reachable():
+        # offline: let `datasets` use its local cache only (read when it is first imported)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
         import datasets
     except ImportError:
