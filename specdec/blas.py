@@ -65,7 +65,9 @@ def active_blas() -> str:
     try:
         with open("/proc/self/maps") as f:
             for line in f:
-                if "openblas" in line:
+                # numpy/scipy wheels bundle a scipy_openblas with prefixed symbols: it cannot
+                # serve MLX's cblas calls, so only an unprefixed libopenblas counts.
+                if "libopenblas" in line and "scipy_openblas" not in line:
                     return "openblas:" + line.split()[-1]
     except OSError:
         pass

@@ -38,27 +38,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default="def fibonacci(n):", help="prompt text")
     p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--drafter", default="none", help="none, mtp, self, lookup, oracle:ALPHA, draft:PATH")
+    p.add_argument(
+        "--drafter", default="none", help="none, mtp, self, lookup, oracle:ALPHA, draft:PATH"
+    )
     p.add_argument("--gamma", type=int, default=1, help="positions per verify pass (1 = plain)")
     p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", action="append", default=[], help="device profile(s) for modeled time")
+    p.add_argument(
+        "--profile", action="append", default=[], help="device profile(s) for modeled time"
+    )
     p.add_argument("--records", type=Path, help="write one JSON line per verify pass here")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     profiles = tuple(get_profile(n) for n in args.profile)
-    sm = load(args.model, budget=args.budget, policy=args.policy, io=args.io,
-              threads=args.threads, verify_checksums=args.verify_checksums,
-              with_mtp=args.drafter == "mtp", lookahead=args.lookahead)
+    sm = load(
+        args.model,
+        budget=args.budget,
+        policy=args.policy,
+        io=args.io,
+        threads=args.threads,
+        verify_checksums=args.verify_checksums,
+        with_mtp=args.drafter == "mtp",
+        lookahead=args.lookahead,
+    )
     try:
         tok = sm.tokenizer
         if args.chat:
-            prompt = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": args.prompt}], add_generation_prompt=True
+            )
         else:
-            prompt = tok.encode(args.prompt, add_special_tokens=False) if hasattr(tok, "encode") else tok(args.prompt)
-        cfg = DecodeConfig(gamma=args.gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
+            prompt = (
+                tok.encode(args.prompt, add_special_tokens=False)
+                if hasattr(tok, "encode")
+                else tok(args.prompt)
+            )
+        cfg = DecodeConfig(
+            gamma=args.gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed
+        )
         res = generate(sm, list(prompt), args.drafter, cfg, profiles, args.records)
     finally:
         sm.close()

@@ -31,15 +31,43 @@ def specdec(*args, env_cache, check=True):
 
 
 def test_generate_json_stats(ckpt, tmp_path):
-    out = specdec("generate", "--model", ckpt, "--prompt", "def f(x):", "--max-tokens", 12,
-                  "--budget", "30%", "--json", "--drafter", "self", "--gamma", 3,
-                  "--records", tmp_path / "r.jsonl", "--profile", "m4-24gb", env_cache=tmp_path)
+    out = specdec(
+        "generate",
+        "--model",
+        ckpt,
+        "--prompt",
+        "def f(x):",
+        "--max-tokens",
+        12,
+        "--budget",
+        "30%",
+        "--json",
+        "--drafter",
+        "self",
+        "--gamma",
+        3,
+        "--records",
+        tmp_path / "r.jsonl",
+        "--profile",
+        "m4-24gb",
+        env_cache=tmp_path,
+    )
     d = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(d["tokens"]) == 12 and isinstance(d["text"], str)
     s = d["stats"]
-    for key in ("bytes_read", "hits", "misses", "hit_rate", "blocked_s", "tokens_per_s",
-                "acceptance", "accepted_per_drafted", "mean_union", "draft_bytes_read",
-                "verify_bytes_read"):
+    for key in (
+        "bytes_read",
+        "hits",
+        "misses",
+        "hit_rate",
+        "blocked_s",
+        "tokens_per_s",
+        "acceptance",
+        "accepted_per_drafted",
+        "mean_union",
+        "draft_bytes_read",
+        "verify_bytes_read",
+    ):
         assert key in s, key
     assert s["bytes_read"] == s["draft_bytes_read"] + s["verify_bytes_read"] > 0
     assert s["misses"] > 0 and 0 < s["hit_rate"] < 1

@@ -59,3 +59,14 @@ def test_same_seed_same_weights(tmp_path):
 def test_unknown_family_lists_supported(tmp_path):
     with pytest.raises(SpecdecError, match="supported: deepseek_v3"):
         make_random("llama", tmp_path / "x")
+
+
+def test_cli_make_random(tmp_path):
+    from tests.test_store_errors import assert_user_error, specdec
+
+    proc = specdec("make-random", "qwen3_moe", tmp_path / "q", "--quantize", "3", "--seed", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "3-bit" in proc.stdout
+    assert json.loads((tmp_path / "q" / "config.json").read_text())["quantization"]["bits"] == 3
+    assert_user_error(specdec("make-random", "llama", tmp_path / "x"), "supported:", "mixtral")
+    assert_user_error(specdec("make-random", "mixtral", tmp_path / "x", "--quantize", "7"), "bits")

@@ -36,7 +36,8 @@ def target(tmp_path_factory):
     ref_model, ref_tok = mlx_load(str(src))
     prompt = ref_tok.encode("import os\nimport sys\n\ndef main(argv):\n    ")
     ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
-    sm = load(src, budget="30%", io="direct", with_mtp=False)
+    sm = load(src, budget="30%", io="direct")
+    assert sm.mtp is not None, "random deepseek_v3 checkpoints carry a random MTP layer"
     yield sm, prompt, ref, draft_src
     sm.close()
 
@@ -48,7 +49,7 @@ def _run(sm, prompt, drafter, gamma, **kw):
 
 
 @pytest.mark.parametrize("gamma", [2, 3, 4, 8])
-@pytest.mark.parametrize("drafter", ["self", "lookup", "oracle:0.7", "draft"])
+@pytest.mark.parametrize("drafter", ["mtp", "self", "lookup", "oracle:0.7", "draft"])
 def test_greedy_speculation_is_lossless(target, drafter, gamma):
     sm, prompt, ref, draft_src = target
     spec = f"draft:{draft_src}" if drafter == "draft" else drafter
@@ -100,7 +101,9 @@ def test_speculative_sampling_matches_plain_sampling_end_to_end(target):
     plain, spec = [], []
     for seed in range(150):
         plain.append(_run(sm, prompt, "none", 1, max_tokens=2, temp=1.0, seed=seed).tokens[1])
-        spec.append(_run(sm, prompt, "self", 3, max_tokens=2, temp=1.0, seed=10_000 + seed).tokens[1])
+        spec.append(
+            _run(sm, prompt, "self", 3, max_tokens=2, temp=1.0, seed=10_000 + seed).tokens[1]
+        )
     vocab = sorted(set(plain) | set(spec))
     table = np.array([[plain.count(t) for t in vocab], [spec.count(t) for t in vocab]])
     common = table.sum(0) >= 5
@@ -115,6 +118,43 @@ def test_gamma_below_one_is_a_clear_error(target):
 
 
 def test_mtp_without_weights_is_a_clear_error(target):
+    _, prompt, _, draft_src = target
+    other = load(draft_src, budget="30%", io="buffered")  # qwen3_moe: no MTP module
+    try:
+        with pytest.raises(SpecdecError, match="no MTP weights"):
+            _run(other, prompt, "mtp", 2)
+    finally:
+        other.close()
+
+
+def test_mtp_drafts_equal_a_full_recomputation(target):
+    """The MTP drafter's incremental state (catch-up, chaining, trims) matches a fresh pass."""
     sm, prompt, _, _ = target
-    with pytest.raises(SpecdecError, match="no MTP weights"):
-        _run(sm, prompt, "mtp", 2)
+    proposed = []
+    from specdec.decode import drafters
+
+    original = drafters.MTPDrafter.propose
+
+    def spy(self, st, n):
+        out = original(self, st, n)
+        proposed.append((len(st.tokens), out[0][0]))
+        return out
+
+    drafters.MTPDrafter.propose = spy
+    try:
+        res = _run(sm, prompt, "mtp", 3, max_tokens=40)
+    finally:
+        drafters.MTPDrafter.propose = original
+    tokens = prompt + res.tokens
+    model = sm.model
+    with sm.streamer.phase_of("check"):
+        hidden = model.model(mx.array([tokens]))  # [1, T, H], fresh cache
+        logits, _ = sm.mtp(
+            hidden[:, :-1],
+            mx.array([tokens[1:]]),
+            embed=model.model.embed_tokens,
+            head=model.lm_head,
+        )
+    full = np.array(logits[0].argmax(-1))  # full[i] predicts tokens[i + 2]
+    for length, draft in proposed:  # st.tokens had `length` tokens; the draft is token `length`
+        assert draft == int(full[length - 2])

@@ -118,3 +118,42 @@ def test_gather_qmm_on_arena_view_matches_stacked_weights(packed):
             x, view["weight"], view["scales"], view["biases"], rhs_indices=slots, **kw
         )
     assert mx.array_equal(want, got).item()
+
+
+def test_bf16_sharded_checkpoint_keeps_dtype_and_bytes(tmp_path):
+    """Real checkpoints are bf16 and sharded, with one layer's experts spread over shards."""
+    src = make_random("qwen2_moe", tmp_path / "f32", seed=2)
+    weights = mx.load(str(src / "model.safetensors"))
+    weights = {k: v.astype(mx.bfloat16) for k, v in weights.items()}  # [E, out, in] stay stacked
+    model_dir = tmp_path / "bf16"
+    model_dir.mkdir()
+    names = sorted(weights)
+    shards = [names[0::2], names[1::2]]  # gate/up/down of a layer land in different files
+    for i, shard in enumerate(shards):
+        mx.save_safetensors(
+            str(model_dir / f"model-{i + 1:05d}-of-00002.safetensors"),
+            {k: weights[k] for k in shard},
+            metadata={"format": "mlx"},
+        )
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (model_dir / f).write_bytes((src / f).read_bytes())
+    out = pack(model_dir, tmp_path / "packed")
+    index = ExpertIndex.load(out)
+    assert {t.dtype for ly in index.layers.values() for t in ly.tensors} == {"BF16"}
+    arena = Arena(4, index.slot_bytes)
+    with ExpertReader(out, index, arena, io="direct", verify_checksums=True) as reader:
+        for lid in index.layer_ids:
+            ly = index.layers[lid]
+            reader.read([(lid, e, s) for s, e in enumerate([3, 0, 15, 7])])
+            for spec in ly.tensors:
+                view = arena.tensor_view(spec)
+                ref = weights[f"{ly.prefix}.{spec.name}"]
+                assert view.dtype == mx.bfloat16
+                for s, e in enumerate([3, 0, 15, 7]):
+                    assert mx.array_equal(view[s], ref[e]).item()
+    resident = mx.load(str(out / RESIDENT))
+    assert all(v.dtype == mx.bfloat16 for v in resident.values())
+    # the bf16 checkpoint itself is valid for mlx-lm (MLX's CPU gather_mm computes in float32
+    # only, so it is not run here)
+    model, _ = mlx_lm.load(str(model_dir))
+    assert model.model.layers[0].mlp.switch_mlp.gate_proj.weight.dtype == mx.bfloat16

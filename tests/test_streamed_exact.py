@@ -7,9 +7,9 @@ resident model, and greedy generation gives the same tokens as mlx_lm.generate.
 
 from __future__ import annotations
 
+import mlx.core as mx
 import numpy as np
 import pytest
-import mlx.core as mx
 from mlx_lm import load as mlx_load
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache

@@ -83,7 +83,7 @@ class Belady(Policy):
         self.hit(keys)
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         out, kept = [], []
         heap, res = self._heap, self._resident
         while len(out) < n and heap:
@@ -126,8 +126,8 @@ def knapsack_bound(
     pinned_bytes = float((c[:n_full] * b[:n_full]).sum())
     if n_full < len(c) and left > 0:
         frac = left / b[n_full]
-        hits += frac * c[n_full]
-        pinned_bytes += frac * c[n_full] * b[n_full]
+        hits += float(frac * c[n_full])
+        pinned_bytes += float(frac * c[n_full] * b[n_full])
     return hits, float((c * b).sum()) - pinned_bytes
 
 
@@ -148,7 +148,11 @@ def lru_curve_steps(
     bl = sorted(set(int(n) for n in budgets))
     bidx = {n: i for i, n in enumerate(bl)}
     top = bl[-1] if bl else 0
-    n_groups = 1 if group_size is None else max(k for ks in steps for k in ks) // group_size + 1
+    n_groups = (
+        1
+        if group_size is None
+        else max((k for ks in steps for k in ks), default=0) // group_size + 1
+    )
     first = np.zeros((n_groups, len(bl) + 1), dtype=np.int64)  # [G, B + 1]: first hitting budget
     extra = np.zeros((n_groups, len(bl)), dtype=np.int64)  # [G, B]: hits below that one
     last: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # key -> (step, T, E) of last access

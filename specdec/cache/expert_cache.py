@@ -10,6 +10,8 @@ A step is one MoE layer of one forward call: S = the sorted distinct keys any po
 counts[i] = positions that selected S[i]. Resident members of S are hits (touched ascending),
 then each miss (ascending) is admitted, evicting while full a key the policy picks among the
 resident keys NOT in S. Slots returned by a step stay valid until the next step or prefetch.
+A step may select at most `max_step` keys (n_slots; static: its scratch slots), else it raises
+BudgetError naming the minimum: callers split wider steps into chunks of at most `max_step`.
 The simulator (specdec.cache.simulate) drives the very same object through `access()`.
 
 Prefetch (router lookahead): `prefetch(keys, exclude)` admits keys into free slots or over
@@ -21,7 +23,9 @@ followed by a hit; it then counts as a hit and a `prefetch_hit`; evicted unhit, 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse
 
 import numpy as np
 
@@ -51,90 +55,91 @@ class ExpertCache:
         self.max_step = policy.max_step()
         self._slot_of: dict[int, int] = {}
         self._free: list[int] = list(range(n_slots - 1, -1, -1))  # pop() hands out slot 0 first
-        self._transient: list[int] = []  # keys the policy did not keep, freed at the next step
+        self._transient: Sequence[int] = ()  # keys the policy did not keep, freed at the next step
         self._prefetched: OrderedDict[int, None] = OrderedDict()  # resident, not yet demand-hit
-        self.accesses = self.hits = self.misses = self.evictions = 0
+        self.accesses = self.misses = self.evictions = 0  # hits: a property
         self.prefetch_reads = self.prefetch_hits = self.prefetch_wasted = 0
         self.preload_reads = 0
+        # the policy's hooks, bound once: the hot path calls them for every step
+        self._uses_select = policy.uses_select
+        self._select, self._hit = policy.select, policy.hit
+        self._admit, self._victims = policy.admit, policy.victims
 
     # -- the hot path ------------------------------------------------------------------------
 
     def step(self, keys: np.ndarray, counts: np.ndarray | None = None) -> StepResult:
         """One MoE layer of one forward call; keys sorted and distinct, counts aligned."""
         ks = keys.tolist()
-        slots, misses = self.access(ks, None if counts is None else counts.tolist())
-        return StepResult(np.array(slots, dtype=np.int32), misses)
+        misses = self.access(ks, None if counts is None else counts.tolist())
+        slot_of = self._slot_of
+        return StepResult(np.array([slot_of[k] for k in ks], dtype=np.int32), misses)
 
-    def access(
-        self, ks: list[int], counts: list[int] | None = None
-    ) -> tuple[list[int], list[tuple[int, int]]]:
-        """`step` on plain lists: (slot per key, [(key, slot) to read]). The simulator's entry."""
+    def access(self, ks: list[int], counts: list[int] | None = None) -> list[tuple[int, int]]:
+        """`step` on plain lists, returning only the (key, slot) misses: the simulator's entry.
+        Written for speed (millions of accesses per second): C-level iteration where possible
+        (filter over dict.__contains__, map over dict.pop), few attribute lookups."""
         n = len(ks)
         if n > self.max_step:
             raise BudgetError(self._too_wide(n))
         slot_of = self._slot_of
         if self._transient:
-            free = self._free
-            for k in self._transient:
-                free.append(slot_of.pop(k))
-            self._transient = []
-        policy = self.policy
-        if policy.uses_select:
-            policy.select(ks, counts)
-        slots = [slot_of.get(k, -1) for k in ks]
+            self._free.extend(map(slot_of.pop, self._transient))
+            self._transient = ()
+        if self._uses_select:
+            self._select(ks, counts)
         self.accesses += n
-        if -1 not in slots:
+        missed = list(filterfalse(slot_of.__contains__, ks))
+        m = len(missed)
+        if m < n:
+            hit_keys = list(filter(slot_of.__contains__, ks)) if m else ks
             if self._prefetched:
-                self._claim_prefetched(ks)
-            policy.hit(ks)
-            self.hits += n
-            return slots, []
-        hit_keys = [k for k, s in zip(ks, slots, strict=True) if s >= 0]
-        miss_idx = [i for i, s in enumerate(slots) if s < 0]
-        if self._prefetched:
-            self._claim_prefetched(hit_keys)
-        policy.hit(hit_keys)
-        m = len(miss_idx)
-        self.hits += n - m
+                self._claim_prefetched(hit_keys)
+            self._hit(hit_keys)
+            if not m:
+                return missed
         self.misses += m
         free = self._free
-        need = m - len(free)
-        if need > 0:
-            self._evict(need, set(ks))
-        miss_keys = [ks[i] for i in miss_idx]
-        out = []
-        for i, k in zip(miss_idx, miss_keys, strict=True):
-            s = free.pop()
-            slot_of[k] = s
-            slots[i] = s
-            out.append((k, s))
-        dropped = policy.admit(miss_keys)
+        if m > len(free):
+            self._evict(m - len(free), ks, True)
+        taken = free[-m:]  # the slots free.pop() would hand out, in the same order
+        del free[-m:]
+        out = list(zip(missed, reversed(taken), strict=True))
+        slot_of.update(out)
+        dropped = self._admit(missed)
         if dropped:
-            self._transient = list(dropped)
-        return slots, out
+            self._transient = dropped
+        return out
+
+    @property
+    def hits(self) -> int:
+        return self.accesses - self.misses
 
     def tick(self, n_positions: int) -> None:
         """Once per forward call, after its steps, with its number of positions."""
         self.policy.tick(n_positions)
 
+    def new_sequence(self) -> None:
+        """A prefill from position 0 begins: policies with per-sequence state reset it."""
+        self.policy.new_sequence()
+
     # -- prefetch and preload ----------------------------------------------------------------
 
     def prefetch(self, keys, exclude=()) -> list[tuple[int, int]]:
-        """Admit the keys not resident, never evicting a key of `exclude`; returns (key, slot)
-        to read. Stops early when every resident key is excluded or the policy keeps nothing."""
-        if self.policy.max_step() < self.n_slots:
-            return []  # static: only pinned keys are kept, and they are not prefetched
-        exclude = set(exclude)
+        """Admit the keys not resident, in order, never evicting a key of `exclude` or of `keys`;
+        returns (key, slot) to read. Stops early when no resident key may be evicted."""
+        if not self.policy.prefetchable:
+            return []
+        wanted = list(dict.fromkeys(int(k) for k in keys))  # numpy ints become Python ints
+        exclude = {int(k) for k in exclude}.union(wanted)  # nor evict a key this call asks for
         slot_of, free, out = self._slot_of, self._free, []
-        for k in dict.fromkeys(int(k) for k in keys):
+        for k in wanted:
             if k in slot_of:
                 continue
-            if not free and not self._evict(1, exclude | {k}):
+            if not free and not self._evict(1, exclude, False):
                 break
             s = free.pop()
             slot_of[k] = s
             self._prefetched[k] = None
-            exclude.add(k)  # a later prefetch of this call must not evict this one
             out.append((k, s))
         self.prefetch_reads += len(out)
         return out
@@ -178,17 +183,15 @@ class ExpertCache:
             self.policy.admit(claimed)
             self.prefetch_hits += len(claimed)
 
-    def _evict(self, n: int, exclude: set[int]) -> int:
+    def _evict(self, n: int, exclude: Collection[int], in_step: bool) -> int:
         """Free n slots: unhit prefetches first, then the policy's victims. Returns freed."""
         victims: list[int] = []
         if self._prefetched:
             _pop_oldest(self._prefetched, n, exclude, victims)
             self.prefetch_wasted += len(victims)
         if len(victims) < n:
-            victims += self.policy.victims(n - len(victims), exclude)
-        slot_of, free = self._slot_of, self._free
-        for k in victims:
-            free.append(slot_of.pop(k))
+            victims += self._victims(n - len(victims), exclude, in_step)
+        self._free.extend(map(self._slot_of.pop, victims))
         self.evictions += len(victims)
         return len(victims)
 

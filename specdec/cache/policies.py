@@ -8,10 +8,14 @@ batches (one call per step, not per access) because the simulator replays millio
 
     select(keys, counts)   every key of the step, before anything else (only if uses_select)
     hit(keys)              the step's resident keys, ascending
-    victims(n, exclude)    remove and return up to n resident keys not in `exclude`, best first
+    victims(n, exclude, in_step)
+                           remove and return up to n resident keys not in `exclude`, best
+                           first; in_step: `exclude` is the current step, whose resident keys
+                           hit() has just touched (LRU relies on it to skip the checks)
     admit(keys)            the step's misses, ascending, now resident; returns the keys the
                            policy does not keep (static's scratch reads), freed before next step
     tick(n_positions)      once per forward call, after its steps
+    new_sequence()         a prefill from position 0 begins (hotness resets its counters)
 
 Victims are chosen before the misses are admitted. That equals admitting misses one at a time
 and evicting one victim before each: a just-admitted miss belongs to the step and may never be a
@@ -21,8 +25,15 @@ victim, and no policy changes its order of the non-step keys while admitting.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import (
+    OrderedDict,
+    # Counter.update's C helper: +1 per element on a plain dict, ~3x a dict comprehension;
+    # private to collections but there since Python 3.2. hotness and lfu count with it.
+    _count_elements,  # type: ignore[attr-defined]
+    deque,
+)
 from collections.abc import Collection, Sequence
+from itertools import repeat
 
 from specdec.errors import BudgetError, SpecdecError
 
@@ -32,6 +43,7 @@ class Policy:
 
     name = "base"
     uses_select = False  # the cache skips select() unless set: one call fewer per step
+    prefetchable = True  # static is not: it keeps only pinned keys, whatever is read ahead
 
     def __init__(self, n_slots: int):
         if n_slots < 1:
@@ -51,15 +63,21 @@ class Policy:
     def admit(self, keys: list[int]) -> Sequence[int]:
         raise NotImplementedError
 
-    def victims(self, n: int, exclude: Collection[int]) -> list[int]:
+    def victims(self, n: int, exclude: Collection[int], in_step: bool = False) -> list[int]:
         raise NotImplementedError
 
     def tick(self, n_positions: int) -> None:
         pass
 
+    def new_sequence(self) -> None:
+        pass
+
     def preload_keys(self) -> list[int]:
         """Keys to read before the first step, in order (hotlist seeding); [] by default."""
         return []
+
+
+_consume = deque(maxlen=0).extend  # runs an iterator to its end in C: a loop without bytecode
 
 
 def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[int]) -> None:
@@ -87,15 +105,16 @@ class LRU(Policy):
         self.order: OrderedDict[int, None] = OrderedDict()
 
     def hit(self, keys):
-        move = self.order.move_to_end
-        for k in keys:
-            move(k)
+        _consume(map(self.order.move_to_end, keys))
 
     def admit(self, keys):
-        self.order.update(dict.fromkeys(keys))
+        self.order.update(zip(keys, repeat(None)))
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
+        if in_step:  # the step's resident keys were just touched: the n oldest are not in it
+            pop = self.order.popitem
+            return [pop(False)[0] for _ in range(n)]
         out: list[int] = []
         _pop_oldest(self.order, n, exclude, out)
         return out
@@ -133,7 +152,7 @@ class SLRU(Policy):
         self.probation.update(dict.fromkeys(keys))
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         out: list[int] = []
         _pop_oldest(self.probation, n, exclude, out)
         _pop_oldest(self.protected, n - len(out), exclude, out)
@@ -149,9 +168,11 @@ class CountPolicy(Policy):
     (first key = len(hotlist)) and is preloaded up to the budget.
     lfu: hits since admission, reset when evicted, never decayed.
 
-    Victims come from a heap of (count, last_used, key) with lazy deletion: an entry is live
-    while its key is resident and last_used matches; every count change comes with a touch, so
-    stale entries are recognised, and a halving rebuilds the heap from the resident keys.
+    Victims come from a min-heap of (count, last_used, key), one entry per resident key, updated
+    lazily: between halvings a key's (count, last_used) only grows, so an outdated entry sorts
+    too early, never too late. A popped entry that is outdated goes back with its current value;
+    the first up-to-date one is the true minimum. Hits therefore cost two dict writes, and a
+    halving (which lowers counts) rebuilds the heap.
     """
 
     def __init__(
@@ -170,65 +191,59 @@ class CountPolicy(Policy):
         self.decay_every = decay_every
         self.count: dict[int, int] = {}
         self.last: dict[int, int] = {}  # resident key -> stamp of its latest touch
-        self.heap: list[tuple[int, int, int]] = []
+        self.heap: list[tuple[int, int, int]] = []  # (count, stamp, key) per resident key
         self.stamp = 0
         self.positions = 0
-        n = len(hotlist)
-        for rank, k in enumerate(hotlist):
-            self.count[k] = n - rank
+        self._seed = {k: len(hotlist) - rank for rank, k in enumerate(hotlist)}
+        self.count.update(self._seed)
         self._preload = list(hotlist[:n_slots]) if preload else []
 
     def preload_keys(self):
         return list(self._preload)
 
     def select(self, keys, counts):
-        cnt = self.count
         if counts is None:
-            for k in keys:
-                cnt[k] = cnt.get(k, 0) + 1
+            _count_elements(self.count, keys)
         else:
-            for k, c in zip(keys, counts, strict=True):
-                cnt[k] = cnt.get(k, 0) + c
+            get = self.count.get
+            self.count.update({k: get(k, 0) + c for k, c in zip(keys, counts, strict=True)})
 
-    def _touch(self, keys: list[int]) -> None:
-        cnt, last, push, heap = self.count, self.last, heapq.heappush, self.heap
+    def hit(self, keys):
+        if not self.uses_select:  # lfu: the count is hits
+            _count_elements(self.count, keys)
+        s = self.stamp
+        self.last.update(zip(keys, range(s, s + len(keys)), strict=True))
+        self.stamp = s + len(keys)
+
+    def admit(self, keys):
+        cnt, last, heap, push = self.count, self.last, self.heap, heapq.heappush
+        if not self.uses_select:
+            cnt.update(dict.fromkeys(keys, 0))
         s = self.stamp
         for k in keys:
             last[k] = s
             push(heap, (cnt.get(k, 0), s, k))
             s += 1
         self.stamp = s
-
-    def hit(self, keys):
-        if not self.uses_select:  # lfu: the count is hits
-            cnt = self.count
-            for k in keys:
-                cnt[k] += 1
-        self._touch(keys)
-
-    def admit(self, keys):
-        if not self.uses_select:
-            cnt = self.count
-            for k in keys:
-                cnt[k] = 0
-        self._touch(keys)
         return ()
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         out: list[int] = []
         kept = []
-        heap, last, pop = self.heap, self.last, heapq.heappop
+        heap, last, cnt = self.heap, self.last, self.count
         while len(out) < n and heap:
-            entry = pop(heap)
-            k = entry[2]
-            if last.get(k) != entry[1]:
-                continue  # stale: touched again since, or evicted
+            c, s, k = heap[0]
+            now = last[k]
+            if now != s:  # every count change between halvings comes with a touch
+                heapq.heapreplace(heap, (cnt.get(k, 0), now, k))  # outdated: re-sort it
+                continue
+            heapq.heappop(heap)
             if k in exclude:
-                kept.append(entry)
+                kept.append((c, s, k))
                 continue
             del last[k]
             if not self.uses_select:
-                del self.count[k]
+                del cnt[k]
             out.append(k)
         for entry in kept:
             heapq.heappush(heap, entry)
@@ -242,10 +257,19 @@ class CountPolicy(Policy):
         shift = self.positions // self.decay_every - before
         if shift:
             # Keys whose counter reaches 0 are dropped: a missing key reads as 0.
-            self.count = {k: v >> shift for k, v in self.count.items() if v >> shift}
-            cnt = self.count
-            self.heap = [(cnt.get(k, 0), s, k) for k, s in self.last.items()]
-            heapq.heapify(self.heap)
+            self._recount({k: v >> shift for k, v in self.count.items() if v >> shift})
+
+    def new_sequence(self):
+        """ds4 resets route hotness at a prefill from position 0; the hotlist seeds it again."""
+        if self.uses_select:
+            self.positions = 0
+            self._recount(dict(self._seed))
+
+    def _recount(self, count: dict[int, int]) -> None:
+        """Counts went down (halving, reset): the lazy heap's order no longer holds; rebuild."""
+        self.count = count
+        self.heap = [(count.get(k, 0), s, k) for k, s in self.last.items()]
+        heapq.heapify(self.heap)
 
 
 class Static(Policy):
@@ -258,6 +282,7 @@ class Static(Policy):
     """
 
     name = "static"
+    prefetchable = False
 
     def __init__(
         self, n_slots: int, hotlist: Sequence[int] = (), scratch: int = 64, preload: bool = True
@@ -280,7 +305,7 @@ class Static(Policy):
         pinned = self.pinned
         return [k for k in keys if k not in pinned]
 
-    def victims(self, n, exclude):
+    def victims(self, n, exclude, in_step=False):
         return []  # pinned keys are never evicted; scratch is freed by the cache
 
 

@@ -10,8 +10,10 @@ the runtime uses. Byte budgets become slots of the largest expert of any layer. 
 the one-pass curve (specdec.cache.bounds), equal to a replay per budget; `belady` and
 `knapsack_bound` are the offline bounds. `static` pins the hotlist given (--hotlist or
 --hotlist-trace), else the trace's own profile (hindsight, like knapsack_bound), and keeps the
-widest step as scratch. `hotness` is seeded and preloaded only from an explicit hotlist.
-bytes_read counts the misses only; preloads of a hotlist are reported as preload_bytes.
+widest step as scratch. `hotness` is seeded and preloaded only from an explicit hotlist, and
+starts over (new_sequence) where prompt_ids.npy changes prompt. --lookahead D prefetches the
+trace's router predictions (lookahead.npy) for layer l + D after the step of layer l, as the
+runtime does. bytes_read counts misses and prefetches; hotlist preloads are preload_bytes.
 """
 
 from __future__ import annotations
@@ -43,10 +45,14 @@ class SimResult:
     hits: float  # an int except for knapsack_bound, whose last expert is pinned fractionally
     misses: float
     hit_rate: float
-    bytes_read: float  # bytes of the misses
+    bytes_read: float  # bytes read during the replay: misses, plus prefetches with lookahead
     bytes_per_token: float  # bytes_read per position
     preload_bytes: int  # hotlist preloads, read before the first position
     positions: int
+    lookahead: int = 0  # router lookahead distance replayed (0: none)
+    prefetch_bytes: float = 0.0  # part of bytes_read
+    prefetch_hits: int = 0  # prefetched experts a later step used (counted as hits)
+    prefetch_wasted: int = 0  # prefetched experts evicted unused
 
 
 def trace_steps(trace: Trace, positions: int | None = None) -> list[list[list[int]]]:
@@ -59,20 +65,56 @@ def trace_steps(trace: Trace, positions: int | None = None) -> list[list[list[in
     return keys.tolist()
 
 
+def lookahead_steps(trace: Trace, distance: int, positions: int | None = None):
+    """[position][layer] -> keys to prefetch after that layer's step: the trace's prediction of
+    layer l + d made from layer l's input (lookahead.npy), [] where l + d is past the last."""
+    if distance not in trace.lookahead_distances:
+        have = ", ".join(map(str, trace.lookahead_distances)) or "none"
+        raise SpecdecError(
+            f"trace has no lookahead at distance {distance} (has: {have}): record it with "
+            "lookahead or drop --lookahead"
+        )
+    pred = trace.lookahead[trace.lookahead_distances.index(distance), :positions]  # [T, L, k]
+    T, L, _ = pred.shape
+    layer = np.arange(L, dtype=np.int64)[None, :, None] * trace.n_experts
+    keys = (pred.astype(np.int64) + layer)[:, distance:]  # [T, L - d, k]: target layers
+    empty = [[] for _ in range(min(distance, L))]
+    return [[sorted(set(ks)) for ks in row] + empty for row in keys.tolist()]
+
+
 def replay(
-    cache: ExpertCache, steps: list[list[list[int]]], key_bytes: dict[int, int] | None = None
-) -> float:
-    """Drive `cache` through the steps, `tick(1)` after each position. Returns the bytes of the
-    misses when `key_bytes` (key -> expert bytes) is given, else 0."""
-    access, tick = cache.access, cache.tick
-    total = 0
-    for position in steps:
-        for ks in position:
-            _, missed = access(ks)
+    cache: ExpertCache,
+    steps: list[list[list[int]]],
+    key_bytes: dict[int, int] | None = None,
+    ahead: list[list[list[int]]] | None = None,
+    starts: frozenset[int] = frozenset(),
+) -> tuple[float, float]:
+    """Drive `cache` through the steps, `tick(1)` after each position; after each step prefetch
+    `ahead[t][l]` (never evicting the step's keys); `new_sequence()` before positions in
+    `starts`. Returns (bytes of misses, bytes of prefetches) when `key_bytes` (key -> bytes) is
+    given, else (0, 0): with one expert size, the cache's counters give the bytes."""
+    access, tick, prefetch = cache.access, cache.tick, cache.prefetch
+    missed_bytes = prefetched_bytes = 0
+    for t, position in enumerate(steps):
+        if t in starts:
+            cache.new_sequence()
+        preds = ahead[t] if ahead is not None else None
+        for i, ks in enumerate(position):
+            missed = access(ks)
             if missed and key_bytes is not None:
-                total += sum(key_bytes[k] for k, _ in missed)
+                missed_bytes += sum(key_bytes[k] for k, _ in missed)
+            if preds is not None and preds[i]:
+                got = prefetch(preds[i], ks)
+                if got and key_bytes is not None:
+                    prefetched_bytes += sum(key_bytes[k] for k, _ in got)
         tick(1)
-    return float(total)
+    return float(missed_bytes), float(prefetched_bytes)
+
+
+def lru_curve(trace: Trace, budgets: list[int], positions: int | None = None) -> np.ndarray:
+    """LRU hits of the trace at every budget (slots), from one pass; [len(budgets)]."""
+    flat = [ks for position in trace_steps(trace, positions) for ks in position]
+    return lru_curve_steps(flat, budgets)
 
 
 @dataclass
@@ -86,34 +128,43 @@ class _Setup:
     uniform: bool  # every layer's experts have the same size
     widest: int
     hotlist: list[int] | None
+    ahead: list[list[list[int]]] | None  # lookahead prefetches, see lookahead_steps
+    lookahead: int
+    starts: frozenset[int]  # positions where a new prompt begins
 
 
 def _run(setup: _Setup, policy: str, n: int, nbytes: int, lru_hits) -> SimResult:
     trace, flat = setup.trace, setup.flat
     accesses = sum(len(ks) for ks in flat)
     n_pos, slot = len(setup.steps), trace.slot_bytes
-    preload = 0
+    extra = {}
     if policy == "knapsack_bound":
-        hits, missed_bytes = knapsack_bound(flat, nbytes, setup.key_bytes)
-    elif policy == "lru":
+        hits, read = knapsack_bound(flat, nbytes, setup.key_bytes)
+    elif policy == "lru" and setup.ahead is None:
         hits_by_layer = lru_hits[n]  # [L]
         acc_by_layer = np.bincount(
             [k // trace.n_experts for ks in flat for k in ks], minlength=trace.n_layers
         )  # [L]
         hits = int(hits_by_layer.sum())
-        missed_bytes = float(((acc_by_layer - hits_by_layer) * trace.expert_bytes).sum())
+        read = float(((acc_by_layer - hits_by_layer) * trace.expert_bytes).sum())
     else:
-        hot = setup.hotlist
         if policy == "belady":
             pol = Belady(n, flat)
         else:
-            pol = make_policy(policy, n, hotlist=hot, scratch=setup.widest)
+            pol = make_policy(policy, n, hotlist=setup.hotlist, scratch=setup.widest)
         cache = ExpertCache(n, pol)
         preload = sum(setup.key_bytes.get(k, slot) for k, _ in cache.preload())
-        missed_bytes = replay(cache, setup.steps, None if setup.uniform else setup.key_bytes)
-        hits = cache.hits
+        by_key = None if setup.uniform else setup.key_bytes
+        missed, prefetched = replay(cache, setup.steps, by_key, setup.ahead, setup.starts)
         if setup.uniform:
-            missed_bytes = float(cache.misses * slot)
+            missed, prefetched = cache.misses * slot, cache.prefetch_reads * slot
+        hits, read = cache.hits, float(missed + prefetched)
+        extra = {
+            "preload_bytes": preload,
+            "prefetch_bytes": float(prefetched),
+            "prefetch_hits": cache.prefetch_hits,
+            "prefetch_wasted": cache.prefetch_wasted,
+        }
     return SimResult(
         policy=policy,
         budget_slots=n,
@@ -122,10 +173,12 @@ def _run(setup: _Setup, policy: str, n: int, nbytes: int, lru_hits) -> SimResult
         hits=hits,
         misses=accesses - hits,
         hit_rate=hits / accesses if accesses else 0.0,
-        bytes_read=missed_bytes,
-        bytes_per_token=missed_bytes / max(n_pos, 1),
-        preload_bytes=preload,
+        bytes_read=read,
+        bytes_per_token=read / max(n_pos, 1),
+        preload_bytes=extra.pop("preload_bytes", 0),
         positions=n_pos,
+        lookahead=setup.lookahead,
+        **extra,
     )
 
 
@@ -135,8 +188,11 @@ def simulate(
     budgets: list[str],
     hotlist: list[int] | None = None,
     positions: int | None = None,
+    lookahead: int = 0,
 ) -> list[SimResult]:
-    """Every (policy, budget) pair: policies outer, budgets in the order given."""
+    """Every (policy, budget) pair: policies outer, budgets in the order given. lookahead d > 0
+    prefetches the trace's layer l + d predictions after each step of layer l (static and the
+    bounds ignore it: they read nothing ahead)."""
     unknown = [p for p in policies if p not in ALL]
     if unknown:
         raise SpecdecError(f"unknown policy {unknown[0]!r}: use one of {', '.join(ALL)}")
@@ -165,6 +221,11 @@ def simulate(
         curve = lru_curve_steps(flat, [n for n, _ in sizes], group_size=E)  # [B, G]
         for (n, _), h in zip(sizes, curve, strict=True):
             lru_hits[n] = np.pad(h, (0, trace.n_layers - len(h)))  # [L]
+    ahead = lookahead_steps(trace, lookahead, positions) if lookahead else None
+    starts = frozenset()
+    if trace.prompt_ids is not None:
+        pid = trace.prompt_ids[: len(steps)]
+        starts = frozenset((np.flatnonzero(pid[1:] != pid[:-1]) + 1).tolist())
     out = []
     for policy in policies:
         setup = _Setup(
@@ -175,6 +236,9 @@ def simulate(
             uniform=len(set(trace.expert_bytes)) == 1,
             widest=widest,
             hotlist=hotlist_static if policy == "static" else hotlist,
+            ahead=ahead if policy in POLICIES and policy != "static" else None,
+            lookahead=lookahead if policy in POLICIES and policy != "static" else 0,
+            starts=starts,
         )
         out.extend(_run(setup, policy, n, nbytes, lru_hits) for n, nbytes in sizes)
     return out
@@ -192,6 +256,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     hot.add_argument("--hotlist", help="ds4 hotlist file seeding hotness and pinned by static")
     hot.add_argument("--hotlist-trace", help="profile this other trace into the hotlist")
     parser.add_argument("--positions", type=int, help="replay only the first N positions")
+    parser.add_argument(
+        "--lookahead",
+        type=int,
+        default=0,
+        help="prefetch the trace's router predictions D MoE layers ahead (needs lookahead.npy)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list of results")
 
 
@@ -202,11 +272,13 @@ def run(args: argparse.Namespace) -> int:
         hotlist = hotlist_keys(trace, read_hotlist(args.hotlist))
     elif args.hotlist_trace:
         hotlist = hotlist_keys(trace, profile_hotlist(load_trace(args.hotlist_trace)))
+    if args.lookahead < 0:
+        raise SpecdecError(f"--lookahead {args.lookahead}: give a distance >= 1, or 0 for none")
     if args.positions is not None and args.positions < 1:
         raise SpecdecError(f"--positions {args.positions}: give a positive number of positions")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     budgets = [b.strip() for b in args.budget.split(",") if b.strip()]
-    results = simulate(trace, policies, budgets, hotlist, args.positions)
+    results = simulate(trace, policies, budgets, hotlist, args.positions, args.lookahead)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))
         return 0

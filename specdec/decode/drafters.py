@@ -53,8 +53,9 @@ class MTPDrafter(Drafter):
     name = "mtp"
     needs_hidden = True
 
-    def __init__(self, mtp):
+    def __init__(self, mtp, model):
         self.mtp = mtp
+        self.embed, self.head = model.model.embed_tokens, model.lm_head  # shared, as in DeepSeek-V3
         self.cache = None
         self.pending: tuple[mx.array, list[int]] | None = None  # (hidden [1,T,H], next tokens)
         self.chained = 0
@@ -64,7 +65,9 @@ class MTPDrafter(Drafter):
         self.pending = (st.hidden, st.tokens[1:])  # prompt positions 0..P-1 -> tokens 1..P
 
     def _run(self, hidden: mx.array, tokens: list[int]) -> tuple[np.ndarray, mx.array]:
-        logits, h = self.mtp(hidden, mx.array([tokens]), cache=self.cache)
+        logits, h = self.mtp(
+            hidden, mx.array([tokens]), cache=self.cache, embed=self.embed, head=self.head
+        )
         return np.array(logits[0, -1].astype(mx.float32)), h[:, -1:]
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
@@ -84,7 +87,7 @@ class MTPDrafter(Drafter):
 
     def commit(self, st: DecodeState, drafts: list[int], verdict: Verdict) -> None:
         if self.chained:
-            trim_prompt_cache(self.cache, self.chained)
+            self.cache.trim(self.chained)  # one KVCache: the module has one attention layer
         n = verdict.accepted
         self.pending = (st.hidden[:, : n + 1], verdict.tokens)  # rows y, d1..dn -> d1..dn, t
 
@@ -216,7 +219,7 @@ def make_drafter(spec: str, sm, reference: list[int] | None = None, seed: int = 
                 f"drafter mtp: {sm.path} has no MTP weights (mtp.safetensors); use a model with an "
                 "MTP module (specdec extract-mtp HF_DIR OUT) or another drafter (self, lookup)"
             )
-        return MTPDrafter(sm.mtp)
+        return MTPDrafter(sm.mtp, sm.model)
     if name == "self":
         return SelfDrafter()
     if name == "lookup":

@@ -69,7 +69,13 @@ class Decode:
             raise SpecdecError(f"temperature must be >= 0 (got {cfg.temp})")
         if not prompt:
             raise SpecdecError("the prompt is empty: give at least one token")
-        self.sm, self.drafter, self.cfg, self.profiles, self.eos_ids = sm, drafter, cfg, profiles, eos_ids
+        self.sm, self.drafter, self.cfg, self.profiles, self.eos_ids = (
+            sm,
+            drafter,
+            cfg,
+            profiles,
+            eos_ids,
+        )
         cache = make_prompt_cache(sm.model)
         if cfg.gamma > 1 and not can_trim_prompt_cache(cache):
             raise SpecdecError(

@@ -31,10 +31,18 @@ def eos_ids(sm: StreamedModel) -> frozenset[int]:
     return frozenset(int(i) for i in ids)
 
 
-def plain_greedy(sm: StreamedModel, prompt: list[int], max_tokens: int, stop_at_eos: bool = True) -> list[int]:
+def plain_greedy(
+    sm: StreamedModel, prompt: list[int], max_tokens: int, stop_at_eos: bool = True
+) -> list[int]:
     """The plain greedy continuation (γ = 1); the cache is reset afterwards."""
-    run = Decode(sm, prompt, make_drafter("none", sm), DecodeConfig(1, max_tokens), (),
-                 eos_ids(sm) if stop_at_eos else frozenset())
+    run = Decode(
+        sm,
+        prompt,
+        make_drafter("none", sm),
+        DecodeConfig(1, max_tokens),
+        (),
+        eos_ids(sm) if stop_at_eos else frozenset(),
+    )
     for _ in run.passes():
         pass
     sm.reset_cache()
@@ -51,7 +59,11 @@ def generate(
     stop_at_eos: bool = True,
 ) -> GenerationResult:
     eos = eos_ids(sm) if stop_at_eos else frozenset()
-    reference = plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos) if drafter.startswith("oracle") else None
+    reference = (
+        plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
+        if drafter.startswith("oracle")
+        else None
+    )
     run = Decode(sm, prompt, make_drafter(drafter, sm, reference, cfg.seed), cfg, profiles, eos)
     records: list[PassRecord] = []
     writer = RecordWriter(records_path) if records_path else None

@@ -150,7 +150,9 @@ def load(
             f"({k}slots)"
         )
     arena = Arena(n_slots, index.slot_bytes)
-    reader = ExpertReader(packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums)
+    reader = ExpertReader(
+        packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums
+    )
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
     policy_options = {"scratch": 8 * k, **(policy_options or {})}
     cache = build_cache(policy, n_slots, policy_options, key_stride)
@@ -234,8 +236,12 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
     from specdec.model.mtp import load_mtp
 
     mtp = load_mtp(packed, model, with_experts=False)
+    if mtp is None:
+        return None
     if n_main not in index.layers:
-        raise SpecdecError(f"{packed}: mtp.safetensors present but its experts are not packed; re-pack")
+        raise SpecdecError(
+            f"{packed}: mtp.safetensors present but its experts are not packed; re-pack"
+        )
     block = mtp.layer.mlp
     block.switch_mlp = StreamedSwitchGLU(streamer, n_main, block.switch_mlp, block, family.route)
     return mtp

@@ -211,30 +211,15 @@ def _quantize(model: nn.Module, config: dict, bits: int) -> dict:
     return config
 
 
-def _mtp_weights(family_module, args, config: dict, key: mx.array, bits: int | None) -> dict:
+def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
     """One random DeepSeek-V3 MTP layer, named as in the HF checkpoint (model.layers.{N}.*)."""
+    from specdec.model.mtp import MTPModule
 
-    class MTPLayer(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            h = args.hidden_size
-            self.enorm = nn.RMSNorm(h, eps=args.rms_norm_eps)
-            self.hnorm = nn.RMSNorm(h, eps=args.rms_norm_eps)
-            self.eh_proj = nn.Linear(2 * h, h, bias=False)
-            self.shared_head = {"norm": nn.RMSNorm(h, eps=args.rms_norm_eps)}
-            # a decoder layer past first_k_dense_replace is a MoE layer
-            self.layer = family_module.DeepseekV3DecoderLayer(args, args.num_hidden_layers)
-
-    mtp = MTPLayer()
+    mtp = MTPModule(args)
     _randomize(mtp, key)
     if bits is not None:
         _quantize(mtp, copy.deepcopy(config), bits)
-    prefix = f"model.layers.{args.num_hidden_layers}."
-    weights = {}
-    for name, v in tree_flatten(mtp.parameters()):
-        name = name.removeprefix("layer.")
-        weights[prefix + name] = v
-    return weights
+    return mtp.checkpoint_weights()
 
 
 def make_random(family: str, out_dir: str | Path, bits: int | None = None, seed: int = 0) -> Path:
@@ -260,7 +245,7 @@ def make_random(family: str, out_dir: str | Path, bits: int | None = None, seed:
     tmp.mkdir(parents=True)
     save_model(tmp, model)
     if family in MTP_FAMILIES:
-        mtp = _mtp_weights(module, args, config, k_mtp, bits)
+        mtp = _mtp_weights(args, config, k_mtp, bits)
         mx.save_safetensors(str(tmp / "mtp.safetensors"), mtp, metadata={"format": "mlx"})
     save_config(copy.deepcopy(config), tmp / "config.json")
     write_tokenizer(tmp)

@@ -9,8 +9,9 @@ is the family's own code, so streamed logits equal resident logits.
 
 A call whose union exceeds the cache is computed in chunks of positions whose union fits, each
 chunk evaluated before the next read can overwrite its slots; so any budget of at least one
-position's top-k works. Every call evaluates its output before returning: no lazy graph is ever
-left pointing at a slot that a later read may overwrite.
+position's top-k works. Outputs stay lazy (one host sync per MoE layer, the router's), but every
+output still pending is evaluated before a read may overwrite a slot: no lazy graph ever
+computes on a slot that was refilled under it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class Streamer:
     lookahead: int = 0
     ahead_of: dict[int, tuple[int, nn.Module]] = field(default_factory=dict)  # L -> (L+d, block)
     inflight: dict[int, Future] = field(default_factory=dict)  # slot -> read still landing
+    pending: list[mx.array] = field(default_factory=list)  # lazy outputs computing on slots
+
+    def _flush(self, keep: mx.array | None = None) -> None:
+        """Evaluate every pending output (but `keep`, whose slots the caller protects)."""
+        todo = [y for y in self.pending if y is not keep]
+        if todo:
+            mx.eval(todo)
+        self.pending = [keep] if keep is not None and any(y is keep for y in self.pending) else []
 
     def _requests(self, misses: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
         s = self.key_stride
@@ -83,6 +92,7 @@ class Streamer:
         step = self.cache.step(experts + layer * self.key_stride, counts)
         self._settle(step.slots)
         if step.misses:
+            self._flush()
             self.reader.read(self._requests(step.misses))
         block = self.index.layers[layer].block_bytes
         self.log.append(
@@ -90,11 +100,15 @@ class Streamer:
         )
         return step.slots
 
-    def prefetch(self, layer: int, experts: np.ndarray, exclude: np.ndarray) -> None:
-        """Start reading `layer`'s predicted experts without waiting; never evicts `exclude`."""
+    def prefetch(
+        self, layer: int, experts: np.ndarray, exclude: np.ndarray, running: mx.array
+    ) -> None:
+        """Start reading `layer`'s predicted experts without waiting; never evicts `exclude`,
+        the slots of `running` (the current layer's output, left computing meanwhile)."""
         reqs = self.cache.prefetch(experts + layer * self.key_stride, exclude)
         if not reqs:
             return
+        self._flush(keep=running)
         self._settle(slot for _, slot in reqs)
         fut = self.reader.submit(self._requests(reqs))
         for _, slot in reqs:
@@ -229,10 +243,12 @@ class StreamedSwitchGLU(nn.Module):
                 y = self._glu(x, h.lut[idx])
             else:
                 y = self._chunked(x, idx)
-            if ahead is not None:  # reads overlap this layer's compute and the next layers'
-                keys = experts + h.layer * s.key_stride
-                s.prefetch(target, np.unique(np.array(ahead)), keys)
-        mx.eval(y)  # slots may be overwritten by the next fetch; never leave a lazy reader
+        s.pending.append(y)
+        if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
+            s._flush(keep=y)
+        if ahead is not None:  # reads overlap this layer's compute and the next layers'
+            keys = np.unique(idx) + h.layer * s.key_stride
+            s.prefetch(target, np.unique(np.array(ahead)), keys, y)
         return y
 
     def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
@@ -249,14 +265,16 @@ class StreamedSwitchGLU(nn.Module):
         while start < len(flat_idx):
             seen: set[int] = set()
             end = start
-            while end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots:
+            while (
+                end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots
+            ):
                 seen |= set(flat_idx[end].tolist())
                 end += 1
             chunk = flat_idx[start:end]
             experts, counts = np.unique(chunk, return_counts=True)
             h.lut[experts] = s.fetch(h.layer, experts, counts)
             out = self._glu(flat_x[start:end], h.lut[chunk])  # [n, k, H]
-            mx.eval(out)  # before the next chunk's reads reuse these slots
+            s.pending.append(out)  # evaluated before the next chunk's reads reuse its slots
             outs.append(out)
             start = end
         return mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
@@ -275,7 +293,9 @@ class StreamedSwitchGLU(nn.Module):
         _, scores = h.route(h.block, x)  # [..., k], the family's own gate values
         scores = np.array(scores.astype(mx.float32))
         kept_mass = (scores * keep).sum(-1, keepdims=True)
-        scale = np.where(kept_mass > 0, scores.sum(-1, keepdims=True) / np.maximum(kept_mass, 1e-30), 0)
+        scale = np.where(
+            kept_mass > 0, scores.sum(-1, keepdims=True) / np.maximum(kept_mass, 1e-30), 0
+        )
         factor = mx.array((keep * scale).astype(np.float32))[..., None]  # [..., k, 1]
         y = self._glu(x, np.where(keep, slots, 0))
         return (y * factor).astype(y.dtype)

@@ -1,0 +1,152 @@
+"""DeepSeek-V3's multi-token-prediction (MTP) module, in MLX, loadable from checkpoint weights.
+
+One MTP module of depth 1, as in DeepSeek-V3 (technical report, section 2.2):
+
+    h'  = eh_proj(concat([enorm(embed(t_{i+1})), hnorm(h_i)]))     # [B, T, H]
+    h'' = DecoderLayer_N(h')                                       # full layer with its own MoE
+    logits = head(shared_head.norm(h''))                           # predicts t_{i+2}
+
+h_i is the main model's final hidden state at position i. We take what mlx-lm's
+`model.model(inputs, cache)` returns, which is *after* the main model's final RMSNorm (the
+same choice as vLLM's DeepSeek MTP, whose backbone also returns normalised states); the MTP's
+own `hnorm` then re-normalises it. `embed` and `head` are the main model's `embed_tokens` and
+`lm_head` (shared, as DeepSeek-V3 does) unless the checkpoint stores `shared_head.head`.
+
+Weights use DeepSeek-V3's checkpoint names under `model.layers.{num_hidden_layers}.`:
+`enorm`, `hnorm`, `eh_proj`, `shared_head.norm`, optional `shared_head.head`, and the decoder
+layer's own names (`self_attn.*`, `mlp.gate.*`, `mlp.switch_mlp.*`, `mlp.shared_experts.*`, ...)
+directly under the prefix. In this module the decoder layer sits at attribute `layer`, so the
+streamed loader swaps `mtp.layer.mlp.switch_mlp`. mlx-lm's loader refuses unknown keys in
+`model*.safetensors`, so our checkpoints keep these weights in `mtp.safetensors` next to them.
+
+Use: `mtp = load_mtp(model_dir, model)`; `logits, h = mtp(hidden, next_tokens, cache=c,
+embed=model.model.embed_tokens, head=model.lm_head)`; chain drafts by feeding `h` back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+from mlx_lm.models.deepseek_v3 import DeepseekV3DecoderLayer, ModelArgs
+
+from specdec.errors import SpecdecError
+
+MTP_FILE = "mtp.safetensors"
+_OWN_PARTS = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")
+
+
+class SharedHead(nn.Module):
+    """DeepSeek-V3's `shared_head`: a final norm, and an output head only if not shared."""
+
+    def __init__(self, args: ModelArgs, own_head: bool):
+        super().__init__()
+        self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        if own_head:
+            self.head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+
+class MTPModule(nn.Module):
+    """One MTP depth: predicts token i+2 from the main hidden state at i and token i+1."""
+
+    def __init__(self, args: ModelArgs, own_head: bool = False):
+        super().__init__()
+        self.args = args
+        self.layer_idx = args.num_hidden_layers
+        h = args.hidden_size
+        self.enorm = nn.RMSNorm(h, eps=args.rms_norm_eps)
+        self.hnorm = nn.RMSNorm(h, eps=args.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * h, h, bias=False)
+        # layer_idx >= first_k_dense_replace, so mlx-lm builds the MoE: same classes as the
+        # main model's MoE layers, which is what lets the streamed loader swap its experts.
+        self.layer = DeepseekV3DecoderLayer(args, layer_idx=self.layer_idx)
+        self.shared_head = SharedHead(args, own_head)
+
+    def __call__(
+        self,
+        hidden: mx.array,  # [B, T, H] main model's final (normed) hidden states at i
+        next_tokens: mx.array,  # [B, T] tokens i+1
+        cache: KVCache | None = None,
+        embed: nn.Module | None = None,
+        head: nn.Module | None = None,
+    ) -> tuple[mx.array, mx.array]:
+        e = self.enorm(embed(next_tokens))  # [B, T, H]
+        h = self.eh_proj(mx.concatenate([e, self.hnorm(hidden)], axis=-1))  # [B, T, H]
+        mask = create_attention_mask(h, cache, return_array=True)
+        h = self.layer(h, mask, cache)  # [B, T, H]
+        out = self.shared_head.norm(h)
+        out_head = self.shared_head.head if "head" in self.shared_head else head
+        return out_head(out), h  # [B, T, V], [B, T, H]
+
+    def make_cache(self) -> KVCache:
+        """A trimmable KV cache for the module's attention (one per decode stream)."""
+        return KVCache()
+
+    def checkpoint_weights(self) -> dict[str, mx.array]:
+        """Parameters under DeepSeek-V3's checkpoint names (`model.layers.{N}.*`)."""
+        prefix = f"model.layers.{self.layer_idx}."
+        return {
+            prefix + name.removeprefix("layer."): v for name, v in tree_flatten(self.parameters())
+        }
+
+
+def _module_name(key: str, prefix: str) -> str:
+    """`model.layers.N.self_attn.x` -> `layer.self_attn.x`; `model.layers.N.enorm.w` -> `enorm.w`."""
+    rest = key[len(prefix) :]
+    return rest if rest.startswith(_OWN_PARTS) else "layer." + rest
+
+
+def _quant_params(path: str, module: nn.Module, weights: dict[str, mx.array]) -> dict | bool:
+    """Per-layer (group_size, bits) inferred from the stored packed shapes, or False."""
+    if not hasattr(module, "to_quantized") or f"{path}.scales" not in weights:
+        return False
+    in_dims = module.weight.shape[-1]
+    bits = weights[f"{path}.weight"].shape[-1] * 32 // in_dims
+    group_size = in_dims // weights[f"{path}.scales"].shape[-1]
+    return {"group_size": group_size, "bits": bits}
+
+
+def load_mtp(
+    model_dir_or_weights: str | Path | dict[str, mx.array],
+    model: nn.Module,
+    with_experts: bool = True,
+):
+    """Build the MTP module for `model` (an mlx-lm deepseek_v3 Model) from its weights.
+
+    `model_dir_or_weights` is a model directory (reads `mtp.safetensors`, returns None when the
+    directory has none) or a dict keyed by full checkpoint names (keys of other layers are
+    ignored). Quantized layers (those with `.scales`) are quantized to match before loading.
+    with_experts=False: a packed directory, whose routed experts live in experts.bin; the
+    caller swaps `mtp.layer.mlp.switch_mlp` for a streamed one (its placeholder weights are
+    lazy and never evaluated).
+    """
+    args: ModelArgs = model.args
+    prefix = f"model.layers.{args.num_hidden_layers}."
+    if isinstance(model_dir_or_weights, dict):
+        raw = model_dir_or_weights
+    else:
+        path = Path(model_dir_or_weights) / MTP_FILE
+        if not path.exists():
+            return None
+        raw = mx.load(str(path))
+    weights = {_module_name(k, prefix): v for k, v in raw.items() if k.startswith(prefix)}
+    if not weights:
+        return None
+    mtp = MTPModule(args, own_head="shared_head.head.weight" in weights)
+    if any(k.endswith(".scales") for k in weights):
+        nn.quantize(mtp, class_predicate=lambda p, m: _quant_params(p, m, weights))
+    missing = {k for k, _ in tree_flatten(mtp.parameters())} - set(weights)
+    if not with_experts:
+        missing = {k for k in missing if not k.startswith("layer.mlp.switch_mlp.")}
+    if missing:
+        raise SpecdecError(
+            f"MTP weights under {prefix}* lack {sorted(missing)[:3]}...: "
+            "re-export the checkpoint's MTP layer with `specdec extract-mtp`"
+        )
+    mtp.load_weights(list(weights.items()), strict=with_experts)
+    mtp.eval()
+    return mtp

@@ -1,0 +1,424 @@
+"""`specdec bench read`: throughput of the ways to get an expert block from disk into MLX.
+
+Reproduces section 5 of the seed question on this machine, for expert-sized blocks (default
+1.18 MB, rounded up to 4 KiB), read once each in random order from a ~1 GiB file on the real disk:
+
+    pread_heap_mxarray     os.pread -> bytes on the heap -> mx.array (a copy)     page cache
+    preadv_fresh_buffer    new MLX buffer per read, O_DIRECT preadv into it        bypassed
+    preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
+    ..._4k_pages           the same arena without transparent huge pages            bypassed
+    preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
+    mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
+
+each serial and with 8 threads. The file's pages are dropped (posix_fadvise DONTNEED) before each
+run, so buffered paths read the disk too; `fio` random reads (O_DIRECT, same block size and
+concurrency: psync with numjobs = threads, and libaio with iodepth = threads) give the device
+limit when fio is installed (`apt-get install fio`). The arena paths run the project's
+real reader over a real packed layout (experts.bin + experts.json), not a copy of its code.
+
+`specdec bench read --json` prints the JSON; `python benchmarks/bench_read.py` writes
+benchmarks/results/read.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from specdec import machine
+from specdec.errors import StoreError
+from specdec.store.arena import Arena
+from specdec.store.layout import (
+    ALIGN,
+    EXPERTS_BIN,
+    INDEX_VERSION,
+    ExpertIndex,
+    LayerLayout,
+    TensorSpec,
+    round_up,
+)
+from specdec.store.reader import ExpertReader, filesystem_type, open_expert_file
+
+DEFAULT_BLOCK = 1_180_000  # the seed question's 1.18 MB expert blocks
+DEFAULT_FILE = 1 << 30
+DEFAULT_RUN = 256 << 20  # bytes read per timed run (distinct blocks, random order)
+FIO_ENGINES = ("psync", "libaio")  # psync first: it is what the done-criterion compares
+ARENA_SLOTS = 64  # slots cycled through; > threads, so reads in flight never share a slot
+
+
+@dataclass
+class PathResult:
+    name: str
+    gbps: float  # median over rounds, 1e9 bytes/s
+    page_cache: bool  # True when the path reads through the page cache
+    threads: int
+    runs_gbps: list[float]
+    # device bytes read / bytes asked for (kernel readahead and mmap fault-around inflate it);
+    # None where the block device's counters cannot be read
+    read_amplification: float | None = None
+
+
+# ----------------------------------------------------------------------------- the test file
+
+
+@dataclass
+class BenchFile:
+    """The test file in packed layout, its index, and the preallocated arena the reads land in."""
+
+    dir: Path
+    index: ExpertIndex
+    arena: Arena  # transparent huge pages where the kernel grants them (Arena's default)
+    arena_4k: Arena  # the same without huge pages: shows what page pinning costs O_DIRECT
+
+    @property
+    def layout(self) -> LayerLayout:
+        return self.index.layers[0]
+
+
+def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> BenchFile:
+    """A packed-layout experts.bin of random bytes (one 'layer' of equal blocks) and its index."""
+    fstype = filesystem_type(directory)
+    if fstype in ("tmpfs", "ramfs"):
+        raise StoreError(f"{directory} is on {fstype}: pass --dir on a real disk")
+    n_blocks = max(16, file_bytes // block_bytes)
+    layout = LayerLayout(
+        prefix="bench",
+        n_experts=n_blocks,
+        block_bytes=block_bytes,
+        tensors=[TensorSpec("block.weight", "U8", (block_bytes,), 0, block_bytes)],
+        offsets=block_bytes * np.arange(n_blocks, dtype=np.int64),
+        crc32=np.zeros(n_blocks, dtype=np.uint32),
+    )
+    index = ExpertIndex(INDEX_VERSION, block_bytes, {0: layout})
+    rng = np.random.default_rng(0)
+    with open(directory / EXPERTS_BIN, "wb") as f:
+        for _ in range(n_blocks):
+            f.write(rng.bytes(block_bytes))
+        f.flush()
+        os.fsync(f.fileno())
+    index.save(directory)
+    return BenchFile(
+        directory,
+        index,
+        Arena(ARENA_SLOTS, block_bytes),
+        Arena(ARENA_SLOTS, block_bytes, huge_pages=False),
+    )
+
+
+def device_sectors_read(path: Path) -> int | None:
+    """Sectors (512 B) read so far by the block device holding `path` (Linux sysfs), or None."""
+    st = os.stat(path)
+    try:
+        fields = Path(
+            f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat"
+        ).read_text()
+        return int(fields.split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def drop_page_cache(path: Path) -> bool:
+    """Evict the file's clean pages (it was fsynced); True when the kernel took the advice."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------- the paths
+
+
+def _run_pool(threads: int, fn: Callable[[int], None], items: list[int]) -> None:
+    if threads == 1:
+        for i in items:
+            fn(i)
+        return
+    with cf.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, items))
+
+
+def _pread_heap_mxarray(bf: BenchFile, order: list[int], threads: int) -> None:
+    ly = bf.layout
+    fd = open_expert_file(bf.dir / EXPERTS_BIN, "buffered")
+
+    def one(e: int) -> None:
+        data = os.pread(fd, ly.block_bytes, int(ly.offsets[e]))  # heap bytes
+        mx.eval(mx.array(np.frombuffer(data, np.uint8)))  # copied into an MLX buffer
+
+    try:
+        _run_pool(threads, one, order)
+    finally:
+        os.close(fd)
+
+
+def _preadv_fresh_buffer(bf: BenchFile, order: list[int], threads: int) -> None:
+    ly = bf.layout
+    fd = open_expert_file(bf.dir / EXPERTS_BIN, "direct")
+
+    def one(e: int) -> None:
+        buf = mx.zeros((ly.block_bytes + ALIGN,), dtype=mx.uint8)  # allocated (and zeroed) per read
+        mx.eval(buf)
+        view = np.array(buf, copy=False)
+        start = (-view.ctypes.data) % ALIGN
+        os.preadv(fd, [memoryview(view[start : start + ly.block_bytes])], int(ly.offsets[e]))
+
+    try:
+        _run_pool(threads, one, order)
+    finally:
+        os.close(fd)
+
+
+def _reader_path(io: str, huge_pages: bool = True):
+    def run(bf: BenchFile, order: list[int], threads: int) -> None:
+        arena = bf.arena if huge_pages else bf.arena_4k
+        with ExpertReader(bf.dir, bf.index, arena, io=io, threads=threads) as reader:
+            reader.read([(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)])
+
+    return run
+
+
+PATHS: dict[str, tuple[Callable, bool]] = {
+    "pread_heap_mxarray": (_pread_heap_mxarray, True),
+    "preadv_fresh_buffer": (_preadv_fresh_buffer, False),
+    "preadv_direct_arena": (_reader_path("direct"), False),
+    "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
+    "preadv_buffered_arena": (_reader_path("buffered"), True),
+    "mmap_copy": (_reader_path("mmap"), True),
+}
+
+
+def time_path(
+    name: str, bf: BenchFile, threads: int, n_reads: int, seed: int
+) -> tuple[float, float | None]:
+    """One run: n_reads distinct blocks in random order, page cache dropped first.
+
+    Returns (GB/s, read amplification: device bytes read / bytes asked for, or None).
+    """
+    fn, _ = PATHS[name]
+    ly = bf.layout
+    order = np.random.default_rng(seed).permutation(ly.n_experts)[:n_reads].tolist()
+    drop_page_cache(bf.dir / EXPERTS_BIN)
+    sectors = device_sectors_read(bf.dir / EXPERTS_BIN)
+    t0 = time.perf_counter()
+    fn(bf, order, threads)
+    dt = time.perf_counter() - t0
+    nbytes = len(order) * ly.block_bytes
+    after = device_sectors_read(bf.dir / EXPERTS_BIN)
+    amp = None if sectors is None or after is None else (after - sectors) * 512 / nbytes
+    return nbytes / dt / 1e9, amp
+
+
+# ----------------------------------------------------------------------------- fio, machine
+
+
+def fio_command(file: Path, block_bytes: int, threads: int, n_reads: int, engine: str) -> list[str]:
+    """fio random O_DIRECT reads of n_reads distinct blocks, `threads` at a time.
+
+    psync: numjobs=threads, each job reads n_reads/threads blocks of its own 1/threads slice
+    (offset_increment): the same concurrency model as our thread pool. libaio: one job,
+    iodepth=threads over the whole file. Neither reads a block twice in a run (a time-based run
+    loops over a small file, and a host-side cache of a virtual disk could serve the repeats).
+    """
+    n_blocks = file.stat().st_size // block_bytes
+    if engine == "psync":
+        span = n_blocks // threads * block_bytes
+        jobs = [f"--numjobs={threads}", f"--offset_increment={span}"]
+        per_job = max(1, n_reads // threads) * block_bytes
+    else:
+        span, jobs, per_job = (
+            n_blocks * block_bytes,
+            [f"--iodepth={threads}"],
+            n_reads * block_bytes,
+        )
+    return [
+        "fio",
+        "--name=randread",
+        f"--filename={file}",
+        "--rw=randread",
+        f"--bs={block_bytes}",
+        "--direct=1",
+        f"--ioengine={engine}",
+        *jobs,
+        f"--size={span}",
+        f"--io_size={per_job}",
+        "--group_reporting",
+        "--output-format=json",
+    ]
+
+
+def run_fio(file: Path, block_bytes: int, threads: int, n_reads: int, engine: str) -> float:
+    """GB/s of one fio run (see fio_command)."""
+    cmd = fio_command(file, block_bytes, threads, n_reads, engine)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return json.loads(out[out.index("{") :])["jobs"][0]["read"]["bw_bytes"] / 1e9
+
+
+def machine_info(directory: Path) -> dict[str, Any]:
+    fio = (
+        subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+        if shutil.which("fio")
+        else None
+    )
+    return {
+        **machine.machine_info(),
+        "filesystem": filesystem_type(directory),
+        "bench_dir": str(directory),
+        "fio": fio,
+    }
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def bench_read(
+    directory: Path | None = None,
+    block_bytes: int = DEFAULT_BLOCK,
+    file_bytes: int = DEFAULT_FILE,
+    threads: tuple[int, ...] = (1, 8),
+    rounds: int = 10,
+    run_bytes: int = DEFAULT_RUN,
+) -> dict[str, Any]:
+    """Every path and fio, `rounds` times each; per round the order of the runs is shuffled."""
+    block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
+    if directory is None and filesystem_type(Path(tempfile.gettempdir())) in ("tmpfs", "ramfs"):
+        directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
+    work = Path(tempfile.mkdtemp(prefix="specdec-bench-read-", dir=directory))
+    try:
+        bf = make_bench_file(work, block_bytes, file_bytes)
+        index = bf.index
+        n_reads = min(index.layers[0].n_experts, max(1, run_bytes // block_bytes))
+        dropped = drop_page_cache(work / EXPERTS_BIN)
+        fio_jobs = [f"fio_{e}" for e in FIO_ENGINES] if shutil.which("fio") else []
+        # A shared (virtual) disk drifts by tens of percent within seconds: interleave every
+        # path and fio in a shuffled order per round, so drift hits all alike; report medians.
+        jobs = [(n, t) for t in threads for n in [*PATHS, *fio_jobs]]
+        runs: dict[tuple[str, int], list[float]] = {job: [] for job in jobs}
+        amps: dict[tuple[str, int], list[float]] = {job: [] for job in jobs}
+        rng = np.random.default_rng(0)
+        for r in range(rounds):
+            for i in rng.permutation(len(jobs)):
+                name, t = jobs[i]
+                seed = 1000 * r + int(i)
+                if name in fio_jobs:
+                    engine = name.removeprefix("fio_")
+                    gbps = run_fio(work / EXPERTS_BIN, block_bytes, t, n_reads, engine)
+                else:
+                    gbps, amp = time_path(name, bf, t, n_reads, seed)
+                    if amp is not None:
+                        amps[(name, t)].append(amp)
+                runs[(name, t)].append(gbps)
+        results = [
+            PathResult(
+                n,
+                statistics.median(v),
+                PATHS[n][1],
+                t,
+                v,
+                statistics.median(amps[(n, t)]) if amps[(n, t)] else None,
+            )
+            for (n, t), v in runs.items()
+            if n in PATHS
+        ]
+        fio = [
+            {
+                "engine": n.removeprefix("fio_"),
+                "threads": t,
+                "gbps": statistics.median(v),
+                "runs_gbps": v,
+                "command": " ".join(
+                    fio_command(work / EXPERTS_BIN, block_bytes, t, n_reads, n[4:])
+                ).replace(str(work), "BENCH_DIR"),
+            }
+            for (n, t), v in runs.items()
+            if n in fio_jobs
+        ] or None
+        return {
+            "block_bytes": block_bytes,
+            "file_bytes": index.file_bytes,
+            "bytes_per_run": n_reads * block_bytes,
+            "rounds": rounds,
+            "page_cache_dropped_between_runs": dropped,
+            "arena_huge_pages": bf.arena.huge_pages,
+            "paths": [asdict(r) for r in results],
+            "fio": fio,
+            "checks": _checks(results, fio),
+            "machine": machine_info(work),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _checks(results: list[PathResult], fio: list[dict] | None) -> dict[str, Any]:
+    """The issue's done-criteria, per thread count: direct arena vs fio and vs pread->heap."""
+    by = {(r.name, r.threads): r.gbps for r in results}
+    out = {}
+    for t in sorted({r.threads for r in results}):
+        direct = by[("preadv_direct_arena", t)]
+        row = {"direct_over_pread_heap": direct / by[("pread_heap_mxarray", t)]}
+        for f in fio or []:
+            if f["threads"] == t:
+                row[f"direct_over_fio_{f['engine']}"] = direct / f["gbps"]
+        if f"direct_over_fio_{FIO_ENGINES[0]}" in row:  # the same concurrency model as ours
+            row["meets_0.9_fio"] = row[f"direct_over_fio_{FIO_ENGINES[0]}"] >= 0.9
+        row["faster_than_pread_heap"] = row["direct_over_pread_heap"] > 1.0
+        out[f"threads_{t}"] = row
+    return out
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"block {result['block_bytes']} B, file {result['file_bytes'] / 1e9:.2f} GB, "
+        f"{result['bytes_per_run'] / 1e6:.0f} MB per run, median of {result['rounds']} runs"
+    ]
+    lines.append(f"{'path':<30}{'threads':>8}{'GB/s':>8}  {'page cache':<11}read amplification")
+    for p in result["paths"]:
+        amp = "-" if p["read_amplification"] is None else f"{p['read_amplification']:.2f}"
+        lines.append(
+            f"{p['name']:<30}{p['threads']:>8}{p['gbps']:>8.2f}  {p['page_cache']!s:<11}{amp}"
+        )
+    for f in result["fio"] or []:
+        lines.append(
+            f"{'fio ' + f['engine'] + ' O_DIRECT':<30}{f['threads']:>8}{f['gbps']:>8.2f}  False"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--dir", type=Path, default=None, help="where the test file goes")
+    parser.add_argument("--block-bytes", type=int, default=DEFAULT_BLOCK)
+    parser.add_argument("--file-bytes", type=int, default=DEFAULT_FILE)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--rounds", type=int, default=10, help="timed runs of each path")
+    parser.add_argument("--run-bytes", type=int, default=DEFAULT_RUN, help="bytes per run")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = bench_read(
+        args.dir,
+        args.block_bytes,
+        args.file_bytes,
+        tuple(args.threads),
+        args.rounds,
+        args.run_bytes,
+    )
+    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0

@@ -1,0 +1,57 @@
+"""`specdec bench read` runs end to end on a small file and writes the documented JSON shape.
+
+Run: `pytest tests/test_store_bench.py`. No speed is asserted here (speed targets live in
+benchmarks/results/read.json, written by benchmarks/bench_read.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from specdec.store.readbench import PATHS, bench_read
+from tests.test_store_errors import specdec
+
+
+def test_bench_read_small(tmp_path):
+    result = bench_read(
+        tmp_path, block_bytes=65536, file_bytes=40 * 65536, threads=(1, 2), rounds=1
+    )
+    assert result["block_bytes"] == 65536
+    names = {(p["name"], p["threads"]) for p in result["paths"]}
+    assert names == {(n, t) for n in PATHS for t in (1, 2)}
+    for p in result["paths"]:
+        assert p["gbps"] > 0 and len(p["runs_gbps"]) == 1
+        assert p["page_cache"] == (
+            p["name"] in {"pread_heap_mxarray", "preadv_buffered_arena", "mmap_copy"}
+        )
+    if shutil.which("fio"):
+        assert {(f["engine"], f["threads"]) for f in result["fio"]} == {
+            (e, t) for e in ("psync", "libaio") for t in (1, 2)
+        }
+    else:
+        assert result["fio"] is None
+    assert set(result["checks"]) == {"threads_1", "threads_2"}
+    assert result["machine"]["cores"] >= 1
+    assert not list(tmp_path.iterdir())  # the test file is removed
+
+
+def test_bench_cli_json(tmp_path):
+    proc = specdec(
+        "bench",
+        "read",
+        "--json",
+        "--dir",
+        tmp_path,
+        "--block-bytes",
+        "8192",
+        "--file-bytes",
+        "163840",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert [p["threads"] for p in result["paths"]] == [1] * len(PATHS)
