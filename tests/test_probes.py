@@ -108,6 +108,19 @@ def test_eviction_bounds_hold():
         assert by[("knapsack_bound", n)] >= by[("static", n)] - 1e-12
 
 
+def test_repeated_ngrams_counts_a_greedy_loop():
+    from specdec.probes.eviction import repeated_ngrams
+    from specdec.trace.synthetic import synthetic_trace
+
+    t = synthetic_trace(12, n_layers=1, n_experts=8, top_k=2)
+    t.tokens = np.array([9, 9, 9, 9, 1, 2, 3, 1, 2, 3, 1, 2])  # 4 prompt tokens, then a loop
+    t.phase = (np.arange(12) >= 4).astype(np.int8)
+    t.prompt_ids = np.zeros(12, dtype=np.int32)
+    # decoded 4-grams end at positions 4..11: 8 of them; (1,2,3,1) first at 7 and (2,3,1,2) at
+    # 8, (3,1,2,3) at 9; repeats: (1,2,3,1) at 10 and (2,3,1,2) at 11
+    assert repeated_ngrams(t) == pytest.approx(2 / 8)
+
+
 def test_basis_of_shared_and_of_random_experts():
     from specdec.probes.basis import basis_stats
 

@@ -49,6 +49,25 @@ def select_positions(trace: Trace, keep: np.ndarray) -> Trace:
     return out
 
 
+def repeated_ngrams(trace: Trace, n: int = 4) -> float | None:
+    """Share of decoded n-grams that repeat an earlier n-gram of the same prompt's sequence:
+    how much of the decoding is a greedy loop (which flatters recency, as the question warns)."""
+    if trace.tokens is None or trace.phase is None or trace.prompt_ids is None:
+        return None
+    seen_total = repeats = 0
+    for pid in np.unique(trace.prompt_ids):
+        at = np.flatnonzero(trace.prompt_ids == pid)
+        toks, phase = trace.tokens[at].tolist(), trace.phase[at]
+        grams: set[tuple[int, ...]] = set()
+        for i in range(n, len(toks) + 1):
+            g = tuple(toks[i - n : i])
+            if phase[i - 1]:
+                seen_total += 1
+                repeats += g in grams
+            grams.add(g)
+    return repeats / seen_total if seen_total else None
+
+
 def eviction_table(
     eval_trace: Trace,
     profile_trace: Trace,
@@ -59,6 +78,7 @@ def eviction_table(
     """Rows of (policy, budget): hit rate, bytes/token, slots, budget share."""
     if positions not in ("decode", "all"):
         raise SpecdecError(f"positions={positions!r}: use 'decode' or 'all'")
+    loops = repeated_ngrams(eval_trace)
     if positions == "decode" and eval_trace.phase is not None:
         eval_trace = select_positions(eval_trace, eval_trace.phase.astype(bool))
     total = eval_trace.n_layers * eval_trace.n_experts
@@ -71,6 +91,7 @@ def eviction_table(
         row = asdict(r)
         row["budget_share"] = r.budget_slots / total
         row["label"] = LABELS.get(r.policy, r.policy)
+        row["repeated_4grams"] = loops
         rows.append(row)
     return rows
 
@@ -90,10 +111,12 @@ def render_eviction(rows: list[dict], title: str = "") -> str:
             heads, [[LABELS.get(p, p)] + [fmt(cell[(p, n)]) for n in slots] for p in policies]
         )
 
-    first = rows[0] if rows else {"positions": 0}
+    first = rows[0] if rows else {"positions": 0, "repeated_4grams": None}
+    loops = first["repeated_4grams"]
+    loop_note = "" if loops is None else f"; {loops:.0%} of decoded 4-grams repeat an earlier one"
     return (
         (f"{title}\n\n" if title else "")
-        + f"Hit rate ({first['positions']} positions replayed):\n\n"
+        + f"Hit rate ({first['positions']} positions replayed{loop_note}):\n\n"
         + table(lambda r: f"{r['hit_rate']:.1%}")
         + "\nBytes read per token (misses only):\n\n"
         + table(lambda r: format_bytes(r["bytes_per_token"]))
