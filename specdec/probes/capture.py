@@ -3,14 +3,16 @@
     with MoETap(sm.model, sm.family, distances=(1, 2, 3), keep_inputs=True) as tap:
         sm.model(mx.array([tokens]))
     tap.calls[0].route[lid]          # (indices [T, k], gates [T, k]) of MoE layer lid
-    tap.calls[0].lookahead[(d, lid)] # layer lid's router on the MLP input of layer lid - d
+    tap.calls[0].lookahead[(d, lid)] # MoE layer lid's router on the input of the MoE layer
+                                     # d MoE layers before it
 
-Every decoder layer's MLP (dense or MoE: `family.moe_attr`) is wrapped for the duration of the
-`with`, so the input of layer L - d is known even when L - d is a dense layer. At each MoE layer's
-call the family's own `route` (specdec.model.families) is evaluated on the same array the block
-receives, so the recorded gates belong to exactly the experts the block selects, and router
-lookahead costs nothing extra in the model itself. One `CallCapture` per forward call (a prefill
-or a decode step), in call order.
+Every decoder layer's MLP (`family.moe_attr`) is wrapped for the duration of the `with`; the MoE
+ones record. Distances count MoE layers, as the runtime's `--lookahead`, the simulator and
+docs/trace-format.md do (dense layers are not in a trace): d = 1 is the previous MoE layer. At
+each MoE layer's call the family's own `route` (specdec.model.families) is evaluated on the same
+array the block receives, so the recorded gates belong to exactly the experts the block selects,
+and router lookahead costs nothing extra in the model itself. One `CallCapture` per forward call
+(a prefill or a decode step), in call order.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class MoETap:
         self.model, self.family = model, family
         self.layers = model.layers
         self.blocks = moe_blocks(model, family)
+        self._moe_ids = sorted(self.blocks)
+        self._moe_order = {lid: i for i, lid in enumerate(self._moe_ids)}
         self.distances, self.keep_inputs = tuple(distances), keep_inputs
         self.calls: list[CallCapture] = []
         self._saved: list[tuple[nn.Module, nn.Module]] = []
@@ -95,8 +99,10 @@ class MoETap:
             )
             if self.keep_inputs:
                 call.inputs[layer] = np.array(flat.astype(mx.float32))
+        order = self._moe_order
         for d in self.distances:
-            target = layer + d
-            if target in self.blocks:
+            at = order.get(layer)
+            target = self._moe_ids[at + d] if at is not None and at + d < len(order) else None
+            if target is not None:
                 inds, _ = route(self.blocks[target], x)
                 call.lookahead[(d, target)] = np.array(inds).reshape(flat.shape[0], -1)

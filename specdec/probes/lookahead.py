@@ -5,11 +5,11 @@
     specdec probe lookahead --model tiny --out runs/probes
 
 Recall of a prediction = |predicted ∩ real top-k| / k, averaged over positions and MoE layers.
-Predictors: layer L's router evaluated on the MLP input of layer L - d (d = 1, 2, 3: what
-`specdec trace record` stores as lookahead.npy; the question calls it "router evaluated at
-L+d", i.e. d layers ahead), and the same layer's selection at the previous token (the prefetch
-"use what this layer picked last time"). Layers with L - d < 0 have no prediction and are left
-out of that row. `recall_decode` counts only decode positions (the prefetch that matters while
+Predictors: layer L's router evaluated on the MoE input of the MoE layer d before it (d = 1, 2,
+3, counted in MoE layers: what `specdec trace record` stores as lookahead.npy; the question calls
+it "router evaluated at L+d", i.e. d layers ahead), and the same layer's selection at the
+previous token (the prefetch "use what this layer picked last time"). Layers with no MoE layer
+d before them have no prediction and are left out of that row. `recall_decode` counts only decode positions (the prefetch that matters while
 generating); `recall_all` also counts prefill positions.
 """
 
@@ -53,7 +53,7 @@ def lookahead_table(trace: Trace) -> list[dict]:
     for i, d in enumerate(trace.lookahead_distances):
         pred = trace.lookahead[i]  # [T, L, k]
         valid = (pred >= 0).all(-1)  # [T, L]: layer L - d exists
-        rows.append(_row(f"layer L-{d} input ({d} layer(s) ahead)", d, pred, e, valid, decode, k))
+        rows.append(_row(f"MoE input of layer L-{d} ({d} ahead)", d, pred, e, valid, decode, k))
     prompt = np.zeros(T, int) if trace.prompt_ids is None else trace.prompt_ids
     same = np.zeros((T, L), bool)
     same[1:] = (prompt[1:] == prompt[:-1])[:, None]  # previous position is the same prompt's
