@@ -14,6 +14,7 @@ least disturbed one).
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 import time
@@ -163,6 +164,7 @@ def main() -> int:
         "replay": bench_replays(steps, flat, hot, (256, 512), args.repeats),
         "step_overhead": bench_step_overhead(trace, args.repeats),
         "lru_curve": bench_curve(flat, 64, args.repeats),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "command": " ".join(["python", *sys.argv]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

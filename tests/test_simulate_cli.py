@@ -13,7 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from specdec.cache.simulate import simulate
+from specdec.cache.bounds import Belady
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
+from specdec.cache.simulate import lookahead_steps, simulate, trace_steps
 from specdec.errors import SpecdecError
 from specdec.trace.format import (
     HotlistEntry,
@@ -187,3 +190,31 @@ def test_perfect_lookahead_leaves_only_first_layer_misses():
 
 def _only_layer0(trace):
     return Trace(experts=trace.experts[:, :1], n_experts=trace.n_experts, expert_bytes=[1])
+
+
+def test_bytes_follow_each_layers_expert_size():
+    trace = synthetic_trace(
+        40, n_layers=3, n_experts=8, top_k=2, expert_bytes=[100, 200, 700], seed=2
+    )
+    flat = [ks for position in trace_steps(trace) for ks in position]
+    for policy in ("lru", "slru", "belady"):
+        (row,) = simulate(trace, [policy], ["5slots"])
+        pol = Belady(5, flat) if policy == "belady" else make_policy(policy, 5)
+        cache = ExpertCache(5, pol)
+        want = sum(trace.expert_bytes[k // 8] for ks in flat for k, _ in cache.access(ks))
+        assert row.bytes_read == want and row.budget_bytes == 5 * 700, policy
+    (bound,) = simulate(trace, ["knapsack_bound"], ["1400"])  # two slots of the largest
+    assert bound.budget_slots == 2 and bound.hits <= bound.accesses
+
+
+def test_lookahead_steps_map_predictions_to_target_layers():
+    experts = np.array([[[0, 1], [2, 3], [1, 2]]], dtype=np.int32)  # [T=1, L=3, k=2]
+    la = np.array([[[[-1, -1], [3, 2], [-1, -1]]]], dtype=np.int32)  # [D=1, T, L, k]
+    trace = Trace(experts, 4, [1] * 3, lookahead=la, lookahead_distances=[1])
+    # after layer 0: layer 1's prediction (keys 4 + e); after layer 1: none recorded (-1)
+    assert lookahead_steps(trace, 1) == [[[6, 7], [], []]]
+    with pytest.raises(SpecdecError, match="no lookahead at distance 2 \\(has: 1\\)"):
+        lookahead_steps(trace, 2)
+    trace.lookahead = la + 5
+    with pytest.raises(SpecdecError, match="lookahead range"):
+        trace.validate()

@@ -53,6 +53,9 @@ class SimResult:
     prefetch_bytes: float = 0.0  # part of bytes_read
     prefetch_hits: int = 0  # prefetched experts a later step used (counted as hits)
     prefetch_wasted: int = 0  # prefetched experts evicted unused
+    hotlist: str = (
+        ""  # "given" (--hotlist/--hotlist-trace) or "self" (static: this trace's profile)
+    )
 
 
 def trace_steps(trace: Trace, positions: int | None = None) -> list[list[list[int]]]:
@@ -77,9 +80,10 @@ def lookahead_steps(trace: Trace, distance: int, positions: int | None = None):
     pred = trace.lookahead[trace.lookahead_distances.index(distance), :positions]  # [T, L, k]
     T, L, _ = pred.shape
     layer = np.arange(L, dtype=np.int64)[None, :, None] * trace.n_experts
-    keys = (pred.astype(np.int64) + layer)[:, distance:]  # [T, L - d, k]: target layers
+    keys = np.where(pred >= 0, pred + layer, -1)[:, distance:]  # [T, L - d, k]: target layers
     empty = [[] for _ in range(min(distance, L))]
-    return [[sorted(set(ks)) for ks in row] + empty for row in keys.tolist()]
+    # -1: no prediction (the recorder had none for that layer)
+    return [[sorted({k for k in ks if k >= 0}) for ks in row] + empty for row in keys.tolist()]
 
 
 def replay(
@@ -128,6 +132,7 @@ class _Setup:
     uniform: bool  # every layer's experts have the same size
     widest: int
     hotlist: list[int] | None
+    hotlist_source: str  # SimResult.hotlist
     ahead: list[list[list[int]]] | None  # lookahead prefetches, see lookahead_steps
     lookahead: int
     starts: frozenset[int]  # positions where a new prompt begins
@@ -178,6 +183,7 @@ def _run(setup: _Setup, policy: str, n: int, nbytes: int, lru_hits) -> SimResult
         preload_bytes=extra.pop("preload_bytes", 0),
         positions=n_pos,
         lookahead=setup.lookahead,
+        hotlist=setup.hotlist_source if policy in ("static", "hotness") else "",
         **extra,
     )
 
@@ -217,7 +223,7 @@ def simulate(
     else:
         hotlist_static = hotlist
     lru_hits = {}
-    if "lru" in policies:
+    if "lru" in policies and not lookahead:  # with prefetches, LRU is replayed instead
         curve = lru_curve_steps(flat, [n for n, _ in sizes], group_size=E)  # [B, G]
         for (n, _), h in zip(sizes, curve, strict=True):
             lru_hits[n] = np.pad(h, (0, trace.n_layers - len(h)))  # [L]
@@ -236,6 +242,7 @@ def simulate(
             uniform=len(set(trace.expert_bytes)) == 1,
             widest=widest,
             hotlist=hotlist_static if policy == "static" else hotlist,
+            hotlist_source="given" if hotlist is not None else "self" if policy == "static" else "",
             ahead=ahead if policy in POLICIES and policy != "static" else None,
             lookahead=lookahead if policy in POLICIES and policy != "static" else 0,
             starts=starts,

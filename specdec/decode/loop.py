@@ -95,6 +95,7 @@ class Decode:
         st, cfg, drafter = self.st, self.cfg, self.drafter
         streamer, stats = self.sm.streamer, self.sm.streamer.reader.stats
         t0 = time.perf_counter()
+        streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
         with streamer.phase_of("prefill"):
             logits = forward(st, st.tokens, drafter.needs_hidden)
             y = judge([], None, logits[-1:], cfg.temp, st.rng).tokens[0]

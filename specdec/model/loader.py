@@ -162,7 +162,7 @@ def load(
         arena,
         reader,
         cache,
-        first_layer=order[0],
+        last_layer=order[-1],
         key_stride=key_stride,
         lookahead=lookahead,
         ahead_of={

@@ -54,7 +54,7 @@ class Streamer:
     arena: Arena
     reader: ExpertReader
     cache: ExpertCache
-    first_layer: int  # the main model's first MoE layer: hotness ticks once per forward there
+    last_layer: int  # the main model's last MoE layer: the cache ticks after its step, once per forward
     key_stride: int  # cache key = layer * key_stride + expert
     phase: str = "verify"
     resident_only: bool = False
@@ -232,17 +232,17 @@ class StreamedSwitchGLU(nn.Module):
         idx = np.array(indices)  # [..., k] host sync: the router's decision
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
-        if h.layer == s.first_layer and not s.resident_only:
-            s.cache.tick(int(np.prod(idx.shape[:-1])))
         if s.resident_only:
             y = self._resident_only(x, indices, idx)
         else:
             experts, counts = np.unique(idx, return_counts=True)
-            if len(experts) <= s.cache.n_slots:
+            if len(experts) <= s.cache.max_step:
                 h.lut[experts] = s.fetch(h.layer, experts, counts)
                 y = self._glu(x, h.lut[idx])
             else:
                 y = self._chunked(x, idx)
+            if h.layer == s.last_layer:
+                s.cache.tick(int(np.prod(idx.shape[:-1])))
         s.pending.append(y)
         if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
             s._flush(keep=y)
@@ -255,9 +255,11 @@ class StreamedSwitchGLU(nn.Module):
         """A call whose union exceeds the cache: groups of positions whose union fits."""
         h, s = self._h, self._h.streamer
         k = idx.shape[-1]
-        if k > s.cache.n_slots:
+        width = s.cache.max_step  # n_slots, or the static policy's scratch slots
+        if k > width:
             raise BudgetError(
-                f"the cache holds {s.cache.n_slots} slots but one position selects {k} experts"
+                f"a cache step holds at most {width} experts but one position selects {k}: "
+                "raise the budget (or the static policy's scratch)"
             )
         flat_idx = idx.reshape(-1, k)  # [N, k]
         flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
@@ -266,7 +268,7 @@ class StreamedSwitchGLU(nn.Module):
             seen: set[int] = set()
             end = start
             while (
-                end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= s.cache.n_slots
+                end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= width
             ):
                 seen |= set(flat_idx[end].tolist())
                 end += 1

@@ -111,6 +111,11 @@ class Trace:
             a = getattr(self, name)
             if a is not None and not np.issubdtype(a.dtype, np.integer):
                 raise TraceError(f"{where}: {name} must be integers, got {a.dtype}")
+        la = self.lookahead
+        if la is not None and la.size and (la.min() < -1 or la.max() >= self.n_experts):
+            raise TraceError(
+                f"{where}: lookahead range {la.min()}..{la.max()} outside -1..{self.n_experts - 1}"
+            )
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
