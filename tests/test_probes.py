@@ -181,28 +181,33 @@ def test_prompts_from_a_saved_dataset(tmp_path):
     assert load_prompts(f"dataset:{tmp_path / 'ds'}", limit=2) == ["a = 1", "b = 2"]
 
 
-def test_cli_probe_lookahead_from_a_trace(ds3, tmp_path, capsys):
+def test_cli_probe_lookahead_from_a_trace(ds3, tmp_path):
     save_trace(ds3[2].trace, tmp_path / "tr")
-    assert (
-        cli_main(["probe", "lookahead", "--trace", str(tmp_path / "tr"), "--out", str(tmp_path)])
-        == 0
-    )
+    probe = ["probe", "lookahead", "--trace", str(tmp_path / "tr"), "--out", str(tmp_path)]
+    assert cli_main(probe) == 0
     rows = json.loads((tmp_path / "lookahead.json").read_text())
     assert rows[0]["recall_all"] == 1.0
     assert (tmp_path / "lookahead.png").stat().st_size > 0
     assert "recall" in (tmp_path / "lookahead.md").read_text()
-    assert (
-        cli_main(
-            [
-                "trace",
-                "record",
-                "tiny",
-                "--prompts",
-                str(tmp_path / "nope.txt"),
-                "--out",
-                str(tmp_path / "x"),
-            ]
-        )
-        == 2
-    )
-    assert "cannot read prompts" in capsys.readouterr().err
+
+
+def test_cli_trace_record_writes_a_trace_and_errors_in_one_line(ds3, tmp_path, capsys):
+    out = tmp_path / "rec"
+    args = ["trace", "record", str(ds3[0]), "--limit", "1", "--max-tokens", "2", "--out", str(out)]
+    assert cli_main(args) == 0
+    t = load_trace(out)
+    assert t.phase.sum() == 1 and t.lookahead_distances == [1, 2, 3]
+    assert cli_main(args) == 2  # the directory exists: no overwrite without --overwrite
+    bad = [
+        "trace",
+        "record",
+        "tiny",
+        "--prompts",
+        str(tmp_path / "no.txt"),
+        "--out",
+        str(tmp_path / "x"),
+    ]
+    assert cli_main(bad) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and "cannot read prompts" in err
+    assert all(line.startswith("specdec: error:") for line in err.strip().splitlines())
