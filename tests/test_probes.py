@@ -64,6 +64,18 @@ def test_lookahead_recall_is_one_at_distance_zero(ds3):
     assert rows[None]["cells_all"] > 0
 
 
+def test_lookahead_prefetch_replay_without_lookahead_is_the_eviction_lru(ds3):
+    from specdec.probes.eviction import eviction_table
+    from specdec.probes.lookahead import lookahead_table
+
+    trace = ds3[2].trace
+    pre = [r for r in lookahead_table(trace, [0.5]) if r["kind"] == "prefetch"]
+    assert [r["d"] for r in pre] == [0, 1]  # d = 2 would reach past the 2 MoE layers
+    lru = next(r for r in eviction_table(trace, trace, [0.5]) if r["policy"] == "lru")
+    assert pre[0]["hit_rate"] == pytest.approx(lru["hit_rate"])
+    assert pre[0]["prefetch_bytes_per_token"] == 0 < pre[1]["prefetch_bytes_per_token"]
+
+
 def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
     from specdec.cache.simulate import simulate
     from specdec.probes.eviction import select_positions

@@ -38,7 +38,7 @@ class ProbeOptions:
     max_tokens: int = 32
     budgets: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5, 0.75])
     positions: str = "decode"
-    policy: str = "lru"  # residency policy of the gates probe
+    policy: str = "lru"  # residency policy (gates) and cache of the prefetch replay (lookahead)
     read_json: str = "benchmarks/results/read.json"
 
 
@@ -85,7 +85,7 @@ def run_probe(name: str, opts: ProbeOptions) -> list[dict]:
     elif name == "lookahead":
         from specdec.probes.lookahead import lookahead_table, write_lookahead
 
-        rows = lookahead_table(_trace(opts, opts.trace, opts.prompts))
+        rows = lookahead_table(_trace(opts, opts.trace, opts.prompts), opts.budgets, opts.policy)
         write_lookahead(rows, opts.out, f"Router lookahead recall on {where}.")
     elif name == "gates":
         from specdec.model.loader import load

@@ -39,8 +39,12 @@ def _mean_recall(
     return float(overlap(pred, real)[mask].sum() / (n * k)), n
 
 
-def lookahead_table(trace: Trace) -> list[dict]:
-    """One row per predictor: d, recall over all positions and over decode positions only."""
+def lookahead_table(trace: Trace, budgets: list[float] = (), policy: str = "lru") -> list[dict]:
+    """Recall rows (kind "recall"), one per predictor: d, recall over all positions and over
+    decode positions only; then, per budget (share of all routed experts), prefetch rows (kind
+    "prefetch"): the decode positions replayed through `policy` with no lookahead and with the
+    router's predictions d MoE layers ahead prefetched (specdec.cache.simulate, as the runtime's
+    --lookahead does): demand misses per token are the reads a layer waits for."""
     if trace.lookahead is None:
         raise SpecdecError(
             "the trace has no lookahead.npy: record it with `specdec trace record` "
@@ -60,8 +64,40 @@ def lookahead_table(trace: Trace) -> list[dict]:
     prev = np.concatenate([np.full_like(e[:1], -1), e[:-1]])  # [T, L, k]
     rows.append(_row("same layer, previous token", None, prev, e, same, decode, k))
     for r in rows:
+        r["kind"] = "recall"
         r["layer_ids"] = list(trace.layer_ids or range(L))
-    return rows
+    return rows + _prefetch_rows(trace, budgets, policy)
+
+
+def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
+    from specdec.cache.simulate import simulate
+    from specdec.probes.eviction import select_positions
+
+    if not budgets:
+        return []
+    if trace.phase is not None:
+        trace = select_positions(trace, trace.phase.astype(bool))
+    total = trace.n_layers * trace.n_experts
+    slots = [f"{n}slots" for n in sorted({max(trace.top_k, round(b * total)) for b in budgets})]
+    rows = []
+    for d in [0, *(d for d in trace.lookahead_distances if 0 < d < trace.n_layers)]:
+        for r in simulate(trace, [policy], slots, lookahead=d):
+            rows.append(
+                {
+                    "kind": "prefetch",
+                    "policy": policy,
+                    "d": d,
+                    "budget_slots": r.budget_slots,
+                    "budget_share": r.budget_slots / total,
+                    "hit_rate": r.hit_rate,
+                    "demand_misses_per_token": r.misses / max(r.positions, 1),
+                    "bytes_per_token": r.bytes_per_token,
+                    "prefetch_bytes_per_token": r.prefetch_bytes / max(r.positions, 1),
+                    "prefetch_wasted": r.prefetch_wasted,
+                    "positions": r.positions,
+                }
+            )
+    return sorted(rows, key=lambda r: (r["budget_slots"], r["d"]))
 
 
 def _row(name, d, pred, real, valid, decode, k) -> dict:
@@ -88,8 +124,10 @@ def _pct(v: float | None) -> str:
 
 def render_lookahead(rows: list[dict], title: str = "") -> str:
     from specdec.probes.report import md_table
+    from specdec.units import format_bytes
 
-    body = md_table(
+    recall = [r for r in rows if r["kind"] == "recall"]
+    out = (f"{title}\n\n" if title else "") + md_table(
         [
             "router evaluated at",
             "recall (decode)",
@@ -97,16 +135,39 @@ def render_lookahead(rows: list[dict], title: str = "") -> str:
             "(position, layer) cells",
         ],
         [
-            [
-                r["predictor"],
-                _pct(r["recall_decode"]),
-                _pct(r["recall_all"]),
-                r["cells_decode"],
-            ]
-            for r in rows
+            [r["predictor"], _pct(r["recall_decode"]), _pct(r["recall_all"]), r["cells_decode"]]
+            for r in recall
         ],
     )
-    return (f"{title}\n\n" if title else "") + body
+    pre = [r for r in rows if r["kind"] == "prefetch"]
+    if pre:
+        out += (
+            f"\nPrefetching the predictions ({pre[0]['policy']} cache, {pre[0]['positions']} decode "
+            "positions): demand hit rate, reads waited for, bytes read per token (prefetches "
+            "included):\n\n"
+        )
+        out += md_table(
+            [
+                "budget",
+                "lookahead",
+                "hit rate",
+                "waited reads / token",
+                "read / token",
+                "of which prefetched",
+            ],
+            [
+                [
+                    f"{r['budget_share']:.0%} ({r['budget_slots']} slots)",
+                    "none" if r["d"] == 0 else f"{r['d']} ahead",
+                    f"{r['hit_rate']:.1%}",
+                    f"{r['demand_misses_per_token']:.2f}",
+                    format_bytes(r["bytes_per_token"]),
+                    format_bytes(r["prefetch_bytes_per_token"]),
+                ]
+                for r in pre
+            ],
+        )
+    return out
 
 
 def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
@@ -114,15 +175,36 @@ def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> d
 
     from specdec.probes.report import write_report
 
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    for r in rows:
+    recall = [r for r in rows if r["kind"] == "recall"]
+    pre = [r for r in rows if r["kind"] == "prefetch"]
+    fig, axes = plt.subplots(1, 2 if pre else 1, figsize=(12 if pre else 7, 4), squeeze=False)
+    ax = axes[0, 0]
+    for r in recall:
         ys = [np.nan if v is None else v for v in r["recall_decode_by_layer"]]
         ax.plot(r["layer_ids"], ys, marker="o", label=r["predictor"])
-    ax.set_xticks(rows[0]["layer_ids"] if rows else [])
+    ax.set_xticks(recall[0]["layer_ids"] if recall else [])
     ax.set_xlabel("model layer L (MoE layers)")
     ax.set_ylabel("recall of the layer's real top-k (decode positions)")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title or "Router lookahead recall by layer")
+    ax.set_title("recall by layer")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if pre:
+        a2 = axes[0, 1]
+        for d in dict.fromkeys(r["d"] for r in pre):
+            rs = [r for r in pre if r["d"] == d]
+            label = "no lookahead" if d == 0 else f"prefetch {d} MoE layer(s) ahead"
+            a2.plot(
+                [100 * r["budget_share"] for r in rs],
+                [r["demand_misses_per_token"] for r in rs],
+                marker="o",
+                label=label,
+            )
+        a2.set_xlabel("cache budget (% of all routed experts)")
+        a2.set_ylabel("reads waited for per token (demand misses)")
+        a2.set_title(f"prefetching the predictions ({pre[0]['policy']})")
+        a2.set_ylim(bottom=0)
+        a2.grid(alpha=0.3)
+        a2.legend(fontsize=8)
+    fig.suptitle(title or "Router lookahead")
     return write_report(out_dir, "lookahead", rows, render_lookahead(rows, title), fig)
