@@ -163,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
             f"probe all: {args.read_json} not found, read_path skipped (run `specdec bench read`)"
         )
         names.remove("read_path")
+    if args.name == "all" and args.trace:
+        print("probe all: gates needs the model's MoE inputs, not a trace: gates skipped")
+        names.remove("gates")
     for name in names:
         run_probe(name, opts)
         print(open(f"{opts.out}/{name}.md").read())
