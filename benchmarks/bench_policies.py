@@ -14,8 +14,8 @@ least disturbed one).
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import sys
 import time
 from pathlib import Path

@@ -1,6 +1,6 @@
 """What a result was measured on: machine, package versions, BLAS, load. Stored beside results.
 
-    from specdec.machine import machine_info; machine_info()
+from specdec.machine import machine_info; machine_info()
 """
 
 from __future__ import annotations

@@ -30,8 +30,13 @@ def test_exact_under_reference_blas(tmp_path):
     src = random_checkpoint(tmp_path, "qwen3_moe", None)
     env = {**os.environ, "SPECDEC_BLAS": "reference", "SPECDEC_CACHE": str(tmp_path / "c")}
     env.pop("LD_PRELOAD", None)
-    out = subprocess.run([sys.executable, "-c", CHECK, str(src)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK, str(src)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     blas, worst, misses = out.stdout.split()
     assert blas == "reference"

@@ -14,7 +14,7 @@ from mlx.utils import tree_flatten
 
 from specdec.model.random_models import make_random
 from specdec.store.arena import Arena
-from specdec.store.layout import RESIDENT, ExpertIndex
+from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex
 from specdec.store.pack import pack
 from specdec.store.reader import IO_MODES, ExpertReader
 
@@ -80,9 +80,18 @@ def test_every_block_reads_back_exactly(packed, io):
         )
 
 
+def max_layer(params) -> int:
+    return max(int(k.split(".")[2]) for k in params if k.startswith("model.layers."))
+
+
 def test_resident_holds_every_other_tensor(packed):
+    """model.safetensors + mtp.safetensors hold every non-expert tensor, each in its own file."""
     _, _, out, _, params = packed
     resident = mx.load(str(out / RESIDENT))
+    mtp = mx.load(str(out / MTP_FILE)) if (out / MTP_FILE).exists() else {}
+    assert not set(resident) & set(mtp)
+    assert all(k.startswith(f"model.layers.{max_layer(params)}.") for k in mtp)
+    resident.update(mtp)
     assert set(resident) == {k for k in params if ".switch_mlp." not in k}
     for k, v in resident.items():
         assert mx.array_equal(v, params[k]).item(), k

@@ -53,11 +53,12 @@ def generate(
     sm: StreamedModel,
     prompt: list[int],
     drafter: str = "none",
-    cfg: DecodeConfig = DecodeConfig(),
+    cfg: DecodeConfig | None = None,
     profiles: tuple[DeviceProfile, ...] = (),
     records_path: Path | None = None,
     stop_at_eos: bool = True,
 ) -> GenerationResult:
+    cfg = cfg or DecodeConfig()
     eos = eos_ids(sm) if stop_at_eos else frozenset()
     reference = (
         plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)

@@ -54,7 +54,9 @@ class Streamer:
     arena: Arena
     reader: ExpertReader
     cache: ExpertCache
-    last_layer: int  # the main model's last MoE layer: the cache ticks after its step, once per forward
+    last_layer: (
+        int  # the main model's last MoE layer: the cache ticks after its step, once per forward
+    )
     key_stride: int  # cache key = layer * key_stride + expert
     phase: str = "verify"
     resident_only: bool = False
@@ -267,9 +269,7 @@ class StreamedSwitchGLU(nn.Module):
         while start < len(flat_idx):
             seen: set[int] = set()
             end = start
-            while (
-                end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= width
-            ):
+            while end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= width:
                 seen |= set(flat_idx[end].tolist())
                 end += 1
             chunk = flat_idx[start:end]
