@@ -83,6 +83,10 @@ class Belady(Policy):
         self.hit(keys)
         return ()
 
+    def remove(self, keys):
+        for k in keys:  # its heap entries go stale: victims() skips keys not resident
+            self._resident.pop(k, None)
+
     def victims(self, n, exclude, in_step=False):
         out, kept = [], []
         heap, res = self._heap, self._resident

@@ -18,6 +18,9 @@ Prefetch (router lookahead): `prefetch(keys, exclude)` admits keys into free slo
 victims not in `exclude`. A prefetched key is held outside the policy, at the lowest protection
 (evicted first, oldest prefetch first) until a demand hit hands it to the policy as an admission
 followed by a hit; it then counts as a hit and a `prefetch_hit`; evicted unhit, `prefetch_wasted`.
+
+Failed reads: `forget(keys)` drops keys whose read failed, so a slot holding a partial or stale
+block is never handed out as a hit; the next access reads the block again.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class ExpertCache:
         self._prefetched: OrderedDict[int, None] = OrderedDict()  # resident, not yet demand-hit
         self.accesses = self.misses = self.evictions = 0  # hits: a property
         self.prefetch_reads = self.prefetch_hits = self.prefetch_wasted = 0
-        self.preload_reads = 0
+        self.preload_reads = self.forgotten = 0
         # the policy's hooks, bound once: the hot path calls them for every step
         self._uses_select = policy.uses_select
         self._select, self._hit = policy.select, policy.hit
@@ -158,6 +161,27 @@ class ExpertCache:
         self.preload_reads += len(out)
         return out
 
+    def forget(self, keys) -> int:
+        """Drop resident keys whose read failed; their slots become free. Returns how many."""
+        held = []  # keys the policy orders (not unhit prefetches, not static's scratch reads)
+        n = 0
+        for k in dict.fromkeys(int(k) for k in keys):
+            slot = self._slot_of.pop(k, None)
+            if slot is None:
+                continue
+            self._free.append(slot)
+            n += 1
+            if k in self._prefetched:
+                del self._prefetched[k]
+            elif k in self._transient:
+                self._transient = [t for t in self._transient if t != k]
+            else:
+                held.append(k)
+        if held:
+            self.policy.remove(held)
+        self.forgotten += n
+        return n
+
     # -- inspection --------------------------------------------------------------------------
 
     def slot_of(self, key: int) -> int | None:
@@ -168,7 +192,7 @@ class ExpertCache:
         return sorted(self._slot_of)
 
     def stats(self) -> dict[str, int]:
-        names = ("accesses", "hits", "misses", "evictions", "preload_reads")
+        names = ("accesses", "hits", "misses", "evictions", "preload_reads", "forgotten")
         names += ("prefetch_reads", "prefetch_hits", "prefetch_wasted")
         return {n: getattr(self, n) for n in names}
 

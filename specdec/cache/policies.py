@@ -14,6 +14,7 @@ batches (one call per step, not per access) because the simulator replays millio
                            hit() has just touched (LRU relies on it to skip the checks)
     admit(keys)            the step's misses, ascending, now resident; returns the keys the
                            policy does not keep (static's scratch reads), freed before next step
+    remove(keys)           resident keys the cache drops outside eviction (their read failed)
     tick(n_positions)      once per forward call, after its steps
     new_sequence()         a prefill from position 0 begins (hotness resets its counters)
 
@@ -66,6 +67,9 @@ class Policy:
     def victims(self, n: int, exclude: Collection[int], in_step: bool = False) -> list[int]:
         raise NotImplementedError
 
+    def remove(self, keys: list[int]) -> None:
+        raise NotImplementedError
+
     def tick(self, n_positions: int) -> None:
         pass
 
@@ -111,6 +115,10 @@ class LRU(Policy):
         self.order.update(zip(keys, repeat(None)))
         return ()
 
+    def remove(self, keys):
+        for k in keys:
+            self.order.pop(k, None)
+
     def victims(self, n, exclude, in_step=False):
         if in_step:  # the step's resident keys were just touched: the n oldest are not in it
             pop = self.order.popitem
@@ -151,6 +159,11 @@ class SLRU(Policy):
     def admit(self, keys):
         self.probation.update(dict.fromkeys(keys))
         return ()
+
+    def remove(self, keys):
+        for k in keys:
+            self.probation.pop(k, None)
+            self.protected.pop(k, None)
 
     def victims(self, n, exclude, in_step=False):
         out: list[int] = []
@@ -226,6 +239,15 @@ class CountPolicy(Policy):
             s += 1
         self.stamp = s
         return ()
+
+    def remove(self, keys):
+        # rare (a failed read): rebuild the heap without them; hotness counters outlive residency
+        gone = {k for k in keys if self.last.pop(k, None) is not None}
+        if not self.uses_select:
+            for k in gone:
+                self.count.pop(k, None)
+        self.heap = [e for e in self.heap if e[2] not in gone]
+        heapq.heapify(self.heap)
 
     def victims(self, n, exclude, in_step=False):
         out: list[int] = []
@@ -307,6 +329,9 @@ class Static(Policy):
 
     def victims(self, n, exclude, in_step=False):
         return []  # pinned keys are never evicted; scratch is freed by the cache
+
+    def remove(self, keys):
+        pass  # a forgotten pinned key is read again (and pinned again) on its next use
 
 
 POLICIES = ("lru", "slru", "hotness", "lfu", "static")

@@ -91,14 +91,15 @@ def plot_union_vs_gamma(
 
 
 def plot_speedup_vs_acceptance(
-    points: Sequence[tuple[float, int, float]],
+    points: Sequence[tuple[float, int, float] | tuple[float, int, float, str]],
     cost_by_gamma: dict[int, float],
     path: str | Path,
     draft_cost: float = 0.0,
     title: str = "Streaming-bound speedup of speculative decoding",
 ) -> Path:
     """Model curves E(α, γ)/cost(γ) per γ > 1, the best-γ envelope, break-even markers on the
-    1.0 line, and measured (α, γ, speedup) points in the colour of their γ."""
+    1.0 line, and measured (α, γ, speedup[, label]) points in the colour of their γ, one marker
+    shape per label (e.g. per drafter)."""
     alpha = np.linspace(0.0, 1.0, 401)  # [n_alpha]
     gammas = sorted(g for g in cost_by_gamma if g > 1)
     n = max(len(gammas), 1)
@@ -110,28 +111,33 @@ def plot_speedup_vs_acceptance(
     for color, g in zip(colors, gammas, strict=False):  # colors has ≥ 1 entry
         curve = speedup(alpha, g, cost_by_gamma[g], draft_cost)  # [n_alpha]
         envelope = np.maximum(envelope, curve)
-        ax.plot(alpha, curve, color=color, lw=1.8, label=f"γ = {g}: cost {cost_by_gamma[g]:.2f}")
         be = break_even(g, cost_by_gamma[g], draft_cost)
+        # the value goes in the legend: break-evens of different γ often nearly coincide, and
+        # labels at the markers would overprint each other
+        where = "never pays" if be is None else f"break-even α {be:.2f}"
+        ax.plot(
+            alpha,
+            curve,
+            color=color,
+            lw=1.8,
+            label=f"γ = {g}: cost {cost_by_gamma[g]:.2f}, {where}",
+        )
         if be is not None:
             ax.plot(be, 1.0, "v", color=color, ms=9, mec="black", mew=0.6, zorder=5)
-            ax.annotate(
-                f"{be:.2f}",
-                (be, 1.0),
-                xytext=(0, -16),
-                textcoords="offset points",
-                ha="center",
-                fontsize=8,
-                color=color,
-            )
     ax.plot(alpha, envelope, color="crimson", lw=1, ls="--", label="best γ of these")
-    for a, g, s in points:
+    labels = list(dict.fromkeys(p[3] if len(p) > 3 else "" for p in points))
+    shapes = dict(zip(labels, "osD^PX*h", strict=False))
+    for p in points:
+        a, g, s = p[:3]
         color = colors[gammas.index(g)] if g in gammas else "black"
-        ax.plot(a, s, "o", color=color, mec="black", ms=7, zorder=6)
-    if points:
-        ax.plot([], [], "o", color="white", mec="black", label="measured")
+        marker = shapes.get(p[3] if len(p) > 3 else "", "o")
+        ax.plot(a, s, marker, color=color, mec="black", ms=7, zorder=6)
+    for label in labels:
+        name = f"measured: {label}" if label else "measured"
+        ax.plot([], [], shapes.get(label, "o"), color="white", mec="black", label=name)
     ax.plot([], [], "v", color="white", mec="black", label="break-even α")
     ax.set_xlim(0.0, 1.0)
-    top = max(float(envelope.max()), max((s for _, _, s in points), default=0.0))
+    top = max(float(envelope.max()), max((p[2] for p in points), default=0.0))
     ax.set_ylim(0.0, top * 1.08)
     ax.set_xlabel("acceptance α (per-draft acceptance probability)")
     ax.set_ylabel("speedup over plain decoding (×)")

@@ -65,6 +65,10 @@ class Decode:
     ):
         if cfg.gamma < 1:
             raise SpecdecError(f"gamma must be >= 1 (got {cfg.gamma}); gamma = 1 is plain decoding")
+        if cfg.max_tokens < 1:
+            raise SpecdecError(
+                f"max tokens must be >= 1 (got {cfg.max_tokens}): ask for at least one"
+            )
         if cfg.temp < 0:
             raise SpecdecError(f"temperature must be >= 0 (got {cfg.temp})")
         if not prompt:

@@ -5,20 +5,25 @@ rejects at most one draft and drafts after a rejection are never judged; union =
 experts selected by the γ positions of one verify pass, per MoE layer (rejected drafts
 included); bytes read = bytes actually read from experts.bin for misses.
 
-Record files are written a line at a time and flushed, so a killed run leaves whole lines;
-`read_records` skips a torn final line and says so.
+Record files are written a line at a time, one write(2) each, so a killed run leaves whole lines;
+`read_records` skips a torn final line and says so (tests/test_interrupt.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specdec.model.streamed import LayerStep
+from specdec.errors import SpecdecError
+
+if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
+    from specdec.model.streamed import LayerStep
 
 
 @dataclass
@@ -143,20 +148,30 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
 
 
 class RecordWriter:
-    """Appends one JSON line per record and flushes it: a kill never leaves a partial line."""
+    """Appends one JSON line per record, each with a single write(2) on an O_APPEND descriptor:
+    a killed writer leaves only whole lines, whatever the record's size, without relying on how
+    the io stack splits a buffered write.
+
+    A file whose last line is torn (its writer died inside a write: disk full, power loss) has
+    that line cut off when opened, with a note, so appended records start on a line of their own.
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _cut_torn_tail(self.path, self._fd)
 
     def write(self, record: PassRecord | dict) -> None:
         row = asdict(record) if isinstance(record, PassRecord) else record
-        self._f.write(json.dumps(row) + "\n")
-        self._f.flush()
+        data = memoryview((json.dumps(row) + "\n").encode())
+        while data:  # a regular file takes it in one call unless the disk fills up
+            data = data[os.write(self._fd, data) :]
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -165,8 +180,27 @@ class RecordWriter:
         self.close()
 
 
+def _cut_torn_tail(path: Path, fd: int) -> None:
+    """Truncate `fd` after its last newline, if anything follows it."""
+    size = os.fstat(fd).st_size
+    end = size
+    with open(path, "rb") as f:
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            f.seek(start)
+            nl = f.read(end - start).rfind(b"\n")
+            if nl >= 0:
+                end = start + nl + 1
+                break
+            end = start
+    if end < size:
+        os.ftruncate(fd, end)
+        print(f"specdec: note: cut a torn final line off {path} before appending", file=sys.stderr)
+
+
 def read_records(path: Path) -> list[dict]:
-    """All whole lines of a record file; a torn last line (killed writer) is skipped, with a note."""
+    """All whole lines of a record file; a torn last line (killed writer) is skipped, with a note.
+    A bad line anywhere else is corruption: SpecdecError naming the line."""
     rows = []
     lines = Path(path).read_text().split("\n")
     for i, line in enumerate(lines):
@@ -175,8 +209,11 @@ def read_records(path: Path) -> list[dict]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            if i >= len(lines) - 2:
+            if i == len(lines) - 1:  # no newline after it: the writer died inside this line
                 print(f"specdec: note: skipped a torn final line in {path}", file=sys.stderr)
                 break
-            raise
+            raise SpecdecError(
+                f"{path}: line {i + 1} is not a JSON record (the file is corrupt, not just "
+                "cut short); delete the file and rerun the run that wrote it"
+            ) from None
     return rows

@@ -7,6 +7,7 @@ measured run starts cold like any other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +58,9 @@ def generate(
     profiles: tuple[DeviceProfile, ...] = (),
     records_path: Path | None = None,
     stop_at_eos: bool = True,
+    on_pass: Callable[[PassRecord], None] | None = None,
 ) -> GenerationResult:
+    """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress)."""
     cfg = cfg or DecodeConfig()
     eos = eos_ids(sm) if stop_at_eos else frozenset()
     reference = (
@@ -73,6 +76,8 @@ def generate(
             records.append(rec)
             if writer:
                 writer.write(rec)
+            if on_pass:
+                on_pass(rec)
     finally:
         if writer:
             writer.close()

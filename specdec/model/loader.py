@@ -28,11 +28,11 @@ from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.errors import BudgetError, SpecdecError
+from specdec.errors import BudgetError, SpecdecError, StoreError
 from specdec.model.families import Family, get_family, moe_blocks
 from specdec.model.streamed import StreamedSwitchGLU, Streamer
 from specdec.store.arena import Arena
-from specdec.store.layout import ExpertIndex
+from specdec.store.layout import ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
 from specdec.store.reader import ExpertReader
 from specdec.units import format_bytes, parse_budget
@@ -57,9 +57,7 @@ class StreamedModel:
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
-        for fut in list(s.inflight.values()):
-            s.reader.wait(fut)
-        s.inflight.clear()
+        s._settle(list(s.inflight))  # a failed lookahead read no longer matters: cache rebuilt
         s.cache = build_cache(self.policy, s.cache.n_slots, self.policy_options, s.key_stride)
         s.reader.reset_stats()
         s.log.clear()
@@ -81,6 +79,12 @@ def ensure_packed(model_dir: Path) -> Path:
     """`model_dir` if it is packed, else its packed copy in the cache (packing it if needed)."""
     if (model_dir / "experts.json").exists():
         return model_dir
+    if (model_dir / "experts.bin").exists():  # a packed dir whose index is gone: don't re-pack it
+        raise StoreError(
+            f"{model_dir}/experts.json not found: {model_dir} is a packed directory without its "
+            f"index; re-pack it from the model directory (specdec pack MODEL_DIR {model_dir} "
+            "--force), then run `specdec verify`"
+        )
     stamp = hashlib.sha1(str(model_dir.resolve()).encode())
     for f in sorted(model_dir.glob("*.safetensors")) + [model_dir / "config.json"]:
         st = f.stat()
@@ -96,7 +100,10 @@ def resolve(path: str | Path) -> Path:
     if Path(path).is_dir():
         return Path(path)
     if "/" in str(path) or Path(path).exists():
-        raise SpecdecError(f"model path {path} does not exist (or is not a directory)")
+        raise SpecdecError(
+            f"model path {path} does not exist (or is not a directory): give an mlx-lm model "
+            "directory, a packed directory or a bundled model name"
+        )
     from specdec.model.bundled import resolve_model
 
     return resolve_model(str(path))
@@ -129,9 +136,17 @@ def load(
     src = resolve(path)
     if not (src / "config.json").is_file():
         raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
-    family = get_family(json.loads((src / "config.json").read_text()).get("model_type", "?"))
+    try:
+        model_type = json.loads((src / "config.json").read_text()).get("model_type", "?")
+    except (ValueError, AttributeError) as e:
+        raise SpecdecError(
+            f"{src}/config.json is not a JSON object ({e}); restore it from the original model"
+        ) from None
+    family = get_family(model_type)
     packed = ensure_packed(src)
     index = ExpertIndex.load(packed)
+    for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
+        read_safetensors_header(f)
     model, config = load_model(packed, lazy=True, strict=False)
     blocks = moe_blocks(model, family)
     n_main = len(model.layers)
@@ -172,6 +187,7 @@ def load(
         },
     )
     for lid, block in blocks.items():
+        _check_experts(packed, lid, block.switch_mlp, index)
         block.switch_mlp = StreamedSwitchGLU(streamer, lid, block.switch_mlp, block, family.route)
     streamer.preload()
 
@@ -226,7 +242,38 @@ def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None
             f"{packed}: model.safetensors lacks {len(missing)} resident tensors "
             f"(first: {missing[0]}); re-pack the model"
         )
-    model.load_weights([(n, main[n]) for n in have], strict=True)
+    try:
+        model.load_weights([(n, main[n]) for n in have], strict=True)
+    except ValueError as e:  # a shape that config.json and model.safetensors disagree on
+        raise SpecdecError(
+            f"{packed}: config.json does not match model.safetensors ({e}); restore the "
+            "config.json the model was packed with, or re-pack it"
+        ) from None
+
+
+def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertIndex) -> None:
+    """config.json must describe the experts experts.json packed: count and matrix shapes.
+
+    `original` is the family's SwitchGLU that mlx-lm built from config.json, never evaluated and
+    not quantized (its weights are not in model.safetensors): dense [E, out, in] per projection.
+    A config edited after packing (expert count, MoE width, hidden size) would otherwise compute
+    garbage or fail deep inside a matmul.
+    """
+    layout = index.layers[layer]
+    for proj in layout.projections:
+        spec, q = layout.tensor(f"{proj}.weight"), layout.quant.get(proj)
+        out_dim, cols = spec.shape
+        in_dim = cols * 32 // q.bits if q is not None else cols  # packed uint32 columns
+        want = [layout.n_experts, out_dim, in_dim]
+        weight = getattr(getattr(original, proj, None), "weight", None)
+        got = None if weight is None else list(weight.shape)
+        if got != want:
+            raise SpecdecError(
+                f"{packed}: config.json does not match experts.json: layer {layer} {proj} is "
+                f"{got} [experts, out, in] by config.json but {want} packed; restore the "
+                "config.json the model was packed with, or re-pack (specdec pack MODEL_DIR "
+                "OUT_DIR --force)"
+            )
 
 
 def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Module | None:
@@ -243,5 +290,6 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
             f"{packed}: mtp.safetensors present but its experts are not packed; re-pack"
         )
     block = mtp.layer.mlp
+    _check_experts(packed, n_main, block.switch_mlp, index)
     block.switch_mlp = StreamedSwitchGLU(streamer, n_main, block.switch_mlp, block, family.route)
     return mtp

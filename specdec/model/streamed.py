@@ -7,11 +7,13 @@ mlx-lm's own `SwitchGLU.__call__` with `ArenaLinear` projections that call `mx.g
 strided views of the arena. Everything else in the family's block (gate weighting, shared experts)
 is the family's own code, so streamed logits equal resident logits.
 
-A call whose union exceeds the cache is computed in chunks of positions whose union fits, each
-chunk evaluated before the next read can overwrite its slots; so any budget of at least one
-position's top-k works. Outputs stay lazy (one host sync per MoE layer, the router's), but every
-output still pending is evaluated before a read may overwrite a slot: no lazy graph ever
-computes on a slot that was refilled under it.
+A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
+scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
+the next read can overwrite its slots; so any budget of at least one position's top-k works.
+Outputs stay lazy (one host sync per MoE layer, the router's), but every output still pending
+is evaluated before a read may overwrite a slot: no lazy graph ever computes on a slot that was
+refilled under it. A failed read (or lookahead read) makes the cache forget its keys, so no
+slot holding a partial or stale block is ever computed on (tests/test_fault_injection.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 from mlx_lm.models.switch_layers import SwitchGLU
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.errors import BudgetError
+from specdec.errors import BudgetError, StoreError
 from specdec.model.families import Route
 from specdec.store.arena import Arena
 from specdec.store.layout import ExpertIndex, LayerLayout
@@ -44,6 +46,14 @@ class LayerStep:
     bytes_read: int  # misses and lookahead prefetches started by this step
     phase: str  # "verify", "draft" or "prefill"
     prefetched: int = 0  # blocks this step started reading for a later layer (lookahead)
+
+
+@dataclass
+class Prefetch:
+    """One lookahead batch in flight: its reads and the (cache key, slot) pairs it fills."""
+
+    future: Future
+    reqs: list[tuple[int, int]]
 
 
 @dataclass
@@ -67,7 +77,8 @@ class Streamer:
     # later on its own input and starts reading the predicted experts (0 = off).
     lookahead: int = 0
     ahead_of: dict[int, tuple[int, nn.Module]] = field(default_factory=dict)  # L -> (L+d, block)
-    inflight: dict[int, Future] = field(default_factory=dict)  # slot -> read still landing
+    inflight: dict[int, Prefetch] = field(default_factory=dict)  # slot -> batch still landing
+    prefetch_failures: int = 0  # lookahead batches whose read failed (their keys forgotten)
     pending: list[mx.array] = field(default_factory=list)  # lazy outputs computing on slots
 
     def _flush(self, keep: mx.array | None = None) -> None:
@@ -81,21 +92,47 @@ class Streamer:
         s = self.key_stride
         return [(key // s, key % s, slot) for key, slot in misses]
 
-    def _settle(self, slots) -> None:
-        """Wait for reads still landing in these slots (a prefetch hit, or a slot to reuse)."""
-        if self.inflight:
-            for slot in slots:
-                fut = self.inflight.pop(int(slot), None)
-                if fut is not None:
-                    self.reader.wait(fut)
+    def _settle(self, slots, fresh: frozenset[int] = frozenset()) -> None:
+        """Wait for reads still landing in these slots (a prefetch hit, or a slot to reuse).
+
+        A lookahead batch that failed is not fatal: its keys still in the slots it was filling
+        are forgotten, so they are read again on demand (where a persistent fault raises).
+        `fresh`: slots just handed out for new reads, whose old keys must not be forgotten.
+        """
+        if not self.inflight:
+            return
+        for slot in slots:
+            batch = self.inflight.pop(-1 if slot is None else int(slot), None)
+            if batch is None:
+                continue
+            try:
+                self.reader.wait(batch.future)
+            except StoreError:
+                self.prefetch_failures += 1
+                for s in [s for s, b in self.inflight.items() if b is batch]:
+                    del self.inflight[s]
+                cache = self.cache
+                cache.forget(k for k, s in batch.reqs if s not in fresh and cache.slot_of(k) == s)
 
     def fetch(self, layer: int, experts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses."""
-        step = self.cache.step(experts + layer * self.key_stride, counts)
-        self._settle(step.slots)
+        """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses.
+
+        A failed read raises StoreError after its keys are forgotten: no later step can hit a
+        slot that holds a partial or stale block.
+        """
+        keys = experts + layer * self.key_stride
+        if self.inflight:  # lookahead reads into keys about to hit must land (or fail) first
+            self._settle(self.cache.slot_of(int(k)) for k in keys)
+        step = self.cache.step(keys, counts)
         if step.misses:
+            fresh = frozenset(slot for _, slot in step.misses)
+            self._settle(fresh, fresh)  # a reused slot may still have an older read landing
             self._flush()
-            self.reader.read(self._requests(step.misses))
+            try:
+                self.reader.read(self._requests(step.misses))
+            except StoreError:
+                self.cache.forget(key for key, _ in step.misses)
+                raise
         block = self.index.layers[layer].block_bytes
         self.log.append(
             LayerStep(layer, len(experts), len(step.misses), len(step.misses) * block, self.phase)
@@ -111,10 +148,11 @@ class Streamer:
         if not reqs:
             return
         self._flush(keep=running)
-        self._settle(slot for _, slot in reqs)
-        fut = self.reader.submit(self._requests(reqs))
+        fresh = frozenset(slot for _, slot in reqs)
+        self._settle(fresh, fresh)
+        batch = Prefetch(self.reader.submit(self._requests(reqs)), reqs)
         for _, slot in reqs:
-            self.inflight[slot] = fut
+            self.inflight[slot] = batch
         block = self.index.layers[layer].block_bytes
         self.log.append(LayerStep(layer, 0, 0, len(reqs) * block, self.phase, len(reqs)))
 
@@ -254,7 +292,8 @@ class StreamedSwitchGLU(nn.Module):
         return y
 
     def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
-        """A call whose union exceeds the cache: groups of positions whose union fits."""
+        """A call whose union exceeds one cache step (the slots; static: its scratch slots):
+        groups of positions whose union fits."""
         h, s = self._h, self._h.streamer
         k = idx.shape[-1]
         width = s.cache.max_step  # n_slots, or the static policy's scratch slots

@@ -125,7 +125,10 @@ def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str
         begin, end = info["data_offsets"]
         t = SafeTensor(name, info["dtype"], tuple(info["shape"]), path, 8 + n + begin, end - begin)
         if t.offset + t.nbytes > size:
-            raise StoreError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
+            raise StoreError(
+                f"{path}: tensor {name} runs past the end of the file (truncated?); copy the "
+                "model again (in a packed directory: re-pack with `specdec pack --force`)"
+            )
         tensors.append(t)
     return tensors, meta
 

@@ -10,18 +10,25 @@ one expert block plus an 8 MiB copy buffer, so a 100 GB checkpoint packs on a 24
 layout is in `store/layout.py`.
 
 Everything is written into `OUT_DIR.tmp-<pid>` and renamed at the end, with experts.json written
-last: a killed pack never leaves a directory that looks valid. An existing OUT_DIR packed from the
+last: a killed pack never leaves a directory that looks valid, and the next pack deletes the
+`.tmp-<pid>` / `.old-<pid>` directories of dead packs. tests/test_interrupt.py kills the real
+CLI at each stage (SPECDEC_TEST_PACK_STALL=<stage> makes pack announce the stage on stderr and
+wait there to be killed; stages: resident, block:N, experts, index, swap, swapped). An existing OUT_DIR packed from the
 same files is kept as it is; anything else there is replaced only with `--force`.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
+import sys
+import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +217,7 @@ def _write_experts(
     src: _Sources,
     on_block: Callable[[int, int], None] | None,
 ) -> None:
+    written = 0
     with open(path, "wb") as f:
         for _lid, (layout, srcs) in sorted(layers.items()):
             # padding between tensors stays zero: every tensor byte range is overwritten per expert
@@ -225,26 +233,29 @@ def _write_experts(
                 f.write(block.data)
                 if on_block is not None:
                     on_block(_lid, e)
+                _stall(f"block:{written}")  # blocks are numbered across layers
+                written += 1
         f.flush()
         os.fsync(f.fileno())
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_stale_tmp(out_dir: Path) -> None:
-    """Delete OUT_DIR.tmp-<pid> directories left by packs that were killed."""
-    for p in out_dir.parent.glob(out_dir.name + ".tmp-*"):
-        pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
+    """Delete OUT_DIR.tmp-<pid> and OUT_DIR.old-<pid> directories left by killed packs.
+
+    Called under the pack lock: every pack into OUT_DIR holds it while those exist, so whoever
+    left them is dead (a pid check would see a killed pack not yet reaped as alive).
+    """
+    for kind in (".tmp-", ".old-"):
+        for p in out_dir.parent.glob(out_dir.name + kind + "*"):
+            if p.name.rsplit("-", 1)[-1].isdigit():
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _stall(stage: str) -> None:
+    """Test-only: with SPECDEC_TEST_PACK_STALL=<stage>, say so on stderr and wait to be killed."""
+    if os.environ.get("SPECDEC_TEST_PACK_STALL") == stage:
+        print(f"specdec: test: pack stalled at {stage}", file=sys.stderr, flush=True)
+        time.sleep(600)
 
 
 def pack(
@@ -253,11 +264,43 @@ def pack(
     force: bool = False,
     on_block: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook."""
+    """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook.
+
+    One pack per OUT_DIR at a time (an flock on `.OUT_DIR.pack-lock` beside it, released by the
+    kernel if the holder dies): a second pack of the same model, e.g. two runs packing into the
+    cache on first use, waits and then finds the first one's pack.
+    """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if not model_dir.is_dir():
-        raise StoreError(f"{model_dir}: no such model directory")
+        raise StoreError(
+            f"{model_dir}: no such model directory; give an mlx-lm model directory "
+            "(made by `mlx_lm.convert` or `specdec make-random`)"
+        )
+    with _pack_lock(out_dir):
+        return _pack(model_dir, out_dir, force, on_block)
+
+
+@contextmanager
+def _pack_lock(out_dir: Path) -> Iterator[None]:
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir.parent / f".{out_dir.name}.pack-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"specdec: note: waiting for another pack into {out_dir}", file=sys.stderr)
+            sys.stderr.flush()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _pack(
+    model_dir: Path, out_dir: Path, force: bool, on_block: Callable[[int, int], None] | None
+) -> Path:
     fingerprint = source_fingerprint(model_dir)
+    _remove_stale_tmp(out_dir)
     if out_dir.exists():
         if (out_dir / EXPERTS_JSON).is_file() and not force:
             try:
@@ -270,7 +313,6 @@ def pack(
                 f"{out_dir} exists and is not a pack of {model_dir}; "
                 "pass --force to replace it or choose another OUT_DIR"
             )
-    _remove_stale_tmp(out_dir)
     resident, layers = plan(model_dir)
     tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -286,6 +328,7 @@ def pack(
         _write_resident([t for t in resident if Path(t.path).name != MTP_FILE], tmp / RESIDENT, src)
         if mtp:
             _write_resident(mtp, tmp / MTP_FILE, src)
+        _stall("resident")
         _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
         index = ExpertIndex(
             version=INDEX_VERSION,
@@ -294,7 +337,9 @@ def pack(
             source=fingerprint,
         )
         index.validate()
+        _stall("experts")
         index.save(tmp)  # last: its presence marks a complete pack
+        _stall("index")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -303,7 +348,9 @@ def pack(
     old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
     if out_dir.exists():
         os.replace(out_dir, old)
+        _stall("swap")
     os.replace(tmp, out_dir)
+    _stall("swapped")
     shutil.rmtree(old, ignore_errors=True)
     return out_dir
 

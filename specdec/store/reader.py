@@ -115,6 +115,10 @@ class ExpertReader:
         threads: int = 8,
         verify_checksums: bool = False,
     ) -> None:
+        if threads < 1:
+            raise StoreError(
+                f"reader threads must be >= 1 (got {threads}): pass --threads 1 or more"
+            )
         if arena.slot_bytes < index.slot_bytes:
             raise StoreError(
                 f"arena slots of {arena.slot_bytes} B are smaller than the index's "

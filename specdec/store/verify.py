@@ -1,10 +1,11 @@
 """`specdec verify PACKED_DIR`: check a packed directory end to end.
 
-Loads and validates experts.json, checks that experts.bin and model.safetensors are as long as
-their headers say, then reads every expert block (in 64-block batches; `--io direct` by default,
-so a damaged disk is not masked by a good copy in the page cache) and compares its crc32 with
-the index. Exit 0 with one `ok:` line, or exit 2 with one line naming the first
-problem (missing file, truncation, the layer and expert of a corrupt block) and the fix.
+Loads and validates experts.json, checks that experts.bin, model.safetensors and (if present)
+mtp.safetensors are as long as their headers say, then reads every expert block (in 64-block
+batches; `--io direct` by default, so a damaged disk is not masked by a good copy in the page
+cache) and compares its crc32 with the index. Exit 0 with one `ok:` line, or exit 2 with one
+line naming the first problem (missing file, truncation, the layer and expert of a corrupt
+block) and the fix. Resident weights carry no checksums: only their length is checked.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from specdec.errors import StoreError
 from specdec.store.arena import Arena
-from specdec.store.layout import RESIDENT, ExpertIndex, read_safetensors_header
+from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex, read_safetensors_header
 from specdec.store.reader import IO_MODES, ExpertReader
 
 BATCH = 64
@@ -34,13 +35,17 @@ def verify(packed_dir: str | Path, io: str = "direct", threads: int = 4) -> Veri
     """Raise StoreError at the first problem; return what was checked."""
     packed_dir = Path(packed_dir)
     if not packed_dir.is_dir():
-        raise StoreError(f"{packed_dir}: no such packed directory")
+        raise StoreError(
+            f"{packed_dir}: no such packed directory; create one with `specdec pack MODEL_DIR OUT_DIR`"
+        )
     index = ExpertIndex.load(packed_dir)
     if not (packed_dir / "config.json").is_file():
         raise StoreError(f"{packed_dir}/config.json missing; re-pack with `specdec pack`")
     if not (packed_dir / RESIDENT).is_file():
         raise StoreError(f"{packed_dir}/{RESIDENT} missing; re-pack with `specdec pack`")
     resident, _ = read_safetensors_header(packed_dir / RESIDENT)  # checks truncation too
+    if (packed_dir / MTP_FILE).is_file():
+        resident += read_safetensors_header(packed_dir / MTP_FILE)[0]
     arena = Arena(BATCH, index.slot_bytes)
     total = 0
     with ExpertReader(packed_dir, index, arena, io=io, threads=threads) as reader:

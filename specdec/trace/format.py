@@ -85,7 +85,8 @@ class Trace:
         e = self.experts
         if e.ndim != 3 or not np.issubdtype(e.dtype, np.integer):
             raise TraceError(
-                f"{where}: experts must be integers [T, L, k], got {e.dtype} {e.shape}"
+                f"{where}: experts must be integers [T, L, k], got {e.dtype} {e.shape}: "
+                "write integer expert ids (see docs/trace-format.md)"
             )
         T, L, _ = e.shape
         if e.size and (e.min() < 0 or e.max() >= self.n_experts):
@@ -142,19 +143,26 @@ def load_trace(path: str | os.PathLike) -> Trace:
     want = (meta["n_layers"], meta["top_k"])
     if e.ndim != 3 or e.shape[1:] != want:
         raise TraceError(
-            f"{d}: experts.npy has shape {e.shape}, meta.json says [T, {want[0]}, {want[1]}]"
+            f"{d}: experts.npy has shape {e.shape}, meta.json says [T, {want[0]}, {want[1]}]: "
+            "fix n_layers/top_k in meta.json or re-record the trace (specdec trace record)"
         )
     eb = meta["expert_bytes"]
-    trace = Trace(
-        experts=e,
-        n_experts=int(meta["n_experts"]),
-        expert_bytes=[int(eb)] * e.shape[1] if isinstance(eb, int) else [int(b) for b in eb],
-        model=str(meta.get("model", "")),
-        source=str(meta.get("source", "")),
-        layer_ids=meta.get("layer_ids"),
-        lookahead_distances=list(meta.get("lookahead_distances", [])),
-        **{k: v for k, v in arrays.items() if k != "experts"},
-    )
+    try:
+        trace = Trace(
+            experts=e,
+            n_experts=int(meta["n_experts"]),
+            expert_bytes=[int(eb)] * e.shape[1] if isinstance(eb, int) else [int(b) for b in eb],
+            model=str(meta.get("model", "")),
+            source=str(meta.get("source", "")),
+            layer_ids=meta.get("layer_ids"),
+            lookahead_distances=list(meta.get("lookahead_distances", [])),
+            **{k: v for k, v in arrays.items() if k != "experts"},
+        )
+    except (TypeError, ValueError) as err:  # e.g. "n_experts": "x"
+        raise TraceError(
+            f"{meta_path}: a field has the wrong type ({err}): n_experts is an int, "
+            "expert_bytes an int or a list of ints (see docs/trace-format.md)"
+        ) from None
     trace.validate(str(d))
     return trace
 

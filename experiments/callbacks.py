@@ -1,0 +1,31 @@
+"""Hydra callback: when a sweep ends, build its report and say where everything is.
+
+Registered in conf/config.yaml under `hydra.callbacks.report`; runs in the launching process
+after every job finished (any launcher), so the report sees the whole sweep. Same as running
+`specdec report SWEEP_DIR --wandb MODE` by hand. Hydra turns a callback's exception into a
+warning; a report that fails must fail the command, so it exits instead.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from specdec.errors import SpecdecError
+
+
+class SweepReport(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from specdec.report import build_report
+
+        try:
+            report = build_report(Path(config.hydra.sweep.dir), wandb_mode=config.logger.mode)
+        except SpecdecError as e:
+            raise SystemExit(f"specdec-exp: report: error: {e}") from None
+        except Exception:
+            traceback.print_exc()
+            raise SystemExit("specdec-exp: the sweep finished but its report failed") from None
+        print(report.describe(), flush=True)

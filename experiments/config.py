@@ -1,0 +1,111 @@
+"""Typed schema of `specdec-exp`'s configuration, registered in Hydra's ConfigStore.
+
+conf/config.yaml puts `specdec_exp` first in its defaults list, so every YAML file of conf/
+is merged onto these dataclasses and a misspelt key or a wrong type fails at composition, not
+halfway through a sweep. Tasks get the plain object: `to_config(cfg)` runs
+`OmegaConf.to_object` once. No `from __future__ import annotations` here: OmegaConf reads the
+annotations at class creation.
+
+    python -c "from experiments.config import Config; print(Config())"
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from specdec.errors import SpecdecError
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING  # short name for tags and tables
+    path: str = MISSING  # bundled name, mlx-lm or packed directory, or random:FAMILY
+    bits: int | None = 4  # random:FAMILY only: quantization of the generated checkpoint
+    io: str = "direct"  # direct | buffered | mmap
+    threads: int = 8
+
+
+@dataclass
+class DrafterConfig:
+    name: str = "none"  # none | mtp | self | lookup | oracle | draft
+    alpha: float | None = None  # oracle: per-draft acceptance
+    path: str | None = None  # draft: the draft model's directory
+
+    @property
+    def spec(self) -> str:
+        """The decode library's drafter spec: `oracle:0.9`, `draft:PATH`, `mtp`, ..."""
+        if self.name == "oracle":
+            return f"oracle:{self.alpha}"
+        if self.name == "draft":
+            if not self.path:
+                raise SpecdecError("drafter=draft needs the draft model: add drafter.path=DIR")
+            return f"draft:{self.path}"
+        return self.name
+
+
+@dataclass
+class CacheConfig:
+    policy: str = "lru"  # lru | slru | hotness | lfu | static
+    budget: str = "25%"  # 512MiB, 2GB, 96slots or N% of all experts
+    lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on will want
+
+
+@dataclass
+class DeviceConfig:
+    profile: str = MISSING  # built-in name or a YAML/JSON profile file
+
+
+@dataclass
+class LoggerConfig:
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "specdec"
+    entity: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TaskConfig:
+    name: str = "union_cost"  # a module of experiments/tasks/
+    trace_gammas: list[int] = field(default_factory=lambda: list(range(1, 9)))
+    alphas: list[float] = field(  # acceptances the report tabulates best γ and speedup at
+        default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0]
+    )
+    options: dict[str, Any] = field(default_factory=dict)  # knobs of tasks added later
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    gamma: int = 1  # positions per verify pass; 1 = plain decoding
+    max_tokens: int = 64
+    temp: float = 0.0
+    seed: int = 0
+    prompt: str = "def fibonacci(n):"
+    stop_at_eos: bool = False  # False: every run decodes exactly max_tokens, so runs compare
+    sweep: str = "adhoc"  # sweep name: the wandb group and the folder under runs/
+    progress: bool = True  # tqdm bars on stderr
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="specdec_exp", node=Config)
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """The composed config as the typed object (Hydra's own `hydra` node left out)."""
+    plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    # a group option may leave a value to the user (`path: ???`); the schema has no default
+    # for those keys, so a merge cannot hide the gap
+    missing = sorted(OmegaConf.missing_keys(plain))
+    if missing:
+        raise SpecdecError(
+            f"{', '.join(missing)} must be set: add e.g. {missing[0]}=VALUE to the command "
+            "(conf/ leaves it to you)"
+        )
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))

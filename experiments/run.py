@@ -1,0 +1,123 @@
+"""`specdec-exp`: compose a config with Hydra, run one experiment, write its run directory.
+
+    specdec-exp -m                     # the main job: experiment=main (γ × drafter sweep on tiny)
+    specdec-exp experiment=union_cost drafter=mtp gamma=4 max_tokens=128
+    specdec-exp -m experiment=speedup_vs_acceptance drafter.alpha=0.5,0.7,0.9,1.0 gamma=1,2,4,8
+    specdec-exp -m model=random_deepseek_v3 logger=disabled gamma=1,2 drafter=self,oracle
+    specdec-exp -m ... hydra/launcher=joblib hydra.launcher.n_jobs=2   # CPU-only simulations
+    specdec-exp --cfg job              # print the composed config and exit (Hydra's flags)
+
+Without `python -m` inside a checkout: `python -m experiments.run ...`. Each job writes into
+its run directory (runs/single/... or runs/sweeps/SWEEP/JOB/) what experiments/jobs.py lists,
+logs to wandb (offline by default, under the run directory), always finishes the wandb run, and
+returns its headline metric for sweepers. A sweep run again skips the jobs that finished; at
+the end of a sweep `specdec report` runs on the sweep directory (experiments/callbacks.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from experiments import jobs
+from experiments.config import register, to_config
+from experiments.tasks import get_task
+from specdec.blas import ensure_fast_blas
+from specdec.decode.records import read_records
+from specdec.errors import SpecdecError
+from specdec.report.wandb_sink import WandbSink
+
+log = logging.getLogger("specdec-exp")
+
+
+def slug(text: str) -> str:
+    """A job's override string as one safe directory name (paths and odd characters folded)."""
+    safe = re.sub(r"[^A-Za-z0-9._=,:+-]+", "_", text).strip("_") or "default"
+    if len(safe) > 120:  # keep names short and still distinct
+        safe = f"{safe[:100]}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+    return safe
+
+
+OmegaConf.register_new_resolver("specdec_slug", slug, replace=True)
+register()
+
+
+def run_job(cfg: DictConfig) -> float | None:
+    try:
+        return _run(cfg)
+    except SpecdecError as e:  # a user error: one line, no traceback (SystemExit passes Hydra)
+        raise SystemExit(f"specdec-exp: error: {e}") from None
+
+
+def _run(cfg: DictConfig) -> float | None:
+    c = to_config(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    key = jobs.config_hash(resolved)
+    done = jobs.finished(run_dir, key)
+    if done:
+        log.info("%s: finished before, skipped", run_dir)
+        return done["headline"]["value"]
+    jobs.clear(run_dir)
+    overrides = list(HydraConfig.get().overrides.task)
+    jobs.write_json(
+        run_dir / "config.json", {"config": resolved, "meta": jobs.meta(c, key, overrides)}
+    )
+    task = get_task(c.task.name)
+    sink = WandbSink(
+        c.logger.mode,
+        run_dir,
+        name=f"{c.task.name} {c.drafter.spec} γ={c.gamma}",
+        group=c.sweep,
+        job_type=c.task.name,
+        tags=[
+            c.task.name,
+            c.model.name,
+            c.drafter.name,
+            f"gamma={c.gamma}",
+            c.device.profile,
+            *c.logger.tags,
+        ],
+        config=resolved,
+        project=c.logger.project,
+        entity=c.logger.entity,
+    )
+    ok = False
+    try:
+        t0 = time.perf_counter()
+        result = task(c, run_dir)
+        wall_s = time.perf_counter() - t0
+        jobs.write_outputs(run_dir, result)
+        records = run_dir / "records.jsonl"
+        if records.exists():
+            sink.log_steps(read_records(records), "pass_idx")
+        sink.log_tables(result.tables)
+        sink.log_summary({**result.summary, "headline": result.headline})
+        ok = True
+    finally:
+        wandb_dir = sink.dir
+        sink.finish(ok)
+    jobs.mark_done(run_dir, key, result, wall_s)  # last: local files and wandb are complete
+    log.info("%s = %s  (%s)", result.headline_name, result.headline, run_dir)
+    if wandb_dir:
+        log.info("wandb run: %s  (upload: wandb sync %s)", wandb_dir, wandb_dir)
+    return result.headline
+
+
+_hydra_main = hydra.main(version_base="1.3", config_path="../conf", config_name="config")(run_job)
+
+
+def main() -> None:
+    ensure_fast_blas()
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

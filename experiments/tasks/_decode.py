@@ -1,0 +1,114 @@
+"""What the decoding tasks share: load the configured model, decode once, describe the model.
+
+    with loaded_model(cfg) as sm:
+        res = decode(cfg, sm, run_dir)      # writes run_dir/records.jsonl, one line per pass
+
+`model.path: random:FAMILY` builds a random-weight checkpoint once into the specdec cache
+(SPECDEC_CACHE, default ~/.cache/specdec) so tests and plumbing runs need no trained model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from specdec.clock.profiles import get_profile
+from specdec.decode.loop import DecodeConfig
+from specdec.decode.records import PassRecord
+from specdec.decode.run import GenerationResult, generate
+from specdec.model.loader import StreamedModel, cache_root, load
+
+RECORDS = "records.jsonl"
+
+
+def model_dir(path: str, bits: int | None) -> str:
+    """`random:FAMILY` -> its generated checkpoint (built on first use); anything else as is."""
+    if not path.startswith("random:"):
+        return path
+    from specdec.model.random_models import make_random
+
+    family = path.partition(":")[2]
+    out = cache_root() / "random" / f"{family}-{bits or 'f32'}"
+    if not (out / "config.json").exists():
+        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # build aside, rename when whole
+        make_random(family, tmp, bits=bits, seed=0)
+        with contextlib.suppress(OSError):  # a parallel job may have renamed its copy first
+            tmp.rename(out)
+    return str(out)
+
+
+@contextlib.contextmanager
+def loaded_model(cfg) -> Iterator[StreamedModel]:
+    sm = load(
+        model_dir(cfg.model.path, cfg.model.bits),
+        budget=cfg.cache.budget,
+        policy=cfg.cache.policy,
+        io=cfg.model.io,
+        threads=cfg.model.threads,
+        with_mtp=cfg.drafter.name == "mtp",
+        lookahead=cfg.cache.lookahead,
+    )
+    try:
+        yield sm
+    finally:
+        sm.close()
+
+
+def prompt_ids(sm: StreamedModel, prompt: str) -> list[int]:
+    return list(sm.tokenizer.encode(prompt, add_special_tokens=False))
+
+
+def model_info(sm: StreamedModel) -> dict:
+    """Facts about the loaded model that the reports need (k, N, layers, block size)."""
+    index = sm.streamer.index
+    main_layers = [lid for lid in index.layer_ids if lid < len(sm.model.layers)]
+    return {
+        "model_type": sm.config["model_type"],
+        "top_k": sm.top_k,
+        "n_experts": int(index.layers[main_layers[0]].n_experts),
+        "moe_layers": main_layers,
+        "slot_bytes": int(index.slot_bytes),
+        "cache_slots": int(sm.streamer.cache.n_slots),
+        "has_mtp": sm.mtp is not None,
+    }
+
+
+def decode(cfg, sm: StreamedModel, run_dir: Path) -> GenerationResult:
+    """One generation with the configured drafter and γ; records go to run_dir/records.jsonl."""
+    profile = get_profile(cfg.device.profile)
+    dcfg = DecodeConfig(gamma=cfg.gamma, max_tokens=cfg.max_tokens, temp=cfg.temp, seed=cfg.seed)
+    bar = _progress(cfg)
+    try:
+        return generate(
+            sm,
+            prompt_ids(sm, cfg.prompt),
+            cfg.drafter.spec,
+            dcfg,
+            (profile,),
+            run_dir / RECORDS,
+            stop_at_eos=cfg.stop_at_eos,
+            on_pass=(lambda rec: bar.update(rec.committed)) if bar else None,
+        )
+    finally:
+        if bar:
+            bar.close()
+
+
+def _progress(cfg):
+    if not cfg.progress:
+        return None
+    from tqdm import tqdm
+
+    label = f"{cfg.drafter.spec} γ={cfg.gamma}"
+    return tqdm(total=cfg.max_tokens, desc=label, unit="tok", file=sys.stderr, leave=False)
+
+
+def per_layer_union(records: list[PassRecord]) -> dict[str, float]:
+    """Mean verify union per MoE layer over the passes of one run."""
+    layers = sorted({lid for r in records for lid in r.union}, key=int)
+    return {lid: float(np.mean([r.union.get(lid, 0) for r in records])) for lid in layers}
