@@ -64,16 +64,25 @@ def ckpt(tmp_path_factory):
     return src, mlx_load(str(src))[0]
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["no-lookahead", "lookahead-1"])
-def streamed(ckpt, request):
+def _streamed(ckpt, lookahead):
     src, ref_model = ckpt
     sm = load(
-        src, budget="6slots", policy="lru", io="buffered", with_mtp=False, lookahead=request.param
+        src, budget="6slots", policy="lru", io="buffered", with_mtp=False, lookahead=lookahead
     )
     faults = Faults()
     sm.streamer.reader.fault_hook = faults
     yield sm, ref_model, faults
     sm.close()
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["no-lookahead", "lookahead-1"])
+def streamed(ckpt, request):
+    yield from _streamed(ckpt, request.param)
+
+
+@pytest.fixture(scope="module")
+def streamed_lookahead(ckpt):
+    yield from _streamed(ckpt, 1)
 
 
 def assert_slots_hold_their_blocks(sm) -> None:
@@ -134,10 +143,8 @@ def test_failed_reads_never_reach_compute(streamed, calls):
     assert_slots_hold_their_blocks(sm)
 
 
-def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed):
-    sm, ref_model, faults = streamed
-    if not sm.streamer.lookahead:
-        pytest.skip("needs router lookahead")
+def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed_lookahead):
+    sm, ref_model, faults = streamed_lookahead
     sm.reset_cache()
     s = sm.streamer
     before = s.prefetch_failures
