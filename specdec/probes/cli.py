@@ -131,7 +131,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="5,10,20,30,50,75",
         help="percent of all routed experts, comma-separated",
     )
-    parser.add_argument("--positions", choices=["decode", "all"], default=d.positions)
+    parser.add_argument(
+        "--positions",
+        choices=["decode", "prefill", "all"],
+        default=d.positions,
+        help="eviction: replay decode positions, prompt positions (teacher-forced), or both",
+    )
     parser.add_argument("--policy", default=d.policy, help="gates: residency policy")
     parser.add_argument("--read-json", default=d.read_json)
 
@@ -168,5 +173,6 @@ def run(args: argparse.Namespace) -> int:
         names.remove("gates")
     for name in names:
         run_probe(name, opts)
-        print(open(f"{opts.out}/{name}.md").read())
+        suffix = f"_{opts.positions}" if name == "eviction" and opts.positions != "decode" else ""
+        print(open(f"{opts.out}/{name}{suffix}.md").read())
     return 0

@@ -15,7 +15,9 @@ profiling on the evaluated prompts would flatter static and hotness.
 
 Budgets are shares of all routed experts of the model (0.1 = 10%), turned into whole slots.
 `positions="decode"` (default) keeps the decode positions of every prompt in order, so the cache
-runs across many prompts, as a server's would; "all" also replays prefill positions one by one.
+runs across many prompts, as a server's would; "prefill" keeps the prompt positions instead,
+replayed one by one: the model's routing on real text, teacher-forced, which no greedy loop can
+flatter (the question's caveat about LRU); "all" replays both.
 """
 
 from __future__ import annotations
@@ -76,11 +78,11 @@ def eviction_table(
     policies: list[str] | None = None,
 ) -> list[dict]:
     """Rows of (policy, budget): hit rate, bytes/token, slots, budget share."""
-    if positions not in ("decode", "all"):
-        raise SpecdecError(f"positions={positions!r}: use 'decode' or 'all'")
-    loops = repeated_ngrams(eval_trace)
-    if positions == "decode" and eval_trace.phase is not None:
-        eval_trace = select_positions(eval_trace, eval_trace.phase.astype(bool))
+    if positions not in ("decode", "prefill", "all"):
+        raise SpecdecError(f"positions={positions!r}: use 'decode', 'prefill' or 'all'")
+    loops = repeated_ngrams(eval_trace) if positions == "decode" else None
+    if positions != "all" and eval_trace.phase is not None:
+        eval_trace = select_positions(eval_trace, eval_trace.phase == (positions == "decode"))
     total = eval_trace.n_layers * eval_trace.n_experts
     widest = eval_trace.top_k
     slots = sorted({max(widest, int(round(b * total))) for b in budgets})
@@ -92,6 +94,7 @@ def eviction_table(
         row["budget_share"] = r.budget_slots / total
         row["label"] = LABELS.get(r.policy, r.policy)
         row["repeated_4grams"] = loops
+        row["positions_kind"] = positions
         rows.append(row)
     return rows
 
@@ -114,6 +117,8 @@ def render_eviction(rows: list[dict], title: str = "") -> str:
     first = rows[0] if rows else {"positions": 0, "repeated_4grams": None}
     loops = first["repeated_4grams"]
     loop_note = "" if loops is None else f"; {loops:.0%} of decoded 4-grams repeat an earlier one"
+    if first.get("positions_kind") == "prefill":
+        loop_note = "; prompt positions, teacher-forced"
     return (
         (f"{title}\n\n" if title else "")
         + f"Hit rate ({first['positions']} positions replayed{loop_note}):\n\n"
@@ -144,4 +149,6 @@ def write_eviction(rows: list[dict], out_dir: str | Path, title: str = "") -> di
         ax.grid(alpha=0.3)
     a1.legend(fontsize=8)
     fig.suptitle(title or "Eviction key: hit rate and bytes/token vs budget")
-    return write_report(out_dir, "eviction", rows, render_eviction(rows, title), fig)
+    kind = rows[0]["positions_kind"] if rows else "decode"
+    name = "eviction" if kind == "decode" else f"eviction_{kind}"  # both can sit in one dir
+    return write_report(out_dir, name, rows, render_eviction(rows, title), fig)
