@@ -10,7 +10,8 @@ Predictors: layer L's router evaluated on the MoE input of the MoE layer d befor
 it "router evaluated at L+d", i.e. d layers ahead), and the same layer's selection at the
 previous token (the prefetch "use what this layer picked last time"). Layers with no MoE layer
 d before them have no prediction and are left out of that row. `recall_decode` counts only decode positions (the prefetch that matters while
-generating); `recall_all` also counts prefill positions.
+generating, but greedy loops of a small model inflate the previous-token row there);
+`recall_prompt` only prompt positions (real text, teacher-forced); `recall_all` both.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
 def _row(name, d, pred, real, valid, decode, k) -> dict:
     r_all, n_all = _mean_recall(pred, real, valid, k)
     r_dec, n_dec = _mean_recall(pred, real, valid & decode[:, None], k)
+    r_pre, _ = _mean_recall(pred, real, valid & ~decode[:, None], k)
     per_layer = [
         _mean_recall(pred[:, j], real[:, j], valid[:, j] & decode, k)[0]
         for j in range(real.shape[1])
@@ -112,6 +114,7 @@ def _row(name, d, pred, real, valid, decode, k) -> dict:
         "d": d,
         "recall_all": r_all,
         "recall_decode": r_dec,
+        "recall_prompt": r_pre,
         "cells_all": n_all,
         "cells_decode": n_dec,
         "recall_decode_by_layer": per_layer,
@@ -131,11 +134,16 @@ def render_lookahead(rows: list[dict], title: str = "") -> str:
         [
             "router evaluated at",
             "recall (decode)",
-            "recall (all positions)",
-            "(position, layer) cells",
+            "recall (prompt, teacher-forced)",
+            "recall (all)",
         ],
         [
-            [r["predictor"], _pct(r["recall_decode"]), _pct(r["recall_all"]), r["cells_decode"]]
+            [
+                r["predictor"],
+                _pct(r["recall_decode"]),
+                _pct(r.get("recall_prompt")),
+                _pct(r["recall_all"]),
+            ]
             for r in recall
         ],
     )
