@@ -11,9 +11,13 @@ Balance: DeepSeek-V3's auxiliary-loss-free rule; after every step, per MoE layer
 included) `bias_e += u·sign(mean_load − load_e)`; the bias only changes which experts are
 selected, never the gate values (mlx-lm's `group_expert_select` adds it after the sigmoid).
 
+The first run builds the corpus and tokenizer into --out (experiments/tiny_corpus.py). The lr
+follows a cosine over the used fraction of the wall-clock budget (or of --steps, if given).
 Seeded (init and every batch derive from --seed and the step), resumable (checkpoint in
---out every --ckpt-every steps), progress bar, metrics to <out>/metrics.jsonl and to wandb
-(offline). Export quantizes as `mlx_lm.convert -q` does (affine, 4 bits, group 64) and writes
+--out every --ckpt-every steps; with --steps, an interrupted and resumed run ends with
+bitwise the same weights as an uninterrupted one, checked), progress bar, metrics to
+<out>/metrics.jsonl and to wandb (offline). The routed MLP and the loss use the exact CPU fast
+paths of experiments/tiny_ops.py. Export quantizes as `mlx_lm.convert -q` does (affine, 4 bits, group 64) and writes
 config.json, model.safetensors, mtp.safetensors and the tokenizer into specdec/models/tiny.
 """
 
@@ -37,15 +41,16 @@ import mlx.optimizers as optim  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs, MoEGate  # noqa: E402
-from mlx_lm.models.switch_layers import SwitchGLU  # noqa: E402
 from mlx_lm.utils import quantize_model  # noqa: E402
 
 from experiments.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
+from experiments.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
 from specdec.model.mtp import MTP_FILE, MTPModule  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHIP_DIR = REPO / "specdec" / "models" / "tiny"
 MTP_WEIGHT = 0.3
+HYPERPARAMETERS = ("seed", "batch", "seq", "lr", "warmup", "bias_rate", "time_limit_min")
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
 
 TINY_ARGS = ModelArgs(
@@ -89,65 +94,6 @@ class CountingGate(MoEGate):
         # A plain attribute: an array set the Module way would become a parameter.
         object.__setattr__(self, "loads", loads)
         return inds, scores
-
-
-class SortedSwitchGLU(SwitchGLU):
-    """SwitchGLU computed exactly by grouping token-slots by expert, one dense matmul each.
-
-    Same parameters and same math as mlx-lm's SwitchGLU, whose `gather_mm` (and its backward)
-    runs at ~4 GFLOP/s on our CPU. Sorting the M = tokens·k assignments by expert and running
-    each expert's rows as a plain matmul is ~4x faster in training (measured, fwd+bwd) and
-    pads nothing. Training only; the saved model uses the stock classes.
-    """
-
-    def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
-        *lead, k = indices.shape  # x [B, T, H], indices [B, T, k]
-        h = x.shape[-1]
-        flat = np.array(indices).reshape(-1)  # [M] host copy: the split needs concrete sizes
-        e = self.gate_proj.weight.shape[0]
-        order = np.argsort(flat, kind="stable")  # assignments grouped by expert
-        counts = np.bincount(flat, minlength=e)
-        xs = x.reshape(-1, h)[mx.array(order // k)]  # [M, H]
-        parts = mx.split(xs, np.cumsum(counts)[:-1].tolist(), axis=0)  # E x [count_e, H]
-        w_up, w_gate, w_down = (
-            mx.split(p.weight, e, axis=0) for p in (self.up_proj, self.gate_proj, self.down_proj)
-        )  # E x [1, out, in]
-        outs = [
-            self.activation(xp @ w_up[i][0].T, xp @ w_gate[i][0].T) @ w_down[i][0].T
-            for i, xp in enumerate(parts)
-            if counts[i]
-        ]  # [count_e, H] each
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(order.size)
-        ys = mx.concatenate(outs, axis=0)[mx.array(inverse)]  # [M, H] back in token order
-        return ys.reshape(*lead, k, h)  # [B, T, k, H]
-
-
-def _softmax_parts(logits: mx.array, targets: mx.array):
-    lg = np.array(logits, copy=False).reshape(-1, logits.shape[-1])  # [N, V]
-    t = np.array(targets).reshape(-1)  # [N]
-    m = lg.max(-1, keepdims=True)
-    e = np.exp(lg - m)
-    return lg, t, m, e, e.sum(-1, keepdims=True)
-
-
-@mx.custom_function
-def cross_entropy(logits: mx.array, targets: mx.array) -> mx.array:
-    """Mean token cross-entropy, computed in numpy: MLX's CPU `exp` is ~10x slower than
-    numpy's, and the two [N, 4096] softmaxes per step dominated the step time."""
-    lg, t, m, _, s = _softmax_parts(logits, targets)
-    lse = np.log(s[:, 0]) + m[:, 0]
-    return mx.array((lse - lg[np.arange(t.size), t]).mean(dtype=np.float64).astype(np.float32))
-
-
-@cross_entropy.vjp
-def _cross_entropy_vjp(primals, cotangent, output):
-    logits, targets = primals
-    _, t, _, e, s = _softmax_parts(logits, targets)
-    g = e / s  # softmax - onehot, over N
-    g[np.arange(t.size), t] -= 1.0
-    g *= np.array(cotangent) / t.size
-    return mx.array(g.reshape(logits.shape)), mx.zeros_like(targets)
 
 
 class TinyMTP(nn.Module):
@@ -195,11 +141,15 @@ def batch(data: np.ndarray, seed: int, step: int, bsz: int, seq: int) -> mx.arra
     return mx.array(np.stack([data[s : s + seq + 2] for s in starts]))  # [B, T+2]
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
+    """Linear warmup over steps, then cosine to 10% over `progress` in [0, 1].
+
+    progress is the larger of step/--steps and elapsed/--time-limit-min, so a run capped by
+    the wall clock still anneals fully, however fast the shared cores happen to be.
+    """
     if step < warmup:
         return peak * (step + 1) / warmup
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(1.0, progress))))
 
 
 def prepare_data(out: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +190,8 @@ def train(a: argparse.Namespace) -> None:
     mx.random.seed(a.seed)
     model = TinyMTP(TINY_ARGS)
     opt = optim.AdamW(learning_rate=a.lr, betas=[0.9, 0.95], weight_decay=0.1)
-    state = load_ckpt(out, model, opt) or {"step": 0, "elapsed_s": 0.0, "total_steps": a.steps}
+    state = load_ckpt(out, model, opt) or {"step": 0, "elapsed_s": 0.0}
+    limit_s = a.time_limit_min * 60
     gates = model.gates()
 
     def loss_fn(params_model, tokens):
@@ -269,23 +220,17 @@ def train(a: argparse.Namespace) -> None:
     log = (out / "metrics.jsonl").open("a")
     tokens_per_step = a.batch * a.seq
     try:
-        bar = tqdm(initial=state["step"], total=state["total_steps"] or None, unit="step")
+        bar = tqdm(initial=state["step"], total=a.steps or None, unit="step")
         t_last = time.perf_counter()
-        while state["elapsed_s"] < a.time_limit_min * 60:
+        while state["elapsed_s"] < limit_s and not (a.steps and state["step"] >= a.steps):
             step = state["step"]
-            if state["total_steps"] and step >= state["total_steps"]:
-                break
-            lr = lr_at(step, state["total_steps"] or 10**9, a.lr, a.warmup)
+            progress = max(step / a.steps if a.steps else 0.0, state["elapsed_s"] / limit_s)
+            lr = lr_at(step, progress, a.lr, a.warmup)
             loss, main, mtp, loads = step_fn(batch(train_data, a.seed, step, a.batch, a.seq), lr)
             mx.eval(loss, main, mtp, loads, model.parameters(), opt.state)
             now = time.perf_counter()
             dt, t_last = now - t_last, now
             state["step"], state["elapsed_s"] = step + 1, state["elapsed_s"] + dt
-            if not state["total_steps"] and step + 1 == a.calibrate_steps:
-                # Size the cosine schedule to the time cap from the measured step time.
-                per = state["elapsed_s"] / (step + 1)
-                state["total_steps"] = int(a.time_limit_min * 60 * 0.95 / per)
-                bar.total = state["total_steps"]
             bar.update(1)
             if (step + 1) % a.log_every == 0 or step == 0:
                 ld = np.array(loads)  # [layers, N]
@@ -315,11 +260,11 @@ def train(a: argparse.Namespace) -> None:
 
 
 def export(a: argparse.Namespace) -> None:
-    """Quantize the trained checkpoint like `mlx_lm.convert -q` and write SHIP_DIR."""
-    out = Path(a.out)
+    """Quantize the trained checkpoint like `mlx_lm.convert -q` and write --ship-dir."""
+    out, ship = Path(a.out), Path(a.ship_dir)
     model = TinyMTP(TINY_ARGS)
     model.load_weights(str(out / "ckpt" / "model.safetensors"))
-    config = {k: v for k, v in asdict(TINY_ARGS).items() if v is not None}
+    config = asdict(TINY_ARGS)  # None values too: q_lora_rank=None means "no q LoRA"
     config.update(architectures=["DeepseekV3ForCausalLM"], torch_dtype="float32")
     config.update(eos_token_id=0, bos_token_id=None, tie_word_embeddings=False)
     main, config = quantize_model(model.main, config, QUANT["group_size"], QUANT["bits"])
@@ -334,38 +279,51 @@ def export(a: argparse.Namespace) -> None:
         ),
     )
     # Plain mlx-lm module classes in the saved names (CountingGate keeps MoEGate's keys).
-    SHIP_DIR.mkdir(parents=True, exist_ok=True)
+    ship.mkdir(parents=True, exist_ok=True)
     files = {
         "model.safetensors": dict(tree_flatten(main.parameters())),
         MTP_FILE: mtp.checkpoint_weights(),
     }
     for name, weights in files.items():
-        tmp = SHIP_DIR / name.replace(".safetensors", ".partial.safetensors")
+        tmp = ship / name.replace(".safetensors", ".partial.safetensors")
         mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        os.replace(tmp, SHIP_DIR / name)
-    (SHIP_DIR / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(SHIP_DIR / "config.json.tmp", SHIP_DIR / "config.json")
+        os.replace(tmp, ship / name)
+    (ship / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(ship / "config.json.tmp", ship / "config.json")
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copyfile(out / "tokenizer" / name, SHIP_DIR / name)
-    shutil.copyfile(out / "corpus.json", SHIP_DIR / "corpus.json")
-    print(f"wrote {SHIP_DIR} (blas: {active_blas()})")
+        shutil.copyfile(out / "tokenizer" / name, ship / name)
+    shutil.copyfile(out / "metrics.jsonl", ship / "train_log.jsonl")
+    state = json.loads((out / "ckpt" / "state.json").read_text())
+    summary = {
+        **state,
+        "tokens": state["step"] * a.batch * a.seq,
+        "train_stream_tokens": int(np.load(out / "train.npy", mmap_mode="r").size),
+        "command": "python -m experiments.train_tiny "
+        f"--time-limit-min {a.time_limit_min:g} && python -m experiments.train_tiny --export-only",
+        "hyperparameters": {k: getattr(a, k) for k in HYPERPARAMETERS},
+        "mtp_loss_weight": MTP_WEIGHT,
+        # What ensure_fast_blas preloaded; active_blas() can name numpy's own bundled copy.
+        "blas": os.environ.get("LD_PRELOAD") or active_blas(),
+    }
+    (ship / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {ship} (blas: {summary['blas']})")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(REPO / "runs" / "tiny"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--steps", type=int, default=0, help="0: fit the schedule to the time cap")
-    p.add_argument("--calibrate-steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=0, help="step cap; 0: only the time cap")
     p.add_argument("--time-limit-min", type=float, default=42.0)
-    p.add_argument("--bias-rate", type=float, default=5e-3, help="u of the balance update")
+    p.add_argument("--bias-rate", type=float, default=2e-2, help="u of the balance update")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--export-only", action="store_true")
+    p.add_argument("--ship-dir", default=str(SHIP_DIR), help="where export writes the model")
     a = p.parse_args()
     if not a.export_only:
         train(a)

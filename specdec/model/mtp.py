@@ -133,7 +133,13 @@ def load_mtp(
         if not path.exists():
             return None
         raw = mx.load(str(path))
-    weights = {_module_name(k, prefix): v for k, v in raw.items() if k.startswith(prefix)}
+    # DeepSeek-V3's HF checkpoint also stores `embed_tokens` under the MTP prefix: a copy of
+    # the main embedding, which this module takes from the main model instead.
+    weights = {
+        _module_name(k, prefix): v
+        for k, v in raw.items()
+        if k.startswith(prefix) and not k.startswith(prefix + "embed_tokens.")
+    }
     if not weights:
         return None
     mtp = MTPModule(args, own_head="shared_head.head.weight" in weights)

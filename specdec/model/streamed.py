@@ -283,6 +283,7 @@ class StreamedSwitchGLU(nn.Module):
                 y = self._chunked(x, idx)
             if h.layer == s.last_layer:
                 s.cache.tick(int(np.prod(idx.shape[:-1])))
+        mx.async_eval(y)  # compute while Python builds the next layer's graph
         s.pending.append(y)
         if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
             s._flush(keep=y)
