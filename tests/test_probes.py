@@ -76,6 +76,21 @@ def test_lookahead_prefetch_replay_without_lookahead_is_the_eviction_lru(ds3):
     assert pre[0]["prefetch_bytes_per_token"] == 0 < pre[1]["prefetch_bytes_per_token"]
 
 
+def test_eviction_position_sets(ds3):
+    from specdec.probes.eviction import eviction_table
+
+    t = ds3[2].trace
+    for kind, n in (
+        ("decode", t.phase.sum()),
+        ("prefill", (t.phase == 0).sum()),
+        ("all", len(t.phase)),
+    ):
+        rows = eviction_table(t, t, [0.5], positions=kind, policies=["lru"])
+        assert rows[0]["positions"] == n and rows[0]["positions_kind"] == kind
+    with pytest.raises(SpecdecError):
+        eviction_table(t, t, [0.5], positions="odd")
+
+
 def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
     from specdec.cache.simulate import simulate
     from specdec.probes.eviction import select_positions
