@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "specdec.costmodel.cli",
         "fit union cost and speedup bounds from a union table",
     ),
+    "probe": (
+        "specdec.probes.cli",
+        "the question's measurements: eviction, lookahead, gates, basis, read_path",
+    ),
     "report": ("specdec.report", "tables and plots from a run or sweep directory"),
 }
 

@@ -12,6 +12,7 @@ The directory format (documented for other engines in docs/trace-format.md):
   gates.npy      optional float [T, L, k]: gate weights aligned with experts
   tokens.npy     optional integer [T]: the token at each position
   prompt_ids.npy optional integer [T]: which prompt each position belongs to
+  phase.npy      optional integer [T]: 0 where the position was prefilled, 1 where decoded
   lookahead.npy  optional integer [D, T, L, k]: layer l's router applied to the MoE input of layer
                  l - d (d = lookahead_distances[i]); -1 where l - d < 0
 
@@ -33,7 +34,7 @@ import numpy as np
 from specdec.errors import SpecdecError
 
 HOTLIST_HEADER = "# ds4 expert hotlist v1"
-_OPTIONAL = ("gates", "tokens", "prompt_ids", "lookahead")
+_OPTIONAL = ("gates", "tokens", "prompt_ids", "phase", "lookahead")
 
 
 class TraceError(SpecdecError):
@@ -53,6 +54,7 @@ class Trace:
     gates: np.ndarray | None = None  # [T, L, k]
     tokens: np.ndarray | None = None  # [T]
     prompt_ids: np.ndarray | None = None  # [T]
+    phase: np.ndarray | None = None  # [T] 0 prefill, 1 decode
     lookahead: np.ndarray | None = None  # [D, T, L, k]
     lookahead_distances: list[int] = field(default_factory=list)
 
@@ -99,14 +101,14 @@ class Trace:
             )
         if self.layer_ids is not None and len(self.layer_ids) != L:
             raise TraceError(f"{where}: layer_ids has {len(self.layer_ids)} entries, need {L}")
-        shapes = {"gates": (T, L, e.shape[2]), "tokens": (T,), "prompt_ids": (T,)}
+        shapes = {"gates": (T, L, e.shape[2]), "tokens": (T,), "prompt_ids": (T,), "phase": (T,)}
         if self.lookahead is not None:
             shapes["lookahead"] = (len(self.lookahead_distances), T, L, e.shape[2])
         for name, shape in shapes.items():
             a = getattr(self, name)
             if a is not None and a.shape != shape:
                 raise TraceError(f"{where}: {name} has shape {a.shape}, expected {shape}")
-        for name in ("tokens", "prompt_ids", "lookahead"):
+        for name in ("tokens", "prompt_ids", "phase", "lookahead"):
             a = getattr(self, name)
             if a is not None and not np.issubdtype(a.dtype, np.integer):
                 raise TraceError(f"{where}: {name} must be integers, got {a.dtype}")
