@@ -26,12 +26,11 @@ from types import SimpleNamespace
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs
 from mlx_lm.utils import quantize_model
 
 from experiments.tiny_torch_model import TinyConfig
-from specdec.model.mtp import MTP_FILE, MTPModule, load_mtp
+from specdec.model.mtp import MTPModule, load_mtp, save_with_mtp
 
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
 
@@ -87,16 +86,7 @@ def _write(path: Path, text: str) -> None:
 def export(weights_dir: Path, tokenizer_dir: Path, out: Path) -> None:
     cfg = TinyConfig()
     model, mtp, config = quantize(*build_mlx(read_shards(weights_dir), cfg))
-    out.mkdir(parents=True, exist_ok=True)
-    files = {
-        "model.safetensors": dict(tree_flatten(model.parameters())),
-        MTP_FILE: mtp.checkpoint_weights(),
-    }
-    for name, w in files.items():
-        tmp = out / name.replace(".safetensors", ".partial.safetensors")
-        mx.save_safetensors(str(tmp), w, metadata={"format": "mlx"})
-        os.replace(tmp, out / name)
-    _write(out / "config.json", json.dumps(config, indent=2) + "\n")
+    save_with_mtp(out, model, mtp, config)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(tokenizer_dir / name, out / name)
     runs = json.loads((weights_dir / "runs.json").read_text())

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.model.bpe import train_byte_bpe
+
 EOT = "<|endoftext|>"
 VOCAB_SIZE = 4096
 HELDOUT_MOD = 10
@@ -78,18 +80,7 @@ def stdlib_corpus() -> Corpus:
 
 def train_tokenizer(corpus: Corpus, out_dir: Path):
     """Train the byte-level BPE on the training files; write tokenizer.json + config."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=[EOT],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator((corpus.text(p) for p in corpus.train), trainer=trainer)
+    tok = train_byte_bpe((corpus.text(p) for p in corpus.train), VOCAB_SIZE, EOT)
     out_dir.mkdir(parents=True, exist_ok=True)
     tok.save(str(out_dir / "tokenizer.json"))
     # What transformers' AutoTokenizer (and so mlx_lm.load) needs to open tokenizer.json.

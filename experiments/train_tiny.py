@@ -45,7 +45,7 @@ from mlx_lm.utils import quantize_model  # noqa: E402
 
 from experiments.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
 from experiments.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
-from specdec.model.mtp import MTP_FILE, MTPModule  # noqa: E402
+from specdec.model.mtp import MTPModule, save_with_mtp  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHIP_DIR = REPO / "specdec" / "models" / "tiny"
@@ -279,17 +279,7 @@ def export(a: argparse.Namespace) -> None:
         ),
     )
     # Plain mlx-lm module classes in the saved names (CountingGate keeps MoEGate's keys).
-    ship.mkdir(parents=True, exist_ok=True)
-    files = {
-        "model.safetensors": dict(tree_flatten(main.parameters())),
-        MTP_FILE: mtp.checkpoint_weights(),
-    }
-    for name, weights in files.items():
-        tmp = ship / name.replace(".safetensors", ".partial.safetensors")
-        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        os.replace(tmp, ship / name)
-    (ship / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(ship / "config.json.tmp", ship / "config.json")
+    save_with_mtp(ship, main, mtp, config)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(out / "tokenizer" / name, ship / name)
     shutil.copyfile(out / "metrics.jsonl", ship / "train_log.jsonl")

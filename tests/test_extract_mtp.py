@@ -129,3 +129,20 @@ def test_extract_fp8_mtp_layer(tmp_path):
     )
     assert logits.shape == (1, 3, 256) and hid.shape == (1, 3, h)
     assert bool(mx.all(mx.isfinite(logits)))
+
+
+def test_save_with_mtp_writes_a_directory_both_loaders_open(tmp_path):
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import load_model
+
+    from specdec.model.mtp import MTPModule, save_with_mtp
+
+    args = deepseek_v3.ModelArgs.from_dict(CONFIG)
+    model, mtp = deepseek_v3.Model(args), MTPModule(args)
+    save_with_mtp(tmp_path / "m", model, mtp, CONFIG)
+    assert not list((tmp_path / "m").glob("*partial*"))
+    loaded, _ = load_model(tmp_path / "m")  # mlx-lm's own loader: strict, ignores mtp.safetensors
+    again = load_mtp(tmp_path / "m", loaded)
+    want = dict(tree_flatten(mtp.parameters()))
+    for name, v in tree_flatten(again.parameters()):
+        assert mx.array_equal(v, want[name]).item(), name

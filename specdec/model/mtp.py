@@ -156,3 +156,24 @@ def load_mtp(
     mtp.load_weights(list(weights.items()), strict=with_experts)
     mtp.eval()
     return mtp
+
+
+def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> None:
+    """Write an mlx-lm model directory: model.safetensors, mtp.safetensors and config.json, each
+    under a temporary name first, so a killed export never leaves a half-written file."""
+    import json
+    import os
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "model.safetensors": dict(tree_flatten(model.parameters())),
+        MTP_FILE: mtp.checkpoint_weights(),
+    }
+    for name, weights in files.items():
+        tmp = out / name.replace(".safetensors", ".partial.safetensors")
+        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
+        os.replace(tmp, out / name)
+    tmp = out / "config.json.partial"
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(tmp, out / "config.json")
+

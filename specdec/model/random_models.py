@@ -35,6 +35,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
+from specdec.model.bpe import train_byte_bpe
 
 VOCAB = 512
 GROUP_SIZE = 64
@@ -146,18 +147,7 @@ def _corpus() -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _tokenizer_json() -> str:
     """A byte-level BPE with exactly VOCAB tokens, trained locally (cached per process)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_corpus(), trainer)
+    tok = train_byte_bpe(_corpus(), VOCAB, EOS)
     if tok.get_vocab_size() != VOCAB:
         raise SpecdecError(f"trained tokenizer has {tok.get_vocab_size()} tokens, need {VOCAB}")
     return tok.to_str()
