@@ -111,7 +111,10 @@ def _run(cfg: DictConfig) -> float | None:
     return result.headline
 
 
-_hydra_main = hydra.main(version_base="1.3", config_path="../conf", config_name="config")(run_job)
+# An absolute path: Hydra resolves a relative one against the calling *module* when started from
+# the console script, and `conf/` is a folder of the checkout, not a package.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+_hydra_main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(run_job)
 
 
 def main() -> None:
