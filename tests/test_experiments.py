@@ -325,3 +325,30 @@ def test_report_shows_tasks_without_records(tmp_path):
     assert "![eviction](../task.options.budgets=[0.1]/eviction.png)" in md
     assert report.tables == {"task.options.budgets_0.1_eviction": rows}
     assert report.plots == [run_dir / "eviction.png"]
+
+
+def test_probe_experiments(tmp_path, env):
+    """eviction, lookahead and read_path run the probes; the report shows their tables."""
+    sweep = tmp_path / "sweep"
+    for experiment in ("eviction", "lookahead", "read_path"):
+        # one sweep per experiment: `experiment=a,b` would also take main's γ × drafter grid
+        args = [
+            f"experiment={experiment}",
+            "model=random_deepseek_v3",
+            "max_tokens=8",
+            "+task.options.limit=2",
+            "logger=disabled",
+            f"hydra.sweep.dir={sweep}",
+        ]
+        out = specdec_exp(args, env)
+        assert out.returncode == 0, out.stderr[-3000:]
+    heads = {}
+    for d in job_dirs(sweep):
+        summary = json.loads((d / "summary.json").read_text())
+        heads[summary["headline"]["name"]] = summary["headline"]["value"]
+        (table,) = (d / "tables").glob("*.json")
+        assert json.loads(table.read_text())  # the probe's rows
+    assert set(heads) == {"lru_minus_knapsack_bound", "recall_decode_2_ahead", "best_gbps"}
+    assert -1 <= heads["lru_minus_knapsack_bound"] <= 1 and heads["best_gbps"] > 0
+    md = (sweep / "report" / "report.md").read_text()
+    assert md.count("### eviction") == md.count("### lookahead") == md.count("### read_path") == 1
