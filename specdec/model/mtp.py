@@ -176,4 +176,3 @@ def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> 
     tmp = out / "config.json.partial"
     tmp.write_text(json.dumps(config, indent=2) + "\n")
     os.replace(tmp, out / "config.json")
-
