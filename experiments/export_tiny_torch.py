@@ -24,13 +24,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs
-from mlx_lm.utils import quantize_model
 
 from experiments.tiny_torch_model import TinyConfig
-from specdec.model.mtp import MTPModule, load_mtp, save_with_mtp
+from specdec.model.mtp import MTPModule, load_mtp, quantize_with_mtp, save_with_mtp
 
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
 
@@ -64,16 +62,7 @@ def build_mlx(hf: dict[str, np.ndarray], cfg: TinyConfig) -> tuple[Model, MTPMod
 
 
 def quantize(model: Model, mtp: MTPModule, config: dict) -> tuple[Model, MTPModule, dict]:
-    model, config = quantize_model(model, config, QUANT["group_size"], QUANT["bits"])
-    config["quantization_config"] = config["quantization"]
-    nn.quantize(
-        mtp,
-        group_size=QUANT["group_size"],
-        bits=QUANT["bits"],
-        class_predicate=lambda _, m: (
-            hasattr(m, "to_quantized") and m.weight.shape[-1] % QUANT["group_size"] == 0
-        ),
-    )
+    model, config = quantize_with_mtp(model, mtp, config, QUANT["group_size"], QUANT["bits"])
     return model, mtp, config
 
 

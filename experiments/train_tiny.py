@@ -41,11 +41,10 @@ import mlx.optimizers as optim  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs, MoEGate  # noqa: E402
-from mlx_lm.utils import quantize_model  # noqa: E402
 
 from experiments.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
 from experiments.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
-from specdec.model.mtp import MTPModule, save_with_mtp  # noqa: E402
+from specdec.model.mtp import MTPModule, quantize_with_mtp, save_with_mtp  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHIP_DIR = REPO / "specdec" / "models" / "tiny"
@@ -267,17 +266,8 @@ def export(a: argparse.Namespace) -> None:
     config = asdict(TINY_ARGS)  # None values too: q_lora_rank=None means "no q LoRA"
     config.update(architectures=["DeepseekV3ForCausalLM"], torch_dtype="float32")
     config.update(eos_token_id=0, bos_token_id=None, tie_word_embeddings=False)
-    main, config = quantize_model(model.main, config, QUANT["group_size"], QUANT["bits"])
-    config["quantization_config"] = config["quantization"]
     mtp = model.mtp
-    nn.quantize(
-        mtp,
-        group_size=QUANT["group_size"],
-        bits=QUANT["bits"],
-        class_predicate=lambda _, m: (
-            hasattr(m, "to_quantized") and m.weight.shape[-1] % QUANT["group_size"] == 0
-        ),
-    )
+    main, config = quantize_with_mtp(model.main, mtp, config, QUANT["group_size"], QUANT["bits"])
     # Plain mlx-lm module classes in the saved names (CountingGate keeps MoEGate's keys).
     save_with_mtp(ship, main, mtp, config)
     for name in ("tokenizer.json", "tokenizer_config.json"):

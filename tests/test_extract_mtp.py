@@ -12,6 +12,7 @@ import json
 
 import mlx.core as mx
 import numpy as np
+import pytest
 from mlx_lm.models import deepseek_v3
 
 from specdec.model.extract_mtp import extract_mtp
@@ -131,15 +132,19 @@ def test_extract_fp8_mtp_layer(tmp_path):
     assert bool(mx.all(mx.isfinite(logits)))
 
 
-def test_save_with_mtp_writes_a_directory_both_loaders_open(tmp_path):
+@pytest.mark.parametrize("bits", [None, 4])
+def test_save_with_mtp_writes_a_directory_both_loaders_open(tmp_path, bits):
     from mlx.utils import tree_flatten
     from mlx_lm.utils import load_model
 
-    from specdec.model.mtp import MTPModule, save_with_mtp
+    from specdec.model.mtp import MTPModule, quantize_with_mtp, save_with_mtp
 
     args = deepseek_v3.ModelArgs.from_dict(CONFIG)
-    model, mtp = deepseek_v3.Model(args), MTPModule(args)
-    save_with_mtp(tmp_path / "m", model, mtp, CONFIG)
+    model, mtp, config = deepseek_v3.Model(args), MTPModule(args), dict(CONFIG)
+    if bits:
+        model, config = quantize_with_mtp(model, mtp, config, 64, bits)
+        assert any(k.endswith(".scales") for k, _ in tree_flatten(mtp.parameters()))
+    save_with_mtp(tmp_path / "m", model, mtp, config)
     assert not list((tmp_path / "m").glob("*partial*"))
     loaded, _ = load_model(tmp_path / "m")  # mlx-lm's own loader: strict, ignores mtp.safetensors
     again = load_mtp(tmp_path / "m", loaded)

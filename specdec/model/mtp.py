@@ -176,3 +176,21 @@ def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> 
     tmp = out / "config.json.partial"
     tmp.write_text(json.dumps(config, indent=2) + "\n")
     os.replace(tmp, out / "config.json")
+
+
+def quantize_with_mtp(model: nn.Module, mtp: MTPModule, config: dict, group_size: int, bits: int):
+    """Quantize a model and its MTP module as `mlx_lm.convert -q` does (affine, every layer
+    whose input width the group divides); returns (model, config with `quantization`)."""
+    from mlx_lm.utils import quantize_model
+
+    model, config = quantize_model(model, config, group_size, bits)
+    config["quantization_config"] = config["quantization"]
+    nn.quantize(
+        mtp,
+        group_size=group_size,
+        bits=bits,
+        class_predicate=lambda _, m: (
+            hasattr(m, "to_quantized") and m.weight.shape[-1] % group_size == 0
+        ),
+    )
+    return model, config
