@@ -26,14 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     readbench.add_arguments(parser)
     args = parser.parse_args()
-    result = readbench.bench_read(
-        args.dir,
-        args.block_bytes,
-        args.file_bytes,
-        tuple(args.threads),
-        args.rounds,
-        args.run_bytes,
-    )
+    result = readbench.bench_from_args(args)
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1) + "\n")

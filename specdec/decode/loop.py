@@ -73,13 +73,8 @@ class Decode:
             raise SpecdecError(f"temperature must be >= 0 (got {cfg.temp})")
         if not prompt:
             raise SpecdecError("the prompt is empty: give at least one token")
-        self.sm, self.drafter, self.cfg, self.profiles, self.eos_ids = (
-            sm,
-            drafter,
-            cfg,
-            profiles,
-            eos_ids,
-        )
+        self.sm, self.drafter, self.cfg = sm, drafter, cfg
+        self.profiles, self.eos_ids = profiles, eos_ids
         cache = make_prompt_cache(sm.model)
         if cfg.gamma > 1 and not can_trim_prompt_cache(cache):
             raise SpecdecError(
@@ -104,7 +99,6 @@ class Decode:
             logits = forward(st, st.tokens, drafter.needs_hidden)
             y = judge([], None, logits[-1:], cfg.temp, st.rng).tokens[0]
         st.tokens.append(y)
-        st.generated.append(y)
         drafter.start(st)
         streamer.drain()
         self.prefill_s = time.perf_counter() - t0
@@ -125,7 +119,6 @@ class Decode:
             if self.eos_ids & set(tokens):
                 tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_ids) + 1]
             st.tokens += tokens
-            st.generated += tokens
             y = tokens[-1]
             wall = time.perf_counter() - t0
             blocked, reads = stats.blocked_s - blocked0, stats.reads - reads0

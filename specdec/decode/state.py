@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
+from specdec.decode.sampling import probs, sample
 from specdec.model.loader import StreamedModel
 
 
@@ -19,16 +20,14 @@ class DecodeState:
     temp: float
     rng: np.random.Generator
     hidden: mx.array | None = None  # [1, T, H] final hidden of the last main forward
-    generated: list[int] = field(default_factory=list)  # committed tokens after the prompt
 
     @property
-    def vocab_size(self) -> int:
-        return int(self.sm.model.args.vocab_size) if hasattr(self.sm.model, "args") else 0
+    def generated(self) -> list[int]:
+        """The committed tokens after the prompt."""
+        return self.tokens[self.n_prompt :]
 
     def pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
         """A draft token from logits [V]: argmax at temp 0, else a sample with its q."""
-        from specdec.decode.sampling import probs, sample
-
         if self.temp == 0:
             return int(logits.argmax()), None
         q = probs(logits, self.temp)

@@ -65,7 +65,7 @@ class StreamedModel:
 
     @property
     def top_k(self) -> int:
-        return int(self.config["num_experts_per_tok"])
+        return _top_k(self.config)
 
     def close(self) -> None:
         self.streamer.reader.close()

@@ -64,9 +64,8 @@ class Streamer:
     arena: Arena
     reader: ExpertReader
     cache: ExpertCache
-    last_layer: (
-        int  # the main model's last MoE layer: the cache ticks after its step, once per forward
-    )
+    # The main model's last MoE layer: the cache ticks after its step, once per forward.
+    last_layer: int
     key_stride: int  # cache key = layer * key_stride + expert
     phase: str = "verify"
     resident_only: bool = False
@@ -157,11 +156,9 @@ class Streamer:
         self.log.append(LayerStep(layer, 0, 0, len(reqs) * block, self.phase, len(reqs)))
 
     def resident_slots(self, layer: int, experts: np.ndarray) -> np.ndarray:
-        """Slot of each expert id (any shape) if resident, else -1. Reads nothing, touches nothing."""
-        flat = [self.cache.slot_of(int(e) + layer * self.key_stride) for e in experts.ravel()]
-        return np.array([-1 if s is None else s for s in flat], dtype=np.int32).reshape(
-            experts.shape
-        )
+        """Slot of each expert id if resident, else -1. Reads nothing, touches nothing."""
+        slot_of, base = self.cache.slot_of, layer * self.key_stride
+        return np.array([-1 if (s := slot_of(int(e) + base)) is None else s for e in experts])
 
     def preload(self) -> None:
         """Read the policy's preload set (a seeded hotlist) into an empty cache."""
@@ -272,10 +269,10 @@ class StreamedSwitchGLU(nn.Module):
         idx = np.array(indices)  # [..., k] host sync: the router's decision
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
+        experts, counts = np.unique(idx, return_counts=True)
         if s.resident_only:
-            y = self._resident_only(x, indices, idx)
+            y = self._resident_only(x, idx, experts)
         else:
-            experts, counts = np.unique(idx, return_counts=True)
             if len(experts) <= s.cache.max_step:
                 h.lut[experts] = s.fetch(h.layer, experts, counts)
                 y = self._glu(x, h.lut[idx])
@@ -288,8 +285,7 @@ class StreamedSwitchGLU(nn.Module):
         if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
             s._flush(keep=y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            keys = np.unique(idx) + h.layer * s.key_stride
-            s.prefetch(target, np.unique(np.array(ahead)), keys, y)
+            s.prefetch(target, np.unique(np.array(ahead)), experts + h.layer * s.key_stride, y)
         return y
 
     def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
@@ -309,9 +305,11 @@ class StreamedSwitchGLU(nn.Module):
         while start < len(flat_idx):
             seen: set[int] = set()
             end = start
-            while end < len(flat_idx) and len(seen | set(flat_idx[end].tolist())) <= width:
-                seen |= set(flat_idx[end].tolist())
-                end += 1
+            while end < len(flat_idx):
+                grown = seen.union(flat_idx[end].tolist())
+                if len(grown) > width:
+                    break
+                seen, end = grown, end + 1
             chunk = flat_idx[start:end]
             experts, counts = np.unique(chunk, return_counts=True)
             h.lut[experts] = s.fetch(h.layer, experts, counts)
@@ -321,23 +319,23 @@ class StreamedSwitchGLU(nn.Module):
             start = end
         return mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
 
-    def _resident_only(self, x: mx.array, indices: mx.array, idx: np.ndarray) -> mx.array:
+    def _resident_only(self, x: mx.array, idx: np.ndarray, experts: np.ndarray) -> mx.array:
         """Cache-only self-draft: drop experts not resident, renormalise the kept gate mass.
 
         The family multiplies our output by its gate scores; scaling each kept expert's output by
         (sum of all scores) / (sum of kept scores) and zeroing dropped ones turns that into the
         renormalised mixture over resident experts. A position with nothing resident gets only
-        the shared expert (if the family has one).
+        the shared expert (if the family has one). The scale stays lazy: no second host sync.
         """
         h = self._h
-        slots = h.streamer.resident_slots(h.layer, idx)  # [..., k], -1 where not resident
-        keep = slots >= 0
+        h.lut[experts] = h.streamer.resident_slots(h.layer, experts)
+        slots = h.lut[idx]  # [..., k], -1 where not resident
+        keep = mx.array(slots >= 0)
         _, scores = h.route(h.block, x)  # [..., k], the family's own gate values
-        scores = np.array(scores.astype(mx.float32))
-        kept_mass = (scores * keep).sum(-1, keepdims=True)
-        scale = np.where(
-            kept_mass > 0, scores.sum(-1, keepdims=True) / np.maximum(kept_mass, 1e-30), 0
+        scores = scores.astype(mx.float32)
+        kept_mass = (scores * keep).sum(-1, keepdims=True)  # [..., 1]
+        scale = mx.where(
+            kept_mass > 0, scores.sum(-1, keepdims=True) / mx.maximum(kept_mass, 1e-30), 0.0
         )
-        factor = mx.array((keep * scale).astype(np.float32))[..., None]  # [..., k, 1]
-        y = self._glu(x, np.where(keep, slots, 0))
-        return (y * factor).astype(y.dtype)
+        y = self._glu(x, np.where(slots >= 0, slots, 0))  # [..., k, H]
+        return (y * (keep * scale)[..., None]).astype(y.dtype)

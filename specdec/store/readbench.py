@@ -411,8 +411,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-bytes", type=int, default=DEFAULT_RUN, help="bytes per run")
 
 
-def run(args: argparse.Namespace) -> int:
-    result = bench_read(
+def bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """`bench_read` with the options `add_arguments` declared."""
+    return bench_read(
         args.dir,
         args.block_bytes,
         args.file_bytes,
@@ -420,5 +421,9 @@ def run(args: argparse.Namespace) -> int:
         args.rounds,
         args.run_bytes,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    result = bench_from_args(args)
     print(json.dumps(result, indent=1) if args.json else format_table(result))
     return 0
