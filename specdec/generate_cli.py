@@ -70,11 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 [{"role": "user", "content": args.prompt}], add_generation_prompt=True
             )
         else:
-            prompt = (
-                tok.encode(args.prompt, add_special_tokens=False)
-                if hasattr(tok, "encode")
-                else tok(args.prompt)
-            )
+            prompt = sm.encode(args.prompt)
         cfg = DecodeConfig(
             gamma=args.gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed
         )

@@ -60,7 +60,6 @@ def measure_overhead(model: str = "tiny", tokens: int = 128, repeats: int = 3) -
     try:
         prompt = tok.encode("import os\nimport sys\n\n\ndef main():\n    ")
         generate(sm, prompt, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False)  # warm
-        n_moe = len(sm.streamer.index.layer_ids) - (sm.mtp is not None)
         streamed, resident = [], []
         for _ in range(repeats):
             resident.append(_resident_tps(ref, prompt, tokens))
@@ -68,16 +67,16 @@ def measure_overhead(model: str = "tiny", tokens: int = 128, repeats: int = 3) -
             assert res.summary["misses"] == 0, "the warm cache must hold every expert"
             streamed.append(res.summary["tokens_per_s"])
         s_tps, r_tps = statistics.median(streamed), statistics.median(resident)
-        moe_layers = sum(1 for lid in sm.streamer.index.layer_ids if lid < len(sm.model.layers))
+        moe_layers = len(sm.main_moe_layers)
         return {
             "model": str(model),
             "tokens": tokens,
             "repeats": repeats,
-            "moe_layers": moe_layers or n_moe,
+            "moe_layers": moe_layers,
             "resident_tokens_per_s": r_tps,
             "streamed_tokens_per_s": s_tps,
             "ratio": s_tps / r_tps,
-            "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / (moe_layers or n_moe),
+            "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / moe_layers,
             "fetch_us_per_moe_layer": _host_us_per_step(sm, prompt, tokens),
         }
     finally:

@@ -59,14 +59,10 @@ def loaded_model(cfg) -> Iterator[StreamedModel]:
         sm.close()
 
 
-def prompt_ids(sm: StreamedModel, prompt: str) -> list[int]:
-    return list(sm.tokenizer.encode(prompt, add_special_tokens=False))
-
-
 def model_info(sm: StreamedModel) -> dict:
     """Facts about the loaded model that the reports need (k, N, layers, block size)."""
     index = sm.streamer.index
-    main_layers = [lid for lid in index.layer_ids if lid < len(sm.model.layers)]
+    main_layers = sm.main_moe_layers
     return {
         "model_type": sm.config["model_type"],
         "top_k": sm.top_k,
@@ -86,7 +82,7 @@ def decode(cfg, sm: StreamedModel, run_dir: Path) -> GenerationResult:
     try:
         return generate(
             sm,
-            prompt_ids(sm, cfg.prompt),
+            sm.encode(cfg.prompt),
             cfg.drafter.spec,
             dcfg,
             (profile,),

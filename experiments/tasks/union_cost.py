@@ -16,7 +16,7 @@ from pathlib import Path
 
 from experiments.jobs import write_json
 from experiments.tasks import TaskResult
-from experiments.tasks._decode import decode, loaded_model, model_info, per_layer_union, prompt_ids
+from experiments.tasks._decode import decode, loaded_model, model_info, per_layer_union
 from specdec.decode.trace_union import consecutive_overlap, trace_union
 
 TRACE = "trace_union.json"
@@ -33,7 +33,7 @@ def run(cfg, run_dir: Path) -> TaskResult:
         }
         summary = dict(res.summary)
         if cfg.gamma == 1 and cfg.task.trace_gammas:
-            prompt = prompt_ids(sm, cfg.prompt)
+            prompt = sm.encode(cfg.prompt)
             sm.reset_cache()
             trace = trace_union(sm, prompt, cfg.max_tokens, list(cfg.task.trace_gammas))
             rho = consecutive_overlap(sm, prompt, cfg.max_tokens)

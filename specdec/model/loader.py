@@ -67,6 +67,15 @@ class StreamedModel:
     def top_k(self) -> int:
         return _top_k(self.config)
 
+    @property
+    def main_moe_layers(self) -> list[int]:
+        """MoE layer ids of the main model (the MTP layer, packed after them, excluded)."""
+        return [lid for lid in self.streamer.index.layer_ids if lid < len(self.model.layers)]
+
+    def encode(self, text: str) -> list[int]:
+        """Prompt token ids, as the tokenizer gives them without added special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     def close(self) -> None:
         self.streamer.reader.close()
 

@@ -59,7 +59,7 @@ def record_trace(
     from specdec.probes.capture import MoETap
 
     streamer = sm.streamer
-    lids = sorted(k for k in streamer.index.layer_ids if k < len(sm.model.layers))
+    lids = sm.main_moe_layers
     cols: dict[str, list[np.ndarray]] = {
         k: [] for k in ("experts", "gates", "tokens", "prompt_ids", "phase", "lookahead")
     }
