@@ -2,7 +2,8 @@
 
 For every family, quantized and not, with a budget of ~30% of the expert slots (so many steps
 miss), a 16-token prefill and 32 single-token decode steps give the same logits as mlx-lm's
-resident model, and greedy generation gives the same tokens as mlx_lm.generate.
+resident model (bit for bit, or within the stated tolerance where a CPU-tuned BLAS computes float
+experts: see tests/helpers.py), and greedy generation gives the same tokens as mlx_lm.generate.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.model.loader import load
-from tests.helpers import FAMILIES, random_checkpoint, resident_logits
+from tests.helpers import FAMILIES, assert_logits_match, random_checkpoint, resident_logits
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +48,19 @@ def test_streamed_logits_equal_resident(ckpt_root, tmp_path, monkeypatch, family
             worst = max(worst, float(np.abs(ref - got).max()))
             tok = int(ref[-1].argmax())
         cache = sm.streamer.cache
-        assert worst == 0.0, f"{family} bits={bits}: streamed != resident, max diff {worst}"
+        assert_logits_match(worst, bits, f"{family} bits={bits}")
         assert cache.misses > cache.n_slots, "the budget should force evictions and re-reads"
         assert cache.hits > 0
     finally:
         sm.close()
 
 
-@pytest.mark.parametrize("family", ["deepseek_v3", "mixtral"])
-def test_greedy_tokens_equal_mlx_lm_generate(ckpt_root, tmp_path, monkeypatch, family):
+@pytest.mark.parametrize(
+    "family,bits", [("deepseek_v3", 4), ("mixtral", 4)] + [(f, None) for f in FAMILIES]
+)
+def test_greedy_tokens_equal_mlx_lm_generate(ckpt_root, tmp_path, monkeypatch, family, bits):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-    src = random_checkpoint(ckpt_root, family, 4)
+    src = random_checkpoint(ckpt_root, family, bits)
     ref_model, ref_tok = mlx_load(str(src))
     prompt = ref_tok.encode("def add(a, b):\n    return")
     ref_tokens = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=40)]
