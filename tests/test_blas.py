@@ -3,7 +3,8 @@
 Float experts are compared streamed vs resident in fresh processes: under MLX's reference BLAS
 the logits must be equal bit for bit; under OpenBLAS with each of its x86 kernels this CPU can
 run (AVX2 `Haswell`, AVX-512 `SkylakeX`, picked with OPENBLAS_CORETYPE, which Debian's
-DYNAMIC_ARCH build honours) they must agree within LOGIT_ATOL and greedy tokens must be the same.
+DYNAMIC_ARCH build honours) they must agree within LOGIT_ATOL and greedy tokens may part only at
+a near-tie.
 The AVX-512 kernel is the one that first broke bit-equality (issue 12), so it is tested here on
 any machine that has it rather than only on the CI machine that happens to pick it.
 """
@@ -19,7 +20,7 @@ import sys
 import pytest
 
 from specdec.blas import active_blas, find_fast_blas
-from tests.helpers import FAMILIES, assert_logits_match, random_checkpoint
+from tests.helpers import FAMILIES, assert_greedy_match, assert_logits_match, random_checkpoint
 
 CHECK = """
 import json, sys, numpy as np, mlx.core as mx
@@ -39,14 +40,16 @@ for src in sys.argv[1:]:
     # the prompt of tests/test_streamed_exact.py, where the AVX-512 kernel first differed
     prompt = np.random.default_rng(1).integers(0, ref.args.vocab_size, 16).tolist()
     worst, toks = 0.0, [prompt]
-    greedy = ([], [])
+    greedy, scores = ([], []), []
     for _ in range(24):  # each model drives its own greedy continuation
         a, b = logits(ref, toks[0], c1), logits(sm.model, toks[-1], c2)
-        worst = max(worst, float(np.abs(a - b).max()))
+        if greedy[0] == greedy[1]:  # same prefix so far: the logits are comparable
+            worst = max(worst, float(np.abs(a - b).max()))
         greedy[0].append(int(a[-1].argmax())), greedy[1].append(int(b[-1].argmax()))
+        scores.append(a[-1].tolist())
         toks = [[greedy[0][-1]], [greedy[1][-1]]]
-    out["families"][src] = {"worst": worst, "greedy_equal": greedy[0] == greedy[1],
-                            "misses": sm.streamer.cache.misses}
+    out["families"][src] = {"worst": worst, "ref": greedy[0], "got": greedy[1],
+                            "scores": scores, "misses": sm.streamer.cache.misses}
     sm.close()
 print(json.dumps(out))
 """
@@ -90,7 +93,7 @@ def test_exactness_contract_under_each_blas(f32_checkpoints, tmp_path, name, env
     assert (blas == "reference") == (name == "reference"), blas
     for src, r in result["families"].items():
         assert_logits_match(r["worst"], None, f"{name} {src}", blas=blas)
-        assert r["greedy_equal"], f"{name} {src}: greedy tokens differ"
+        assert_greedy_match(r["got"], r["ref"], r["scores"], None, f"{name} {src}", blas=blas)
         assert r["misses"] > 0
 
 

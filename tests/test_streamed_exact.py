@@ -18,7 +18,13 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.model.loader import load
-from tests.helpers import FAMILIES, assert_logits_match, random_checkpoint, resident_logits
+from tests.helpers import (
+    FAMILIES,
+    assert_greedy_match,
+    assert_logits_match,
+    random_checkpoint,
+    resident_logits,
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +69,12 @@ def test_greedy_tokens_equal_mlx_lm_generate(ckpt_root, tmp_path, monkeypatch, f
     src = random_checkpoint(ckpt_root, family, bits)
     ref_model, ref_tok = mlx_load(str(src))
     prompt = ref_tok.encode("def add(a, b):\n    return")
-    ref_tokens = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=40)]
+    steps = list(generate_step(mx.array(prompt), ref_model, max_tokens=40))
+    ref_tokens = [int(t) for t, _ in steps]
     sm = load(src, budget="30%", io="buffered", with_mtp=False)
     try:
         res = generate(sm, prompt, "none", DecodeConfig(max_tokens=40), stop_at_eos=False)
     finally:
         sm.close()
-    assert res.tokens == ref_tokens
+    ref_logprobs = [np.array(lp.astype(mx.float32)) for _, lp in steps]
+    assert_greedy_match(res.tokens, ref_tokens, ref_logprobs, bits, f"{family} bits={bits}")

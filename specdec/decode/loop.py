@@ -51,6 +51,28 @@ def forward(st: DecodeState, tokens: list[int], want_hidden: bool) -> np.ndarray
     return np.array(logits[0].astype(mx.float32))  # [T, V]
 
 
+PREFILL_STEP = 2048  # mlx-lm generate_step's prefill_step_size
+
+
+def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
+    """The prompt fed as mlx-lm's `generate_step` feeds it; returns the last position's logits.
+
+    All but the last token go in chunks of PREFILL_STEP, then the last token alone. A CPU-tuned
+    BLAS (OpenBLAS) sums in an order that depends on a call's row count, so one call over the
+    whole prompt leaves other bits in the KV cache and greedy tokens can part from mlx-lm's on
+    some CPUs (seen on an Intel Xeon: token 24 of 40, resident model alone, no streaming).
+    """
+    hidden = []
+    head = st.tokens[:-1]
+    for i in range(0, len(head), PREFILL_STEP):
+        forward(st, head[i : i + PREFILL_STEP], want_hidden)
+        hidden.append(st.hidden)
+    logits = forward(st, st.tokens[-1:], want_hidden)  # [1, V]
+    if want_hidden and hidden:
+        st.hidden = mx.concatenate([*hidden, st.hidden], axis=1)  # [1, P, H]
+    return logits
+
+
 class Decode:
     """One generation: `passes()` yields a PassRecord per verify pass; `generated` the tokens."""
 
@@ -96,8 +118,8 @@ class Decode:
         t0 = time.perf_counter()
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
         with streamer.phase_of("prefill"):
-            logits = forward(st, st.tokens, drafter.needs_hidden)
-            y = judge([], None, logits[-1:], cfg.temp, st.rng).tokens[0]
+            logits = prefill(st, drafter.needs_hidden)
+            y = judge([], None, logits, cfg.temp, st.rng).tokens[0]
         st.tokens.append(y)
         drafter.start(st)
         streamer.drain()
