@@ -3,7 +3,7 @@
     pytest tests/test_tiny_model.py
 
 Loads the real files in specdec/models/tiny (no random weights). The greedy continuation is
-compared with the one the card recorded (experiments/card_tiny.py), so a changed checkpoint
+compared with the one the card recorded (training/card_tiny.py), so a changed checkpoint
 or a changed loader shows up here.
 """
 
@@ -150,7 +150,7 @@ def test_load_mtp_returns_none_without_mtp_file(tmp_path, loaded):
 
 
 def test_card_is_rendered_from_its_numbers(card):
-    from experiments.tiny_card_text import render_card
+    from training.tiny_card_text import render_card
 
     config = json.loads((TINY / "config.json").read_text())
     assert (TINY / "README.md").read_text() == render_card(card, config)

@@ -1,4 +1,4 @@
-"""The training fast paths of experiments/tiny_ops.py equal the stock MLX/mlx-lm code.
+"""The training fast paths of training/tiny_ops.py equal the stock MLX/mlx-lm code.
 
     pytest tests/test_tiny_ops.py
 
@@ -14,7 +14,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.switch_layers import SwitchGLU
 
-from experiments.tiny_ops import SortedSwitchGLU, cross_entropy
+from training.tiny_ops import SortedSwitchGLU, cross_entropy
 
 
 def _skewed_indices(rng, b: int, t: int, n: int, k: int) -> mx.array:

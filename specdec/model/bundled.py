@@ -5,7 +5,7 @@
 
 `resolve_model("tiny")` gives the bundled directory; any other argument must be an existing
 model directory. Every command's `--model` goes through it, so `--model tiny` works everywhere
-and is the default. The bundled `tiny` model is trained by experiments/train_tiny.py and
+and is the default. The bundled `tiny` model is trained by training/train_tiny.py and
 described in specdec/models/tiny/README.md.
 """
 

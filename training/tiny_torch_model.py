@@ -1,7 +1,7 @@
 """The `tiny` DeepSeek-V3 MoE + MTP module in PyTorch, numerically mirroring mlx-lm's deepseek_v3.
 
-Imported by experiments/train_tiny_torch.py (training, CUDA or CPU), experiments/
-export_tiny_torch.py and experiments/check_tiny_torch_parity.py; not run on its own. Needs only
+Imported by training/train_tiny_torch.py (training, CUDA or CPU), training/
+export_tiny_torch.py and training/check_tiny_torch_parity.py; not run on its own. Needs only
 torch (the GPU machine has no MLX).
 
 Mirrors, op for op, mlx_lm/models/deepseek_v3.py (mlx-lm 0.32.2):

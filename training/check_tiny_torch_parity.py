@@ -1,12 +1,12 @@
 """Check that the PyTorch `tiny` model and its mlx-lm export compute the same function (float32).
 
-    python -m experiments.check_tiny_torch_parity                          # random weights only
-    python -m experiments.check_tiny_torch_parity --weights out/round3 \
+    python -m training.check_tiny_torch_parity                          # random weights only
+    python -m training.check_tiny_torch_parity --weights out/round3 \
         --heldout runs/tiny/heldout.npy                                    # + the trained weights
 
 1. Random weights (init std 0.1, random router biases and norm gains, so routing, RoPE and MLA
-   all matter): experiments/tiny_torch_model.py in float32 vs the MLX model that
-   experiments/export_tiny_torch.build_mlx makes from its HF-named weights (mlx-lm's sanitize,
+   all matter): training/tiny_torch_model.py in float32 vs the MLX model that
+   training/export_tiny_torch.build_mlx makes from its HF-named weights (mlx-lm's sanitize,
    `deepseek_v3.Model`, `specdec.model.mtp.MTPModule`), before quantization. Main and MTP logits
    must agree within --tol (1e-4) absolute, and every router's top-k must be the same.
 2. Control: the same MLX model with RoPE switched to `traditional=False` must NOT agree (so the
@@ -29,8 +29,8 @@ import mlx.nn as nn
 import numpy as np
 import torch
 
-from experiments.export_tiny_torch import build_mlx, read_shards
-from experiments.tiny_torch_model import TinyConfig, TinyMTP, hf_state_dict, load_hf_state_dict
+from training.export_tiny_torch import build_mlx, read_shards
+from training.tiny_torch_model import TinyConfig, TinyMTP, hf_state_dict, load_hf_state_dict
 
 
 class _Recorder(nn.Module):

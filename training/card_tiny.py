@@ -1,14 +1,14 @@
 """Measure the SHIPPED `tiny` model on held-out stdlib files; write its card figures.
 
-    python -m experiments.card_tiny                  # 65,536 held-out tokens (256 windows)
-    python -m experiments.card_tiny --max-tokens 0   # every held-out token (slow on 2 cores)
+    python -m training.card_tiny                  # 65,536 held-out tokens (256 windows)
+    python -m training.card_tiny --max-tokens 0   # every held-out token (slow on 2 cores)
 
 Loads specdec/models/tiny exactly as users do (`mlx_lm.load`, quantized) plus its MTP module
-(`specdec.model.mtp.load_mtp`), tokenizes the held-out files (rule: experiments/tiny_corpus.py)
+(`specdec.model.mtp.load_mtp`), tokenizes the held-out files (rule: training/tiny_corpus.py)
 with the shipped tokenizer, and evaluates --max-tokens / --seq windows of --seq tokens, spread
 evenly over the held-out stream, under teacher forcing of the real text. Writes, into the model directory: card.json (every number on the
 card), loss.png (training curve from train_log.jsonl) and README.md (the card, rendered from
-card.json by experiments/tiny_card_text.py).
+card.json by training/tiny_card_text.py).
 
 Definitions (per window position i):
   main top-1       argmax main(i) == t_{i+1}
@@ -39,10 +39,10 @@ import numpy as np  # noqa: E402
 from mlx_lm import load  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-from experiments.tiny_card_text import render_card  # noqa: E402
-from experiments.tiny_corpus import EOT, encode_files, stdlib_corpus  # noqa: E402
 from specdec.model.bundled import BUNDLED  # noqa: E402
 from specdec.model.mtp import load_mtp  # noqa: E402
+from training.tiny_card_text import render_card  # noqa: E402
+from training.tiny_corpus import EOT, encode_files, stdlib_corpus  # noqa: E402
 
 PROMPT = "class Config:\n    def __init__(self, name):\n        self."
 SAMPLE_TOKENS = 32
@@ -143,7 +143,7 @@ def plot_loss(log_path: Path, out: Path) -> None:
     tok = [r["tokens"] / 1e6 for r in recs]
     ax.plot(tok, [r["main_loss"] for r in recs], label="main (next token), train")
     ax.plot(tok, [r["mtp_loss"] for r in recs], label="MTP (token after next), train")
-    if "val_main_loss" in recs[0]:  # experiments/train_tiny_torch.py also logs validation
+    if "val_main_loss" in recs[0]:  # training/train_tiny_torch.py also logs validation
         ax.plot(tok, [r["val_main_loss"] for r in recs], "--", label="main, validation")
         ax.plot(tok, [r["val_mtp_loss"] for r in recs], "--", label="MTP, validation")
     ax.set_xlabel("training tokens (millions)")
@@ -204,7 +204,7 @@ def measure(model_dir: Path, a: argparse.Namespace) -> dict:
         **metrics,
         "eval_seconds": time.perf_counter() - t0,
         "eval_seq": a.seq,
-        "eval_command": f"python -m experiments.card_tiny --max-tokens {a.max_tokens}",
+        "eval_command": f"python -m training.card_tiny --max-tokens {a.max_tokens}",
         "heldout_stream_tokens": int(len(tokens)),
         "corpus": {**corpus.describe(), "eot": EOT},
         "training": json.loads((model_dir / "train_summary.json").read_text()),

@@ -1,8 +1,8 @@
 """Train the bundled `tiny` model: a DeepSeek-V3-style MoE with one MTP module, in MLX.
 
-    python -m experiments.train_tiny                       # train (resumes runs/tiny if present)
-    python -m experiments.train_tiny --time-limit-min 42   # wall-clock cap, summed over resumes
-    python -m experiments.train_tiny --export-only         # quantize + write specdec/models/tiny
+    python -m training.train_tiny                       # train (resumes runs/tiny if present)
+    python -m training.train_tiny --time-limit-min 42   # wall-clock cap, summed over resumes
+    python -m training.train_tiny --export-only         # quantize + write specdec/models/tiny
 
 Architecture: mlx-lm's `deepseek_v3` (MLA attention, sigmoid routing with the `noaux_tc`
 correction bias, one shared expert, dense first layer) plus `specdec.model.mtp.MTPModule`.
@@ -11,13 +11,13 @@ Balance: DeepSeek-V3's auxiliary-loss-free rule; after every step, per MoE layer
 included) `bias_e += u·sign(mean_load − load_e)`; the bias only changes which experts are
 selected, never the gate values (mlx-lm's `group_expert_select` adds it after the sigmoid).
 
-The first run builds the corpus and tokenizer into --out (experiments/tiny_corpus.py). The lr
+The first run builds the corpus and tokenizer into --out (training/tiny_corpus.py). The lr
 follows a cosine over the used fraction of the wall-clock budget (or of --steps, if given).
 Seeded (init and every batch derive from --seed and the step), resumable (checkpoint in
 --out every --ckpt-every steps; with --steps, an interrupted and resumed run ends with
 bitwise the same weights as an uninterrupted one, checked), progress bar, metrics to
 <out>/metrics.jsonl and to wandb (offline). The routed MLP and the loss use the exact CPU fast
-paths of experiments/tiny_ops.py. Export quantizes as `mlx_lm.convert -q` does (affine, 4 bits, group 64) and writes
+paths of training/tiny_ops.py. Export quantizes as `mlx_lm.convert -q` does (affine, 4 bits, group 64) and writes
 config.json, model.safetensors, mtp.safetensors and the tokenizer into specdec/models/tiny.
 """
 
@@ -42,9 +42,9 @@ import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs, MoEGate  # noqa: E402
 
-from experiments.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
-from experiments.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
 from specdec.model.mtp import MTPModule, quantize_with_mtp, save_with_mtp  # noqa: E402
+from training.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
+from training.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHIP_DIR = REPO / "specdec" / "models" / "tiny"
@@ -278,8 +278,8 @@ def export(a: argparse.Namespace) -> None:
         **state,
         "tokens": state["step"] * a.batch * a.seq,
         "train_stream_tokens": int(np.load(out / "train.npy", mmap_mode="r").size),
-        "command": "python -m experiments.train_tiny "
-        f"--time-limit-min {a.time_limit_min:g} && python -m experiments.train_tiny --export-only",
+        "command": "python -m training.train_tiny "
+        f"--time-limit-min {a.time_limit_min:g} && python -m training.train_tiny --export-only",
         "hyperparameters": {k: getattr(a, k) for k in HYPERPARAMETERS},
         "mtp_loss_weight": MTP_WEIGHT,
         # What ensure_fast_blas preloaded; active_blas() can name numpy's own bundled copy.

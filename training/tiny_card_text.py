@@ -1,6 +1,6 @@
 """The `tiny` model card (specdec/models/tiny/README.md), rendered from card.json.
 
-Called by experiments/card_tiny.py, which measures every number; nothing here is typed by
+Called by training/card_tiny.py, which measures every number; nothing here is typed by
 hand except the prose, so the card cannot drift from its figures. Not run on its own.
 """
 
@@ -55,7 +55,7 @@ def _notes(card: dict, ratios: list[float], mass: list[list[float]]) -> str:
 router keeps {min(ratios):.1f}x-{max(ratios):.1f}x the random share of a token's experts for the next token; large models
 keep far more (the seed question's MiniMax-M2.5: 33.4% of top-8 of 256, 10.7x random). What
 we measured around it, same card command on other checkpoints:
-- an untrained copy (`python -m experiments.train_tiny --steps 2 --out runs/probe --ship-dir
+- an untrained copy (`python -m training.train_tiny --steps 2 --out runs/probe --ship-dir
   runs/probe/ship`, then the card command with `--model-dir runs/probe/ship --max-tokens
   4096`) shows 3.5x-4.4x, but with loads up to 3.5x the mean: a random router sends most
   tokens to the same few experts, which is overlap without locality;
@@ -102,7 +102,7 @@ def render_card(card: dict, cfg: dict) -> str:
     sizes = "\n".join(f"| {n} | {b / 2**20:.2f} MiB |" for n, b in card["sizes_bytes"].items())
     q = cfg.get("quantization", {})
     sample = card["greedy_sample"]
-    gpu = "device" in t  # trained by experiments/train_tiny_torch.py on a lent GPU
+    gpu = "device" in t  # trained by training/train_tiny_torch.py on a lent GPU
     notes = (_notes_gpu if gpu else _notes)(card, main_ratios, r["gate_mass_by_slot"])
     training = (_training_gpu if gpu else _training_cpu)(t, hp)
     reproduce = (_reproduce_gpu if gpu else _reproduce_cpu)(card, hp)
@@ -207,7 +207,7 @@ Machine of the figures: {card["machine"]["platform"]}, {card["machine"]["blas"]}
 
 
 def _training_cpu(t: dict, hp: dict) -> str:
-    """The MLX training run on this machine's CPU cores (experiments/train_tiny.py)."""
+    """The MLX training run on this machine's CPU cores (training/train_tiny.py)."""
     return f"""\
 ## Training
 
@@ -221,25 +221,25 @@ the run anneals fully however busy the shared cores are), gradient clip 1.0, see
 step, for every MoE layer including the MTP's, `bias_e += u * sign(mean load - load_e)`,
 u = {hp["bias_rate"]} (DeepSeek used 0.001 over far more steps). Training computes the routed
 MLP by grouping tokens by expert, one dense matmul per expert, and the cross-entropy in numpy
-(`experiments/tiny_ops.py`): both exact (tests/test_tiny_ops.py), both because MLX's CPU
+(`training/tiny_ops.py`): both exact (tests/test_tiny_ops.py), both because MLX's CPU
 `gather_mm` and `exp` are slow; the saved model uses mlx-lm's stock modules.
 """
 
 
 def _training_gpu(t: dict, hp: dict) -> str:
-    """The PyTorch run on a lent GPU (experiments/train_tiny_torch.py), exported to mlx-lm."""
+    """The PyTorch run on a lent GPU (training/train_tiny_torch.py), exported to mlx-lm."""
     return f"""\
 ## Training
 
 Trained on {t["device"]} in PyTorch ({t["torch"]}, bf16 autocast) by
-`experiments/train_tiny_torch.py`, a line-for-line mirror of mlx-lm's `deepseek_v3` and of
-`specdec.model.mtp`, then exported by `experiments/export_tiny_torch.py` through mlx-lm's own
+`training/train_tiny_torch.py`, a line-for-line mirror of mlx-lm's `deepseek_v3` and of
+`specdec.model.mtp`, then exported by `training/export_tiny_torch.py` through mlx-lm's own
 `sanitize` and `quantize_model`. Why not the MLX script: on this project's 2 CPU cores, shared
-with other work, `experiments/train_tiny.py` reached 0.85 M tokens in 42 minutes (held-out loss
+with other work, `training/train_tiny.py` reached 0.85 M tokens in 42 minutes (held-out loss
 4.31, MTP acceptance 0.60, overlap 1.4x-2.3x random: the overlap bar missed); the GPU run saw
 {t["tokens"] / 1e6:.1f} M tokens ({t["epochs"]:.1f} epochs of the training files) in {t["elapsed_s"] / 60:.1f} minutes. MLX has no
 CUDA build that fits the lent machine's transfer limit, hence PyTorch. Parity is checked, not
-assumed: `python -m experiments.check_tiny_torch_parity` compares torch and MLX logits on random
+assumed: `python -m training.check_tiny_torch_parity` compares torch and MLX logits on random
 float32 weights (max difference 2.4e-5 main, 1.7e-5 MTP, identical expert choices; a control with
 the wrong RoPE layout gives 9.7) and on the trained weights (argmax agreement 0.9995 main,
 0.9990 MTP; differing tokens are router near-ties).
@@ -260,8 +260,8 @@ docs/tiny-gpu.md.
 def _reproduce_cpu(card: dict, hp: dict) -> str:
     return f"""\
 ```
-python -m experiments.train_tiny --time-limit-min {hp["time_limit_min"]:g}   # trains into runs/tiny, resumable
-python -m experiments.train_tiny --export-only             # quantize, write this directory
+python -m training.train_tiny --time-limit-min {hp["time_limit_min"]:g}   # trains into runs/tiny, resumable
+python -m training.train_tiny --export-only             # quantize, write this directory
 {card["eval_command"]}                     # every held-out figure, loss.png, this card
 ```
 """
@@ -270,12 +270,12 @@ python -m experiments.train_tiny --export-only             # quantize, write thi
 def _reproduce_gpu(card: dict, hp: dict) -> str:
     return f"""\
 ```
-# on a CUDA machine, with runs/tiny/{{train,heldout}}.npy from experiments/tiny_corpus.py
-python -m experiments.train_tiny_torch train ...      # the command above; then `select`
-python -m experiments.export_tiny_torch --weights out/round4 --tokenizer runs/tiny/tokenizer --out DIR
-python -m experiments.check_tiny_torch_parity --weights out/round4 --heldout runs/tiny/heldout.npy
+# on a CUDA machine, with runs/tiny/{{train,heldout}}.npy from training/tiny_corpus.py
+python -m training.train_tiny_torch train ...      # the command above; then `select`
+python -m training.export_tiny_torch --weights out/round4 --tokenizer runs/tiny/tokenizer --out DIR
+python -m training.check_tiny_torch_parity --weights out/round4 --heldout runs/tiny/heldout.npy
 {card["eval_command"]}                     # every held-out figure, loss.png, this card
 # the MLX path on CPU (what CI-class machines can run):
-python -m experiments.train_tiny --time-limit-min {hp.get("time_limit_min", 42):g}
+python -m training.train_tiny --time-limit-min {hp.get("time_limit_min", 42):g}
 ```
 """

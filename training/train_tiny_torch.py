@@ -1,9 +1,9 @@
 """Train the `tiny` DeepSeek-V3 MoE + MTP model in PyTorch (CUDA or CPU); the GPU path.
 
-    python -m experiments.train_tiny_torch train --data runs/tiny --out /tmp/runs/a --epochs 20
-    python -m experiments.train_tiny_torch select --runs /tmp/runs/a /tmp/runs/b --out $OUT
+    python -m training.train_tiny_torch train --data runs/tiny --out /tmp/runs/a --epochs 20
+    python -m training.train_tiny_torch select --runs /tmp/runs/a /tmp/runs/b --out $OUT
 
-`train` reads <data>/train.npy (int32 token ids of experiments/tiny_corpus.py), holds out its
+`train` reads <data>/train.npy (int32 token ids of training/tiny_corpus.py), holds out its
 last --val-frac as a validation stream (whole files at the tail: the split of the corpus is by
 file), and never reads heldout.npy, which stays for the final held-out report. Loss = CE(main,
 t_{i+1}) + 0.3·CE(MTP, t_{i+2}); AdamW, linear warmup then cosine to 10%, bf16 autocast on
@@ -12,10 +12,10 @@ CUDA. After every step each MoE layer's router bias moves by u·sign(mean load �
 validation loss is measured and the best model (by main + 0.3·MTP loss) is kept; the run
 writes <out>/best.pt (float32 state dict), metrics.jsonl and summary.json.
 `select` picks the run with the lowest best validation loss and writes its weights in the HF
-DeepSeek-V3 naming (experiments/tiny_torch_model.hf_state_dict) as bfloat16 shards (router biases
+DeepSeek-V3 naming (training/tiny_torch_model.hf_state_dict) as bfloat16 shards (router biases
 float32) of at most
-15 MiB (tiny_torch.NN.pt) plus runs.json, which is what experiments/export_tiny_torch.py reads.
-The model code is experiments/tiny_torch_model.py; the CPU/MLX path is experiments/train_tiny.py.
+15 MiB (tiny_torch.NN.pt) plus runs.json, which is what training/export_tiny_torch.py reads.
+The model code is training/tiny_torch_model.py; the CPU/MLX path is training/train_tiny.py.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from experiments.tiny_torch_model import TinyConfig, TinyMTP, hf_state_dict
+from training.tiny_torch_model import TinyConfig, TinyMTP, hf_state_dict
 
 MTP_WEIGHT = 0.3
 SHARD_BYTES = 15 * 2**20

@@ -11,7 +11,7 @@ Rule (fixed, documented in the model card):
 Tokenizer: byte-level BPE (GPT-2 style pre-tokenizer, no prefix space) trained with
 `tokenizers` on the training files only, vocab 4096 including the one special token.
 
-Used by experiments/train_tiny.py and experiments/card_tiny.py; not run on its own.
+Used by training/train_tiny.py and training/card_tiny.py; not run on its own.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Corpus:
     def describe(self) -> dict:
         return {
             "python": sys.version.split()[0],
-            "stdlib_root": str(self.root),
+            "stdlib_root": "<stdlib>",  # sysconfig "stdlib"; no machine path in the card
             "rule": f"*.py, excluding dirs {sorted(_EXCLUDED_DIRS)}; held out iff "
             f"crc32(relative path) % {HELDOUT_MOD} == 0",
             "train_files": len(self.train),

@@ -1,9 +1,9 @@
 """Export the PyTorch-trained `tiny` model to an mlx-lm model directory (4-bit, like convert -q).
 
-    python -m experiments.export_tiny_torch --weights out/round3 --tokenizer runs/tiny/tokenizer \
+    python -m training.export_tiny_torch --weights out/round3 --tokenizer runs/tiny/tokenizer \
         --out out/tiny-gpu
 
-Reads the shards `tiny_torch.NN.pt` and runs.json that `experiments/train_tiny_torch.py select`
+Reads the shards `tiny_torch.NN.pt` and runs.json that `training/train_tiny_torch.py select`
 wrote (HF DeepSeek-V3 names, bfloat16), runs mlx-lm's own `deepseek_v3.Model.sanitize` (stacks
 the per-expert weights into `switch_mlp`, splits `kv_b_proj` into `embed_q` / `unembed_out`),
 over the MTP layer too, loads the main model strictly and the MTP with
@@ -27,8 +27,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs
 
-from experiments.tiny_torch_model import TinyConfig
 from specdec.model.mtp import MTPModule, load_mtp, quantize_with_mtp, save_with_mtp
+from training.tiny_torch_model import TinyConfig
 
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}
 
@@ -93,11 +93,11 @@ def export(weights_dir: Path, tokenizer_dir: Path, out: Path) -> None:
     ]
     _write(out / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
     summary = {
-        "trainer": "experiments/train_tiny_torch.py (PyTorch, bf16 autocast)",
+        "trainer": "training/train_tiny_torch.py (PyTorch, bf16 autocast)",
         "device": run["device"],
         "torch": run["torch"],
         "selected_run": runs["selected"],
-        "command": "python -m experiments.train_tiny_torch train "
+        "command": "python -m training.train_tiny_torch train "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in hp.items() if k != "cmd"),
         "step": best["step"],
         "total_steps": run["steps_planned"],

@@ -1,6 +1,6 @@
 """Training-only fast paths for MLX on CPU, exact and with the stock modules' parameters.
 
-Used by experiments/train_tiny.py; not run on its own. Both replace a slow MLX CPU kernel
+Used by training/train_tiny.py; not run on its own. Both replace a slow MLX CPU kernel
 with an exact equivalent (checked against the stock code: outputs and gradients agree to
 float32 rounding), so the trained weights load into the unmodified mlx-lm modules.
 """
