@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "trace": (
         "specdec.trace.record",
-        "record routing traces (`trace record`), import ds4 hotlists",
+        "routing traces: record, synth, stats, fit; ds4 hotlists",
     ),
     "simulate": (
         "specdec.cache.simulate",

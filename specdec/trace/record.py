@@ -6,6 +6,7 @@
     specdec trace record MODEL --prompts dataset:openai_humaneval --split test --out DIR
     specdec trace hotlist runs/trace-profile --out hot.txt     # ds4 hotlist from a trace
     specdec trace import-hotlist hot.txt --trace runs/trace-heldout   # check + summarise one
+    specdec trace synth|stats|fit ...     # calibrated synthetic traces (specdec.trace.synth_cli)
 
 Recording runs plain greedy decoding (γ = 1) over each prompt with the cache budget at 100%, so
 nothing is re-read needlessly, and keeps, per position and MoE layer: the routed experts (from
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec.errors import SpecdecError
+from specdec.trace import synth_cli
 from specdec.trace.format import (
     Trace,
     hotlist_keys,
@@ -184,9 +186,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imp = sub.add_parser("import-hotlist", help="check a ds4 hotlist against a trace")
     imp.add_argument("hotlist")
     imp.add_argument("--trace", required=True, help="trace whose layers/experts it must match")
+    synth_cli.add_parsers(sub)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action in synth_cli.ACTIONS:
+        return synth_cli.run(args)
     if args.action == "record":
         if args.max_tokens < 1:
             raise SpecdecError(f"--max-tokens {args.max_tokens}: give at least 1")
