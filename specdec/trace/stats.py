@@ -106,10 +106,15 @@ def routing_stats(trace: Trace, gammas=GAMMAS, phase: str = "all") -> dict:
     runs = segments(trace, phase)
     ov = overlap_per_layer(trace.experts, runs)
     return {
-        "overlap": float(np.mean(ov)),
-        "overlap_per_layer": [round(float(x), 4) for x in ov],
-        "union": {str(g): float(np.mean(union_per_layer(trace.experts, runs, g))) for g in gammas},
+        "overlap": _finite(np.mean(ov)),
+        "overlap_per_layer": [_finite(round(float(x), 4)) for x in ov],
+        "union": {str(g): _finite(union_per_layer(trace.experts, runs, g).mean()) for g in gammas},
     }
+
+
+def _finite(x: float) -> float | None:
+    """None where there was nothing to average (e.g. no window of γ positions)."""
+    return float(x) if np.isfinite(x) else None
 
 
 def trace_stats(

@@ -102,8 +102,9 @@ def _stats(args: argparse.Namespace) -> int:
         + (f", budget {budget} = {s['budget_slots']} slots" if budget else "")
     )
     print_table(s, preset.targets if preset else None)
-    ov = s["overlap_per_layer"]
-    print(f"overlap per layer: min {min(ov):.3f}, max {max(ov):.3f}")
+    ov = [x for x in s["overlap_per_layer"] if x is not None]
+    if ov:
+        print(f"overlap per layer: min {min(ov):.3f}, max {max(ov):.3f}")
     print(
         f"skew: busiest tenth of experts {s['top10_share']:.3f} of accesses, entropy {s['entropy']:.3f}"
     )
@@ -149,7 +150,9 @@ def print_table(stats: dict, targets: Targets | None) -> None:
             rows.append((name, stats[name], targets and getattr(targets, name), TOLERANCE[name]))
     print(f"{'statistic':<10}{'value':>9}{'target':>9}{'tol':>8}  within")
     for name, v, want, tol in rows:
-        if want is None:
+        if v is None:
+            print(f"{name:<10}{'-':>9}  (no consecutive positions to measure)")
+        elif want is None:
             print(f"{name:<10}{v:>9.3f}")
         else:
             ok = "yes" if abs(v - want) <= tol else "NO"

@@ -2,20 +2,23 @@
 
     from specdec.trace.synthetic import SynthParams, TraceShape, generate, synthetic_trace
     trace = synthetic_trace(n_positions=2000, n_layers=16, n_experts=64, top_k=8, seed=0)
-    trace = generate(TraceShape(62, 256, 8, 7_962_624), SynthParams(1.0, 0.2, 0.3, 0.8), 2000)
+    trace = generate(TraceShape(62, 256, 8, 7_962_624), SynthParams(0.92, 0.11, 0.28, 2.9), 2000)
 
-The model, per MoE layer and position t (layers independent, same parameters):
+The model, per MoE layer and position t (layers independent, same parameters; S_t is the set of
+k experts position t routes to):
 
   popularity  π: Zipf weights 1/rank^skew over a random permutation of the layer's experts
-  keep        each expert of position t - 1 stays, independently, with probability `reuse`
-  history     H_t = decay·H_{t-1} + (1 - decay)·(experts of t - 1)/k: recent use, fading
+  keep        each expert of S_{t-1} stays in S_t, independently, with probability `reuse`
+  recent use  H_t: histogram of S_{t-1}, ..., S_{t-M} (M = ceil(window); S_{t-M} weighs
+              window - M + 1, the others 1), normalised to sum 1
   fresh       the other k - kept experts are drawn without replacement (successive sampling,
               done as Gumbel top-k) from weights (1 - history)·π + history·H_t, kept ones out
 
-`reuse` sets the next-token overlap, `history` and `decay` how far reuse reaches past the
-previous token (the one-step model alone overpredicts the union of 8 tokens), `skew` the hot
-set a static pinning can exploit. docs/trace-synth.md describes the fit to measured statistics
-(specdec.trace.fit) and the presets (specdec.trace.presets). Not a substitute for a recorded
+`reuse` adds next-token overlap, `history` and `window` re-draws from the last few positions'
+experts: reuse that reaches past the previous token but not far (the one-step model overpredicts
+the union of 8 tokens, a fading memory that reaches far underpredicts it), `skew` the hot set a
+static pinning can exploit. docs/trace-synth.md describes the model, the fit to measured
+statistics (specdec.trace.fit) and the presets (specdec.trace.presets). Not a substitute for a recorded
 trace when a number is reported about a model.
 """
 
@@ -97,7 +100,8 @@ def generate_experts(
         if t and h:
             hist = full + frac * ring[t % M]  # [L, E]; ring[t % M] holds S_{t-M}
             hist /= hist[0].sum()  # every layer's histogram holds the same number of entries
-            key = key + np.log((1.0 - h) * pi + h * hist)
+            with np.errstate(divide="ignore"):  # history 1: experts outside it weigh 0
+                key = key + np.log((1.0 - h) * pi + h * hist)
         else:
             key = key + log_pi
         key[ring[(t - 1) % M] & coin[t % _CHUNK]] = np.inf  # kept experts of position t - 1
