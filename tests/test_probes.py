@@ -238,3 +238,26 @@ def test_cli_trace_record_writes_a_trace_and_errors_in_one_line(ds3, tmp_path, c
     err = capsys.readouterr().err
     assert "exists" in err and "cannot read prompts" in err
     assert all(line.startswith("specdec: error:") for line in err.strip().splitlines())
+
+
+def test_trace_stats_of_a_recorded_trace_keep_to_each_prompts_decode_positions(ds3):
+    from specdec.trace.stats import trace_stats
+
+    t = ds3[2].trace
+    s = trace_stats(t, f"{t.n_layers * t.top_k}slots", gammas=(2,), phase="decode")
+    shared, unions = [], []
+    for pid in range(PROMPTS):
+        e = t.experts[(t.prompt_ids == pid) & (t.phase == 1)]  # [D, L, k] one prompt's decode
+        shared += [
+            len(set(e[i, j]) & set(e[i - 1, j]))
+            for i in range(1, len(e))
+            for j in range(t.n_layers)
+        ]
+        unions += [
+            len(set(e[i, j]) | set(e[i + 1, j]))
+            for i in range(0, len(e) - 1, 2)
+            for j in range(t.n_layers)
+        ]
+    assert s["overlap"] == pytest.approx(np.mean(shared) / t.top_k)
+    assert s["union"]["2"] == pytest.approx(np.mean(unions))
+    assert 0 <= s["static"] <= 1 and 0 <= s["lru"] <= 1
