@@ -26,7 +26,7 @@ fit runs once more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Targets:
     budget_slots: int | None = None
     lru: float | None = None
     static: float | None = None
-    positions: int = 2000  # the trace length at which lru and static were measured
+    positions: int = 2000  # trace length the fit generates (lru and static depend on it a little)
 
 
 @dataclass
@@ -73,8 +73,8 @@ def proxy_stats(shape: TraceShape, targets: Targets, params: SynthParams, seed: 
         counts = np.stack(
             [np.bincount(e[:, i].ravel(), minlength=shape.n_experts) for i in range(L)]
         )
-        top = np.sort(counts.ravel())[::-1]  # [L·E]
-        n = per_layer * L
+        top = np.append(np.sort(counts.ravel())[::-1], 0)  # [L·E + 1]
+        n = min(per_layer * L, top.size - 1)
         full = int(n)
         out["static"] = float(top[:full].sum() + (n - full) * top[full]) / e.size
     return out
@@ -91,11 +91,12 @@ def per_layer_lru(experts: np.ndarray, n_experts: int, slots: float) -> float:
     last = np.full((L, n_experts), -1, dtype=np.int64)  # [L, E]
     ids = np.arange(n_experts)[None, :]  # [1, E]
     hits = np.zeros(2)
+    sizes = [min(n, n_experts) for n in (lo, lo + 1) if n > 0]  # 0 slots: no hits
     for t in range(T):
         rec = np.where(last >= 0, last * n_experts + ids, -1)  # [L, E]
         srt = -np.sort(-rec, axis=1)  # [L, E] descending
         r = rec[rows, experts[t]]  # [L, k]
-        for j, n in enumerate((lo, lo + 1)):
+        for j, n in enumerate(sizes, start=2 - len(sizes)):
             thresh = srt[:, n - 1 : n]  # [L, 1]: the n-th newest
             hits[j] += ((r >= thresh) & (r >= 0)).sum()
         last[rows, experts[t]] = t
@@ -144,19 +145,16 @@ def _vector(p: SynthParams) -> np.ndarray:
 def _nelder_mead(shape: TraceShape, targets: Targets, start: SynthParams, seed: int):
     from scipy.optimize import minimize  # only fitting needs scipy
 
-    evals = []
-
     def f(x):
-        evals.append(1)
         return loss(proxy_stats(shape, targets, _params(x), seed), targets)
 
     res = minimize(
         f,
         _vector(start),
         method="Nelder-Mead",
-        options={"xatol": 1e-3, "fatol": 1e-2, "maxfev": 160, "initial_simplex": None},
+        options={"xatol": 1e-3, "fatol": 1e-2, "maxfev": 160},
     )
-    return _params(res.x), len(evals)
+    return _params(res.x), int(res.nfev)
 
 
 def fit(
@@ -173,13 +171,8 @@ def fit(
         and abs(replayed[name] - getattr(targets, name)) > TOLERANCE[name] / 3
     }
     if shift:
-        adjusted = Targets(
-            overlap=targets.overlap,
-            union=targets.union,
-            budget_slots=targets.budget_slots,
-            lru=None if targets.lru is None else targets.lru - shift.get("lru", 0.0),
-            static=None if targets.static is None else targets.static - shift.get("static", 0.0),
-            positions=targets.positions,
+        adjusted = replace(
+            targets, **{name: getattr(targets, name) - d for name, d in shift.items()}
         )
         params, m = _nelder_mead(shape, adjusted, params, seed)
         n += m

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from specdec.errors import SpecdecError
@@ -122,7 +123,7 @@ def _fit(args: argparse.Namespace) -> int:
     if args.json:
         out = {
             "targets": label,
-            "params": p.__dict__,
+            "params": asdict(p),
             "evaluations": result.evaluations,
             "proxy": result.proxy,
             "replayed": result.replayed,
