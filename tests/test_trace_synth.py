@@ -255,3 +255,16 @@ def test_bad_inputs_are_one_line_errors(args, message, tmp_path, capsys, monkeyp
 def test_out_of_range_parameters_are_refused():
     with pytest.raises(SpecdecError, match="out of range"):
         generate_experts(5, 1, 8, 2, SynthParams(0.5, 1.2, 0.0, 1.0), seed=0)
+
+
+def test_stats_json_of_any_trace_is_a_targets_file(tmp_path, capsys):
+    from specdec.trace.format import save_trace
+
+    save_trace(_hand_trace(), tmp_path / "hand")
+    assert cli_main(["trace", "stats", str(tmp_path / "hand"), "--budget", "5slots", "--json"]) == 0
+    (tmp_path / "t.json").write_text(capsys.readouterr().out)
+    shape, t = load_targets(tmp_path / "t.json")
+    s = json.loads((tmp_path / "t.json").read_text())
+    assert shape == TraceShape(2, 6, 2, 100) and t.budget_slots == 5 and t.positions == 9
+    assert t.union == {g: s["union"][str(g)] for g in (2, 3, 4)}  # 8: no window; 1: always k
+    assert (t.overlap, t.lru, t.static) == (s["overlap"], s["lru"], s["static"])

@@ -112,9 +112,13 @@ def load_targets(path: str | os.PathLike, like: str | None = None) -> tuple[Trac
         raise SpecdecError(f"{p}: bad targets ({err}): see docs/trace-synth.md") from None
 
 
+# fields of `specdec trace stats --json` that are not targets: its output is a targets file
+_STATS_ONLY = {"phase", "overlap_per_layer", "top10_share", "entropy", "budget_slots"}
+
+
 def _parse_targets(raw: dict, like: str | None) -> tuple[TraceShape, Targets]:
     known = {"shape", "overlap", "union", "budget", "lru", "static", "positions", "model"}
-    extra = sorted(set(raw) - known)
+    extra = sorted(set(raw) - known - _STATS_ONLY)
     if extra:
         raise ValueError(f"unknown field {extra[0]!r}; fields are {', '.join(sorted(known))}")
     if "shape" in raw:
@@ -143,6 +147,8 @@ def _parse_targets(raw: dict, like: str | None) -> tuple[TraceShape, Targets]:
 
     union = {}
     for g, u in (raw.get("union") or {}).items():
+        if u is None:  # `trace stats` found no window of g positions
+            continue
         g, u = int(g), float(u)
         if g < 1 or not (k <= u <= min(g * k, n)) or not math.isfinite(u):
             raise ValueError(f"union at gamma {g} must lie in [{k}, {min(g * k, n)}], got {u}")

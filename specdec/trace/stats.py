@@ -16,6 +16,8 @@
 - skew: per layer, the share of its accesses that go to its busiest tenth of experts, and the
   entropy of its access counts over log(n_experts) (1 = uniform), both averaged over layers.
 
+The JSON form is also a targets file: `specdec trace fit --targets` fits the generator to it.
+
 Pairs and windows never straddle two prompts (prompt_ids.npy), and `phase` keeps only decode
 (1) or prefill (0) positions for overlap and unions (runs of consecutive kept positions).
 """
@@ -127,9 +129,12 @@ def trace_stats(
     out = {
         "model": trace.model,
         "positions": trace.n_positions,
-        "layers": trace.n_layers,
-        "n_experts": trace.n_experts,
-        "top_k": trace.top_k,
+        "shape": {  # with the statistics below, a targets file for `specdec trace fit`
+            "n_layers": trace.n_layers,
+            "n_experts": trace.n_experts,
+            "top_k": trace.top_k,
+            "expert_bytes": trace.slot_bytes,
+        },
         "phase": phase,
         **routing_stats(trace, gammas, phase),
     }

@@ -3,7 +3,8 @@
     specdec trace synth /tmp/minimax --like minimax-m2.5 --positions 2000 --seed 0
     specdec trace synth /tmp/other --targets t.json --positions 2000     # fits first
     specdec trace stats /tmp/minimax --like minimax-m2.5                 # beside the targets
-    specdec trace stats runs/trace-heldout --budget 25% --phase decode --json
+    specdec trace stats runs/trace-heldout --budget 16slots --json > t.json   # any trace
+    specdec trace fit --targets t.json                                   # fit to it
     specdec trace fit --like minimax-m2.5                                # refit a preset
 
 Generator: specdec.trace.synthetic; statistics: specdec.trace.stats; fit: specdec.trace.fit;
@@ -94,12 +95,13 @@ def _stats(args: argparse.Namespace) -> int:
     preset = get_preset(args.like) if args.like else None
     budget = args.budget or (preset.budget if preset else None)
     s = trace_stats(trace, budget, phase=args.phase)
+    shape = s["shape"]
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
     print(
-        f"{args.trace}: {s['positions']} positions ({args.phase}), {s['layers']} layers x "
-        f"top-{s['top_k']} of {s['n_experts']}"
+        f"{args.trace}: {s['positions']} positions ({args.phase}), {shape['n_layers']} layers x "
+        f"top-{shape['top_k']} of {shape['n_experts']}"
         + (f", budget {budget} = {s['budget_slots']} slots" if budget else "")
     )
     print_table(s, preset.targets if preset else None)

@@ -155,14 +155,8 @@ def synthetic_trace(
     seed: int = 0,
 ) -> Trace:
     """A small trace for tests and benchmarks: Zipf popularity plus one-step reuse, no history."""
-    experts = generate_experts(
-        n_positions, n_layers, n_experts, top_k, SynthParams(skew, reuse, 0.0, 1.0), seed
-    )
-    eb = [expert_bytes] * n_layers if isinstance(expert_bytes, int) else list(expert_bytes)
-    return Trace(
-        experts=experts,
-        n_experts=n_experts,
-        expert_bytes=eb,
-        model="synthetic",
-        source=f"specdec.trace.synthetic seed={seed} skew={skew} reuse={reuse}",
-    )
+    params = SynthParams(skew, reuse, history=0.0, window=1.0)
+    trace = generate(TraceShape(n_layers, n_experts, top_k, 1), params, n_positions, seed)
+    eb = expert_bytes
+    trace.expert_bytes = [eb] * n_layers if isinstance(eb, int) else list(eb)
+    return trace
