@@ -43,34 +43,28 @@ def segments(trace: Trace, phase: str = "all") -> list[tuple[int, int]]:
     if PHASES[phase] is not None:
         if trace.phase is None:
             raise SpecdecError(
-                f"phase {phase!r} needs phase.npy, which this trace lacks: use phase all"
+                f"phase {phase!r} needs phase.npy, which this trace lacks: use --phase all"
             )
         keep = trace.phase == PHASES[phase]
-    brk = np.zeros(T, dtype=bool)  # [T]: a new run starts here
+    brk = np.zeros(T, dtype=bool)  # [T]: a new prompt starts here
     if trace.prompt_ids is not None:
         brk[1:] = trace.prompt_ids[1:] != trace.prompt_ids[:-1]
-    out, start = [], None
-    for t in range(T):
-        if keep[t] and start is not None and brk[t]:
-            out.append((start, t))
-            start = None
-        if keep[t] and start is None:
-            start = t
-        elif not keep[t] and start is not None:
-            out.append((start, t))
-            start = None
-    if start is not None:
-        out.append((start, T))
-    return out
+    goes_on = np.append(keep[:-1] & keep[1:] & ~brk[1:], False)  # [T]: t + 1 continues t's run
+    first = keep & ~np.insert(goes_on[:-1], 0, False)  # [T]
+    last = keep & ~goes_on  # [T]
+    return list(
+        zip(np.flatnonzero(first).tolist(), (np.flatnonzero(last) + 1).tolist(), strict=True)
+    )
 
 
 def overlap_per_layer(experts: np.ndarray, runs: list[tuple[int, int]]) -> np.ndarray:
     """[L] mean |S_t ∩ S_{t-1}| / k over consecutive pairs inside the runs; experts [T, L, k]."""
     k = experts.shape[2]
-    shared = [
+    shared = [  # chunks of 4096 pairs keep the [n, L, k, k] comparison small
         (e[1:, :, :, None] == e[:-1, :, None, :]).any(-1).sum(-1)  # [n - 1, L]
-        for e in (experts[a:b] for a, b in runs)
-        if len(e) > 1
+        for a, b in runs
+        for c in range(a, b - 1, 4096)
+        for e in (experts[c : min(c + 4097, b)],)
     ]
     if not shared:
         return np.full(experts.shape[1], np.nan)
