@@ -81,10 +81,11 @@ def _synth(args: argparse.Namespace) -> int:
     trace = generate(shape, params, args.positions, args.seed, model=f"synthetic:{label}")
     save_trace(trace, args.out, overwrite=args.overwrite)
     stats = routing_stats(trace, gammas=(2, 3, 8))
-    union = " / ".join(f"{v:.2f}" for v in stats["union"].values())
+    union = " / ".join("-" if v is None else f"{v:.2f}" for v in stats["union"].values())
+    overlap = "-" if stats["overlap"] is None else f"{stats['overlap']:.3f}"
     print(
         f"{args.out}: {args.positions} positions, {shape.n_layers} layers x top-{shape.top_k} of "
-        f"{shape.n_experts}, expert {shape.expert_bytes} B; overlap {stats['overlap']:.3f}, "
+        f"{shape.n_experts}, expert {shape.expert_bytes} B; overlap {overlap}, "
         f"U(2/3/8) {union}  (`specdec trace stats {args.out}` for all)"
     )
     return 0
@@ -154,7 +155,7 @@ def print_table(stats: dict, targets: Targets | None) -> None:
     print(f"{'statistic':<10}{'value':>9}{'target':>9}{'tol':>8}  within")
     for name, v, want, tol in rows:
         if v is None:
-            print(f"{name:<10}{'-':>9}  (no consecutive positions to measure)")
+            print(f"{name:<10}{'-':>9}  (too few consecutive positions)")
         elif want is None:
             print(f"{name:<10}{v:>9.3f}")
         else:
