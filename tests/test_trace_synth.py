@@ -171,17 +171,19 @@ def test_stats_equal_an_independent_computation(phase, capsys, tmp_path):
     assert "U(3)" in capsys.readouterr().out
 
 
-def test_fit_recovers_the_statistics_of_a_known_generator():
-    shape = TraceShape(4, 32, 4, 1000)
-    truth = generate(shape, SynthParams(0.7, 0.15, 0.3, 2.0), 400, seed=9)
-    s = trace_stats(truth, "24slots", gammas=(2, 3, 8))
+def test_fit_recovers_the_statistics_of_a_known_generator(monkeypatch):
+    from specdec.trace import fit as fit_module
+
+    shape = TraceShape(3, 32, 4, 1000)
+    truth = generate(shape, SynthParams(0.7, 0.15, 0.3, 2.0), 300, seed=9)
+    s = trace_stats(truth, "18slots", gammas=(2, 3, 8))
     targets = Targets(
         overlap=s["overlap"],
         union={g: s["union"][str(g)] for g in (2, 3, 8)},
-        budget_slots=24,
+        budget_slots=18,
         lru=s["lru"],
         static=s["static"],
-        positions=400,
+        positions=300,
     )
     r = fit(targets, shape, seed=1)
     got = r.replayed
@@ -190,7 +192,8 @@ def test_fit_recovers_the_statistics_of_a_known_generator():
         assert abs(got["union"][g] - u) <= TOLERANCE["union"] * u
     assert abs(got["lru"] - targets.lru) <= TOLERANCE["lru"]
     assert abs(got["static"] - targets.static) <= TOLERANCE["static"]
-    assert fit(targets, shape, seed=1).params == r.params  # deterministic
+    monkeypatch.setitem(fit_module.NM_OPTIONS, "maxfev", 15)  # determinism: a short fit twice
+    assert fit(targets, shape, seed=2).params == fit(targets, shape, seed=2).params
 
 
 def test_targets_file_is_read_with_its_budget_in_slots(tmp_path):

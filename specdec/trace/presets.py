@@ -54,7 +54,7 @@ MINIMAX_TARGETS = Targets(
     positions=2000,
 )
 # specdec trace fit --like minimax-m2.5 --seed 0
-MINIMAX_PARAMS = SynthParams(skew=0.9162, reuse=0.1109, history=0.2815, window=2.865)
+MINIMAX_PARAMS = SynthParams(skew=0.9168, reuse=0.1181, history=0.2769, window=3.0)
 
 PRESETS: dict[str, Preset] = {
     "minimax-m2.5": Preset(
