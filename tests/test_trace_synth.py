@@ -271,3 +271,17 @@ def test_stats_json_of_any_trace_is_a_targets_file(tmp_path, capsys):
     assert shape == TraceShape(2, 6, 2, 100) and t.budget_slots == 5 and t.positions == 9
     assert t.union == {g: s["union"][str(g)] for g in (2, 3, 4)}  # 8: no window; 1: always k
     assert (t.overlap, t.lru, t.static) == (s["overlap"], s["lru"], s["static"])
+
+
+def test_synth_from_a_targets_file_fits_then_writes_its_shape(tmp_path, monkeypatch, capsys):
+    from specdec.trace import fit as fit_module
+
+    monkeypatch.setitem(fit_module.NM_OPTIONS, "maxfev", 10)  # the CLI path, not the fit's quality
+    shape = {"n_layers": 2, "n_experts": 16, "top_k": 2, "expert_bytes": 64}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"shape": shape, "overlap": 0.3, "positions": 100}))
+    out = tmp_path / "syn"
+    assert cli_main(["trace", "synth", str(out), "--targets", str(p), "--positions", "30"]) == 0
+    t = load_trace(out)
+    assert t.experts.shape == (30, 2, 2) and t.n_experts == 16 and t.expert_bytes == [64, 64]
+    assert "fitted to t.json" in capsys.readouterr().out
