@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the question's measurements: eviction, lookahead, gates, basis, read_path",
     ),
     "report": ("specdec.report", "tables and plots from a run or sweep directory"),
+    "clock": ("specdec.clock.check", "device profiles: `clock show NAME`, `clock check`"),
 }
 
 

@@ -22,7 +22,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from specdec.clock.profiles import DeviceProfile, modeled_time
+from specdec.clock.passes import PassClock
+from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
 from specdec.decode.sampling import judge
@@ -107,6 +108,7 @@ class Decode:
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
         )
         self.prefill_s = 0.0
+        self.clock = PassClock.for_decode(sm, drafter) if profiles else None
 
     @property
     def generated(self) -> list[int]:
@@ -127,6 +129,7 @@ class Decode:
         n_pass = 0
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
             t0, blocked0, reads0 = time.perf_counter(), stats.blocked_s, stats.reads
+            context = len(st.tokens) - 1  # positions in the KV cache: all but y
             with streamer.phase_of("draft"):
                 drafts, q = drafter.propose(st, cfg.gamma - 1)
             draft_steps = streamer.drain()
@@ -144,7 +147,18 @@ class Decode:
             y = tokens[-1]
             wall = time.perf_counter() - t0
             blocked, reads = stats.blocked_s - blocked0, stats.reads - reads0
-            nbytes = sum(s.bytes_read for s in draft_steps + verify_steps)
+            modeled = {
+                p.name: self.clock.modeled(
+                    p,
+                    gamma=cfg.gamma,
+                    drafted=len(drafts),
+                    context=context,
+                    draft_steps=draft_steps,
+                    verify_steps=verify_steps,
+                    measured_compute_s=wall - blocked,
+                )
+                for p in self.profiles
+            }
             yield PassRecord.build(
                 n_pass,
                 cfg.gamma,
@@ -156,8 +170,6 @@ class Decode:
                 wall_s=wall,
                 blocked_s=blocked,
                 reads=reads,
-                modeled_s={
-                    p.name: modeled_time(p, wall - blocked, nbytes, reads) for p in self.profiles
-                },
+                modeled=modeled,
             )
             n_pass += 1

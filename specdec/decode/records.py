@@ -23,7 +23,10 @@ import numpy as np
 from specdec.errors import SpecdecError
 
 if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
+    from specdec.clock.roofline import ModeledTime
     from specdec.model.streamed import LayerStep
+
+MODELED_VERSION = 2  # see PassRecord.modeled_version
 
 
 @dataclass
@@ -47,7 +50,12 @@ class PassRecord:
     blocked_s: float
     compute_s: float
     wall_s: float
-    modeled_s: dict[str, float] = field(default_factory=dict)
+    modeled_s: dict[str, float] = field(default_factory=dict)  # profile -> seconds, total
+    # profile -> {compute_s, sync_s, read_s}: roofline compute, router syncs, reads not hidden
+    modeled_parts: dict[str, dict[str, float]] = field(default_factory=dict)
+    # 1: compute × compute_scale + serial reads (records before the device model; no parts);
+    # 2: specdec.clock's device model (docs/device-model.md)
+    modeled_version: int = 1
 
     @classmethod
     def build(
@@ -63,7 +71,7 @@ class PassRecord:
         wall_s: float,
         blocked_s: float,
         reads: int,
-        modeled_s: dict[str, float],
+        modeled: dict[str, ModeledTime],
     ) -> PassRecord:
         steps = draft_steps + verify_steps
         misses = sum(s.misses for s in steps)
@@ -88,7 +96,12 @@ class PassRecord:
             blocked_s=blocked_s,
             compute_s=wall_s - blocked_s,
             wall_s=wall_s,
-            modeled_s=modeled_s,
+            modeled_s={name: m.total_s for name, m in modeled.items()},
+            modeled_parts={
+                name: {"compute_s": m.compute_s, "sync_s": m.sync_s, "read_s": m.read_s}
+                for name, m in modeled.items()
+            },
+            modeled_version=MODELED_VERSION,
         )
 
     @property
@@ -144,6 +157,9 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
     for name in profiles:
         t = sum(r.modeled_s[name] for r in records)
         out[f"modeled_tokens_per_s/{name}"] = committed / t if t > 0 else None
+        for part in ("compute_s", "sync_s", "read_s"):
+            if all(name in r.modeled_parts for r in records):
+                out[f"modeled_{part}/{name}"] = sum(r.modeled_parts[name][part] for r in records)
     return out
 
 

@@ -1,0 +1,144 @@
+"""`specdec clock`: show a device profile, or check it against the seed question's own runs.
+
+    specdec clock show m4-24gb              # every field with its source
+    specdec clock check --profile m4-24gb   # the question's M4 runs, modeled vs measured
+
+The check feeds the device model the parameters of each run the seed question reports on its
+24 GB M4 (MiniMax-M2.5 at 4 bits, one token per forward, LRU) and compares modeled with
+measured tokens/s. Misses per token are what the run itself reports: a hit rate (of 62 × 8
+routed accesses per token) or bytes read per token (÷ one 4-bit block). The bundled profile
+must land within `TOLERANCE` of each (tests/test_clock_model.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from specdec.clock.profiles import BUILTIN_NAMES, DeviceProfile, get_profile
+from specdec.clock.roofline import Forward, ModeledTime, ReadStep, forward_time
+from specdec.clock.shapes import ModelShape
+
+TOLERANCE = 0.20
+CONTEXT = 512  # assumed: a short prompt plus 32 decoded tokens; KV reads are < 0.1% at this size
+# MiniMax-M2.5's config.json (Hugging Face MiniMaxAI/MiniMax-M2.5, as MiniMax-M2), 4-bit mlx.
+MINIMAX_M25 = {
+    "model_type": "minimax",
+    "vocab_size": 200064,
+    "hidden_size": 3072,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_local_experts": 256,
+    "num_experts_per_tok": 8,
+    "shared_intermediate_size": 0,
+    "quantization": {"bits": 4, "group_size": 64},
+}
+
+
+@dataclass(frozen=True)
+class QuestionRun:
+    label: str
+    measured_tps: float
+    source: str
+    hit_rate: float | None = None  # of routed accesses
+    gb_per_token: float | None = None  # bytes read per token, 1e9
+    checked: bool = True  # False: shown, not held to TOLERANCE (see its source)
+
+
+QUESTION_RUNS = (
+    QuestionRun(
+        "LRU, the §2 baseline run",
+        2.34,
+        "§2: 2.34 t/s with hit rate 75.3% (L+2 lookahead off)",
+        hit_rate=0.753,
+    ),
+    QuestionRun(
+        "LRU, 8 GB ceiling",
+        2.00,
+        "§1 SLRU table: 48.56 GB read over 32 tokens",
+        gb_per_token=48.56 / 32,
+    ),
+    QuestionRun(
+        "LRU, 10 GB ceiling",
+        2.29,
+        "§1 SLRU table: 40.53 GB read over 32 tokens",
+        gb_per_token=40.53 / 32,
+    ),
+    QuestionRun(
+        "53% hits at 9 GB (trace replay, not a run)",
+        2.34,
+        "§1: LRU 53.0% at 9 GB replaying its trace; 47% of 496 4-bit blocks at 2.62 GB/s is "
+        "0.71 s of reads per token, so 2.34 t/s cannot come with it",
+        hit_rate=0.53,
+        checked=False,
+    ),
+)
+
+
+def token_forward(shape: ModelShape, misses_per_token: float) -> Forward:
+    """One decode token of `shape`: top-k per MoE layer, misses spread evenly over the layers."""
+    layers = sorted(shape.moe_layers)
+    steps, done = [], 0
+    for i, layer in enumerate(layers):
+        n = round(misses_per_token * (i + 1) / len(layers)) - done
+        done += n
+        steps.append(ReadStep(layer, n, int(n * shape.expert_block_bytes)))
+    unions = {layer: shape.top_k for layer in layers}
+    return Forward(1, CONTEXT, tuple(range(shape.n_layers)), unions, tuple(steps))
+
+
+def reproduce(profile: DeviceProfile) -> list[tuple[QuestionRun, ModeledTime]]:
+    """Each of the question's M4 runs, modeled on `profile`."""
+    shape = ModelShape.from_config(MINIMAX_M25)
+    accesses = len(shape.moe_layers) * shape.top_k
+    out = []
+    for run in QUESTION_RUNS:
+        if run.hit_rate is not None:
+            misses = (1 - run.hit_rate) * accesses
+        else:
+            misses = run.gb_per_token * 1e9 / shape.expert_block_bytes
+        out.append((run, forward_time(profile, shape, token_forward(shape, misses))))
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True)
+    show = sub.add_parser("show", help="a profile's fields and their sources")
+    show.add_argument("profile", help=f"one of {', '.join(BUILTIN_NAMES)} or a .yaml/.json file")
+    check = sub.add_parser("check", help="the seed question's M4 runs, modeled vs measured")
+    check.add_argument("--profile", default="m4-24gb")
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = get_profile(args.profile)
+    if args.action == "show":
+        print(f"{profile.name}: {profile.description}")
+        for name, value in vars(profile).items():
+            if name not in ("name", "description", "sources"):
+                src = profile.sources.get(name, "")
+                print(f"  {name} = {value}" + (f"\n      {src}" if src else ""))
+        return 0
+    block = ModelShape.from_config(MINIMAX_M25).expert_block_bytes
+    print(f"MiniMax-M2.5 4-bit on {profile.name}, one expert block {block:,.0f} B")
+    print(
+        "| run | misses/token | GB/token | compute | router syncs | reads | modeled t/s "
+        "| measured t/s | modeled/measured |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    worst = 0.0
+    for r, t in reproduce(profile):
+        ratio = 1 / t.total_s / r.measured_tps
+        if r.checked:
+            worst = max(worst, abs(ratio - 1))
+        print(
+            f"| {r.label} | {t.reads} | {t.bytes_read / 1e9:.2f} | {t.compute_s * 1e3:.0f} ms | "
+            f"{t.sync_s * 1e3:.0f} ms | {t.read_s * 1e3:.0f} ms | {1 / t.total_s:.2f} | "
+            f"{r.measured_tps:.2f} | {ratio:.2f}{'' if r.checked else ' (not checked)'} |"
+        )
+    for r in QUESTION_RUNS:
+        print(f"- {r.label}: {r.source}")
+    print(f"worst deviation {worst:.0%} (tolerance {TOLERANCE:.0%})")
+    return 0 if worst <= TOLERANCE else 1

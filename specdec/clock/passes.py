@@ -1,0 +1,108 @@
+"""Modeled time of one verify pass: the forwards it runs, built from what the decode loop logged.
+
+    clock = PassClock.for_decode(sm, drafter)          # once per decode
+    parts = clock.modeled(profile, gamma=4, drafted=3, context=120,
+                          draft_steps=..., verify_steps=..., measured_compute_s=0.02)
+
+Forwards of one pass (shapes from the packed config.json, MoE layers from its experts.json):
+
+- verify: one forward of the main model over γ positions, per-layer unions and reads as logged;
+- draft phase, by drafter: `self` runs the main model γ − 1 times on one position over resident
+  experts only (top-k per MoE layer, no reads); `mtp` runs its one decoder layer + head γ − 1
+  times (its logged MoE steps split evenly over the calls, one position each: its catch-up call
+  over the accepted positions is charged as one position, a FLOP undercount only); `draft` runs
+  the resident draft model γ − 1 times (its own shape, top-k experts if it is a MoE);
+  `lookup`, `oracle` and `none` compute nothing on the device.
+
+The prompt's prefill is not part of any pass (as in the records).
+Tests: `pytest tests/test_clock_model.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.clock.profiles import DeviceProfile
+from specdec.clock.roofline import Forward, ModeledTime, ReadStep, forward_time, measured_time
+from specdec.clock.shapes import ModelShape
+
+
+def read_steps(steps: Sequence) -> tuple[ReadStep, ...]:
+    """The clock's view of the streamer's LayerSteps."""
+    return tuple(
+        ReadStep(s.layer, s.misses, s.bytes_read, getattr(s, "prefetched", 0)) for s in steps
+    )
+
+
+@dataclass(frozen=True)
+class PassClock:
+    shape: ModelShape  # the main model (and its MTP layer, when it has one)
+    main_layers: tuple[int, ...]  # decoder layers of the main model, in order
+    drafter: str  # Drafter.name
+    draft_shape: ModelShape | None = None  # the draft model's, for drafter "draft"
+    mtp_layer: int | None = None
+
+    @classmethod
+    def for_decode(cls, sm, drafter) -> PassClock:
+        """From a loaded StreamedModel and the decode's Drafter."""
+        shape = ModelShape.from_config(sm.config, moe_layers=sm.streamer.index.layer_ids)
+        n_main = len(sm.model.layers)
+        draft_shape = None
+        if drafter.name == "draft":
+            args = vars(drafter.model.args)
+            draft_shape = ModelShape.from_config(args)
+        mtp = n_main if drafter.name == "mtp" else None
+        return cls(shape, tuple(range(n_main)), drafter.name, draft_shape, mtp)
+
+    def _topk_unions(self, shape: ModelShape) -> dict[int, int]:
+        return {layer: shape.top_k for layer in shape.moe_layers}
+
+    def draft_forwards(self, drafted: int, context: int, steps: tuple[ReadStep, ...]) -> list:
+        """The draft phase's forwards, each with its device shape."""
+        if drafted == 0:
+            return []
+        if self.drafter == "self":
+            fwd = Forward(1, context, self.main_layers, self._topk_unions(self.shape))
+            return [(self.shape, fwd)] * drafted
+        if self.drafter == "draft" and self.draft_shape is not None:
+            s = self.draft_shape
+            fwd = Forward(1, context, tuple(range(s.n_layers)), self._topk_unions(s))
+            return [(s, fwd)] * drafted
+        if self.drafter == "mtp" and self.mtp_layer is not None:
+            out = []
+            for part in np.array_split(np.arange(len(steps)), drafted):
+                own = tuple(steps[i] for i in part)
+                unions = {self.mtp_layer: max((s.union for s in own), default=self.shape.top_k)}
+                fwd = Forward(1, context, (self.mtp_layer,), unions, read_steps(own))
+                out.append((self.shape, fwd))
+            return out
+        return []
+
+    def modeled(
+        self,
+        profile: DeviceProfile,
+        *,
+        gamma: int,
+        drafted: int,
+        context: int,
+        draft_steps: Sequence,
+        verify_steps: Sequence,
+        measured_compute_s: float,
+    ) -> ModeledTime:
+        """Modeled seconds of one pass on `profile`, by part."""
+        if profile.compute == "measured":
+            return measured_time(
+                profile, measured_compute_s, read_steps(draft_steps + verify_steps)
+            )
+        unions: dict[int, int] = {}
+        for s in verify_steps:
+            unions[s.layer] = unions.get(s.layer, 0) + s.union
+        total = ModeledTime()
+        forwards = self.draft_forwards(drafted, context, tuple(draft_steps))
+        verify = Forward(gamma, context, self.main_layers, unions, read_steps(verify_steps))
+        for shape, fwd in [*forwards, (self.shape, verify)]:
+            total.add(forward_time(profile, shape, fwd))
+        return total

@@ -1,0 +1,151 @@
+"""The device model: modeled seconds of one forward, and of one verify pass, on a device profile.
+
+    t = forward_time(profile, shape, Forward(positions=4, context=300, layers=range(5),
+                     unions={1: 13, 2: 11, 3: 12, 4: 14}, steps=(...)))
+    t.total_s, t.compute_s, t.sync_s, t.read_s
+
+Per layer, in order, as the runtime executes it:
+
+1. attention: roofline time of its weight + KV bytes and FLOPs (`ModelShape.attention_cost`);
+2. MoE layers: the router's host sync (`profile.router_sync_s`), then layer L's misses are issued
+   (never earlier: their ids are known only now) and the experts wait for them. A prefetch
+   (router lookahead, a step with `prefetched` > 0 logged after the layer that issued it) starts
+   when its issuing layer's reads are done and lands while later layers compute; the target
+   layer waits only for what is still in flight. The disk serves one batch at a time (reads
+   queue behind earlier ones). With `profile.overlap_reads` the shared and resident experts'
+   share of the MLP computes while the misses land (ds4); without it (this harness: the reads
+   finish before the layer's experts run) nothing overlaps a layer's own misses;
+3. the MLP: roofline time of shared + router + union × expert bytes and FLOPs;
+4. the LM head once per forward.
+
+Roofline: a part takes max(bytes / mem_gbps, FLOPs / peak), not the sum: a matmul kernel
+streams its weights while the ALUs work on what has arrived, so the slower of the two bounds it
+(at γ ≤ 8 every part here is bandwidth-bound on a Mac: 2γ FLOPs per 0.56 weight bytes stays below
+the M4's ridge of ~40 FLOP/byte, so max vs sum changes little; sum would charge both in full).
+Tests: `pytest tests/test_clock_model.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.clock.profiles import DeviceProfile
+from specdec.clock.shapes import Cost, ModelShape
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    """One cache step's reads (a `LayerStep`'s fields the clock needs)."""
+
+    layer: int
+    misses: int
+    bytes_read: int
+    prefetched: int = 0  # > 0: a lookahead batch for `layer`, issued by the layer before it
+
+
+@dataclass(frozen=True)
+class Forward:
+    positions: int  # T: tokens this call appends
+    context: int  # tokens already in the KV cache
+    layers: tuple[int, ...]  # decoder layers run, in order
+    unions: dict[int, int]  # MoE layer -> distinct experts selected (0: layer not routed)
+    steps: tuple[ReadStep, ...] = ()  # the call's reads, in the order they were issued
+    head: bool = True
+
+
+@dataclass
+class ModeledTime:
+    compute_s: float = 0.0  # roofline time of every part (bandwidth- or FLOP-bound)
+    sync_s: float = 0.0  # router host syncs
+    read_s: float = 0.0  # time the device waits on reads (what compute does not hide)
+    bytes_read: float = 0.0
+    reads: int = 0
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.sync_s + self.read_s
+
+    def add(self, other: ModeledTime) -> None:
+        self.compute_s += other.compute_s
+        self.sync_s += other.sync_s
+        self.read_s += other.read_s
+        self.bytes_read += other.bytes_read
+        self.reads += other.reads
+
+
+def roof(profile: DeviceProfile, c: Cost) -> float:
+    """Roofline seconds of one part: the slower of its bytes and its FLOPs."""
+    return max(c.bytes / (profile.mem_gbps * 1e9), c.flops / (profile.peak_tflops * 1e12))
+
+
+def _reads_by_layer(steps: tuple[ReadStep, ...]) -> tuple[dict, dict]:
+    """Demand reads per layer [(misses, bytes)], and prefetches per issuing layer."""
+    demand: dict[int, list[ReadStep]] = {}
+    issued: dict[int, list[ReadStep]] = {}
+    last = None
+    for s in steps:
+        if s.prefetched:
+            issued.setdefault(last, []).append(s)
+        else:
+            demand.setdefault(s.layer, []).append(s)
+            last = s.layer
+    return demand, issued
+
+
+def _batch(profile: DeviceProfile, n: int, nbytes: float) -> float:
+    return profile.read_time(n, nbytes / n) if n else 0.0
+
+
+def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> ModeledTime:
+    """Modeled seconds of one forward on `profile` (see the module docstring for the timeline)."""
+    out = ModeledTime()
+    t = disk = 0.0  # device clock; when the disk is next free
+    ready: dict[int, float] = {}  # layer -> when its prefetched blocks have landed
+    demand, issued = _reads_by_layer(fwd.steps)
+    T = fwd.positions
+    for layer in fwd.layers:
+        part = roof(profile, shape.attention_cost(T, fwd.context))
+        t += part
+        out.compute_s += part
+        union = fwd.unions.get(layer, 0)
+        mlp = roof(profile, shape.mlp_cost(layer, T, union))
+        out.compute_s += mlp
+        if layer not in shape.moe_layers:
+            t += mlp
+            continue
+        t += profile.router_sync_s
+        out.sync_s += profile.router_sync_s
+        misses = sum(s.misses for s in demand.get(layer, ()))
+        nbytes = sum(s.bytes_read for s in demand.get(layer, ()))
+        done = t
+        if misses:
+            done = max(t, disk) + _batch(profile, misses, nbytes)
+            disk = done
+        done = max(done, ready.pop(layer, 0.0))
+        for p in issued.get(layer, ()):  # lookahead reads start once this layer's have landed
+            disk = max(done, disk) + _batch(profile, p.prefetched, p.bytes_read)
+            ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
+        out.bytes_read += nbytes + sum(p.bytes_read for p in issued.get(layer, ()))
+        out.reads += misses + sum(p.prefetched for p in issued.get(layer, ()))
+        hidden = mlp * (union - misses) / union if profile.overlap_reads and union else 0.0
+        t_end = max(t + hidden, done) + mlp - hidden
+        out.read_s += t_end - t - mlp
+        t = t_end
+    if fwd.head:
+        part = roof(profile, shape.head_cost(T))
+        out.compute_s += part
+    return out
+
+
+def measured_time(
+    profile: DeviceProfile, compute_s: float, steps: tuple[ReadStep, ...]
+) -> ModeledTime:
+    """`compute = "measured"` profiles: this machine's compute plus every batch's modeled reads,
+    none overlapped (reads of a layer block this harness)."""
+    out = ModeledTime(compute_s=compute_s)
+    for s in steps:
+        n = s.prefetched or s.misses
+        out.read_s += _batch(profile, n, s.bytes_read)
+        out.bytes_read += s.bytes_read
+        out.reads += n
+    return out
