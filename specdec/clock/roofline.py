@@ -128,9 +128,9 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         out.bytes_read += nbytes + sum(p.bytes_read for p in issued.get(layer, ()))
         out.reads += misses + sum(p.prefetched for p in issued.get(layer, ()))
         hidden = mlp * (union - misses) / union if profile.overlap_reads and union else 0.0
-        t_end = max(t + hidden, done) + mlp - hidden
-        out.read_s += t_end - t - mlp
-        t = t_end
+        stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
+        out.read_s += stall
+        t += stall + mlp
     if fwd.head:
         part = roof(profile, shape.head_cost(T))
         out.compute_s += part
