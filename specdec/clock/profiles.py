@@ -169,7 +169,8 @@ def this_machine(read_json: Path = READ_JSON) -> DeviceProfile:
     """This machine: measured compute, reads from the read bench's curve (or anchors.md's fio).
 
     From read.json: the curve is the fastest page-cache-bypassing path at each thread count it
-    was run with (threads = reads in flight); latency is assumed, as for the Macs.
+    was run with (threads = reads in flight; a run's `in_flight` field wins when the bench writes
+    one); latency is assumed, as for the Macs.
     """
     common = dict(compute="measured", router_sync_s=0.0, reads_in_flight=8)
     src = {
@@ -192,7 +193,11 @@ def this_machine(read_json: Path = READ_JSON) -> DeviceProfile:
         paths = [p for p in bench["paths"] if not p["page_cache"]]
         arena = [p for p in paths if "arena" in p["name"]] or paths
         best = max(arena, key=lambda p: p["gbps"])["name"]
-        curve = {float(p["threads"]): float(p["gbps"]) for p in arena if p["name"] == best}
+        curve = {
+            float(p.get("in_flight", p["threads"])): float(p["gbps"])
+            for p in arena
+            if p["name"] == best
+        }
     except (ValueError, KeyError, TypeError) as e:
         raise SpecdecError(
             f"{read_json} is not a read bench result ({e}): rerun the read bench"

@@ -95,7 +95,7 @@ def _setting(st, out: Path) -> str:
         p.append(
             "Measured speedup = bytes read per token at γ = 1 / bytes read per token of the job "
             "(streaming-bound, draft reads included); the modeled column uses the device "
-            "profile's tokens/s (compute included). Model: E(α, γ)/cost(γ), cost = U(γ)/U(1) "
+            "model's tokens/s on the profile (docs/device-model.md). Model: E(α, γ)/cost(γ), cost = U(γ)/U(1) "
             "from the mean verify union at each γ of this setting.\n\n"
         )
         p.append(table(st.speedup_rows))
