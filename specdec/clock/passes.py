@@ -52,7 +52,12 @@ class PassClock:
         n_main = len(sm.model.layers)
         draft_shape = None
         if drafter.name == "draft":
-            args = vars(drafter.model.args)
+            args = dict(vars(drafter.model.args))
+            # mlx-lm's ModelArgs drop config.json's quantization: take it from a quantized layer
+            for _, m in drafter.model.named_modules():
+                if hasattr(m, "bits") and hasattr(m, "group_size"):
+                    args["quantization"] = {"bits": m.bits, "group_size": m.group_size}
+                    break
             draft_shape = ModelShape.from_config(args)
         mtp = n_main if drafter.name == "mtp" else None
         return cls(shape, tuple(range(n_main)), drafter.name, draft_shape, mtp)
