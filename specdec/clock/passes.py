@@ -9,7 +9,7 @@ Forwards of one pass (shapes from the packed config.json, MoE layers from its ex
 - verify: one forward of the main model over γ positions, per-layer unions and reads as logged;
 - draft phase, by drafter: `self` runs the main model γ − 1 times on one position over resident
   experts only (top-k per MoE layer, no reads); `mtp` runs its one decoder layer + head γ − 1
-  times (its logged MoE steps split evenly over the calls, one position each: its catch-up call
+  times (its logged MoE steps split evenly over the calls, a call's chunks summed, one position each: its catch-up call
   over the accepted positions is charged as one position, a FLOP undercount only); `draft` runs
   the resident draft model γ − 1 times (its own shape, top-k experts if it is a MoE);
   `lookup`, `oracle` and `none` compute nothing on the device.
@@ -80,7 +80,7 @@ class PassClock:
             out = []
             for part in np.array_split(np.arange(len(steps)), drafted):
                 own = tuple(steps[i] for i in part)
-                unions = {self.mtp_layer: max((s.union for s in own), default=self.shape.top_k)}
+                unions = {self.mtp_layer: sum(s.union for s in own) or self.shape.top_k}
                 fwd = Forward(1, context, (self.mtp_layer,), unions, read_steps(own))
                 out.append((self.shape, fwd))
             return out
