@@ -143,11 +143,10 @@ def test_pack_refuses_to_overwrite_other_dir(model_dir, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "precious.txt").write_text("keep me")
-    assert_user_error(specdec("pack", model_dir, other), "--force")
+    assert_user_error(specdec("pack", model_dir, other), "no .specdec-pack marker")
+    assert_user_error(specdec("pack", model_dir, other, "--force"), "no .specdec-pack marker")
+    assert [p.name for p in other.iterdir()] == ["precious.txt"]
     assert (other / "precious.txt").read_text() == "keep me"
-    assert specdec("pack", model_dir, other, "--force").returncode == 0
-    assert not (other / "precious.txt").exists()
-    assert ExpertIndex.load(other).n_blocks == 48
 
 
 def test_repack_of_same_source_is_a_noop(model_dir, packed):

@@ -25,7 +25,6 @@ import functools
 import io
 import json
 import os
-import shutil
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -36,10 +35,12 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
+from specdec.store.files import check_replaceable, durable_replace, mark, remove_leftover
 
 VOCAB = 512
 GROUP_SIZE = 64
 EOS = "<|endoftext|>"
+RANDOM_KIND = "random"  # the ownership marker's kind (store/files.py)
 
 # Scaled-down configs; every dim a multiple of 64 so mlx-lm's affine group size 64 divides it.
 _COMMON: dict[str, Any] = {
@@ -212,12 +213,25 @@ def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
     return mtp.checkpoint_weights()
 
 
-def make_random(family: str, out_dir: str | Path, bits: int | None = None, seed: int = 0) -> Path:
-    """Write a tiny random checkpoint of `family` to out_dir (replaced if it exists)."""
+def make_random(
+    family: str, out_dir: str | Path, bits: int | None = None, seed: int = 0, force: bool = False
+) -> Path:
+    """Write a tiny random checkpoint of `family` to out_dir.
+
+    An existing non-empty out_dir is refused; with force=True one that make-random wrote (its
+    `.specdec-random` marker) is replaced, anything else still refused.
+    """
     import importlib
 
     from mlx_lm.utils import save_config, save_model
 
+    out_dir = Path(out_dir)
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise SpecdecError(
+            f"{out_dir} exists and is not empty: choose another directory, or pass --force to "
+            "replace a checkpoint make-random wrote"
+        )
+    check_replaceable(out_dir, RANDOM_KIND, None, "`specdec make-random`", "--force")
     config = family_config(family)
     module = importlib.import_module(f"mlx_lm.models.{family}")
     args = module.ModelArgs.from_dict(config)
@@ -229,19 +243,23 @@ def make_random(family: str, out_dir: str | Path, bits: int | None = None, seed:
         config = _quantize(model, config, bits)
     mx.eval(model.parameters())
 
-    out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if tmp.exists():
+        remove_leftover(tmp, RANDOM_KIND)
     tmp.mkdir(parents=True)
+    mark(tmp, RANDOM_KIND)
     save_model(tmp, model)
     if family in MTP_FAMILIES:
         mtp = _mtp_weights(args, config, k_mtp, bits)
         mx.save_safetensors(str(tmp / "mtp.safetensors"), mtp, metadata={"format": "mlx"})
     save_config(copy.deepcopy(config), tmp / "config.json")
     write_tokenizer(tmp)
+    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
     if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+        os.replace(out_dir, old)
+    durable_replace(tmp, out_dir)
+    if old.exists():
+        remove_leftover(old, RANDOM_KIND)
     return out_dir
 
 
@@ -250,10 +268,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--quantize", type=int, metavar="BITS", default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--force", action="store_true", help="replace a checkpoint make-random wrote there"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    out = make_random(args.family, args.out_dir, bits=args.quantize, seed=args.seed)
+    out = make_random(
+        args.family, args.out_dir, bits=args.quantize, seed=args.seed, force=args.force
+    )
     print(
         f"wrote {args.family} ({'float32' if args.quantize is None else f'{args.quantize}-bit'}) to {out}"
     )

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from specdec.errors import StoreError
+from specdec.store.files import write_atomic
 
 INDEX_VERSION = 1
 ALIGN = 4096  # block alignment: O_DIRECT needs logical-block alignment; 4 KiB covers NVMe and APFS
@@ -337,7 +338,4 @@ class ExpertIndex:
 
     def save(self, packed_dir: str | Path) -> None:
         """Write experts.json through a temporary name (never half-written)."""
-        path = Path(packed_dir) / EXPERTS_JSON
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_json(), indent=1))
-        os.replace(tmp, path)
+        write_atomic(Path(packed_dir) / EXPERTS_JSON, json.dumps(self.to_json(), indent=1))

@@ -9,37 +9,46 @@ one expert block plus an 8 MiB copy buffer, so a 100 GB checkpoint packs on a 24
 (`python benchmarks/bench_pack.py` measured 62 MB peak RSS packing a 3.8 GB checkpoint). The
 layout is in `store/layout.py`.
 
-Everything is written into `OUT_DIR.tmp-<pid>` and renamed at the end, with experts.json written
-last: a killed pack never leaves a directory that looks valid, and the next pack deletes the
-`.tmp-<pid>` / `.old-<pid>` directories of dead packs. tests/test_interrupt.py kills the real
+Everything is written into `OUT_DIR.tmp-<pid>` (marked `.specdec-pack` first thing, see
+store/files.py) and renamed at the end, fsynced, with experts.json written last: a killed pack
+never leaves a directory that looks valid, and the next pack deletes the `.tmp-<pid>` /
+`.old-<pid>` directories of dead packs, recognised by their marker, never by name alone. tests/test_interrupt.py kills the real
 CLI at each stage (SPECDEC_TEST_PACK_STALL=<stage> makes pack announce the stage on stderr and
 wait there to be killed; stages: resident, block:N, experts, index, swap, swapped). An existing OUT_DIR packed from the
-same files is kept as it is; anything else there is replaced only with `--force`.
+same files is kept if a quick check passes (sizes, index, a sample of block checksums) and
+re-packed if not; another pack there is replaced only with `--force`, and a directory pack did
+not write (no marker), or one that holds the model itself, never.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specdec.errors import StoreError
+from specdec.store.files import (
+    MARKER_PREFIX,
+    check_replaceable,
+    durable_replace,
+    locked,
+    mark,
+    remove_leftover,
+    write_error,
+)
 from specdec.store.layout import (
     ALIGN,
     EXPERT_RE,
     EXPERTS_BIN,
-    EXPERTS_JSON,
     INDEX_VERSION,
     MTP_FILE,
     RESIDENT,
@@ -55,6 +64,7 @@ from specdec.store.layout import (
 )
 
 COPY_CHUNK = 8 << 20
+PACK_KIND = "pack"  # the ownership marker's kind (store/files.py)
 _SKIP_COPY = {"model.safetensors.index.json"}
 
 
@@ -239,16 +249,77 @@ def _write_experts(
         os.fsync(f.fileno())
 
 
+def _copied(f: Path) -> bool:
+    """Files of the model directory copied as they are (config, tokenizer; not its marker)."""
+    return (
+        f.is_file()
+        and f.suffix != ".safetensors"
+        and f.name not in _SKIP_COPY
+        and not f.name.startswith(MARKER_PREFIX)
+    )
+
+
 def _remove_stale_tmp(out_dir: Path) -> None:
     """Delete OUT_DIR.tmp-<pid> and OUT_DIR.old-<pid> directories left by killed packs.
 
     Called under the pack lock: every pack into OUT_DIR holds it while those exist, so whoever
-    left them is dead (a pid check would see a killed pack not yet reaped as alive).
+    left them is dead (a pid check would see a killed pack not yet reaped as alive). Only
+    directories carrying the pack marker (or empty ones) go: a user's `p.old-2024` stays.
     """
     for kind in (".tmp-", ".old-"):
         for p in out_dir.parent.glob(out_dir.name + kind + "*"):
-            if p.name.rsplit("-", 1)[-1].isdigit():
-                shutil.rmtree(p, ignore_errors=True)
+            if p.name.rsplit("-", 1)[-1].isdigit() and p.is_dir() and not p.is_symlink():
+                remove_leftover(p, PACK_KIND)
+
+
+def _check_out_dir(model_dir: Path, out_dir: Path, force: bool) -> bool:
+    """May pack write OUT_DIR? True: keep the existing pack as it is; False: (re)pack.
+
+    Raises for an OUT_DIR that holds the model, one pack did not write, or another pack
+    without --force. A pack of these very files is kept only if `_pack_is_sound`.
+    """
+    check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return False
+    try:
+        same = ExpertIndex.load(out_dir).source == source_fingerprint(model_dir)
+    except StoreError:
+        same = False
+    if same:
+        problem = _pack_problem(out_dir)
+        if problem is None:
+            return True
+        print(f"specdec: note: re-packing {out_dir}: {problem}", file=sys.stderr, flush=True)
+        return False  # our own pack of the same files, damaged: repairing it needs no --force
+    if not force:
+        raise StoreError(
+            f"{out_dir} holds another pack (not of {model_dir}'s current files); "
+            "pass --force to replace it or choose another OUT_DIR"
+        )
+    return False
+
+
+def _pack_problem(out_dir: Path) -> str | None:
+    """What is wrong with an existing pack (sizes, index, 8 sampled blocks per layer), or None."""
+    from specdec.store.verify import verify
+
+    try:
+        verify(out_dir, io="buffered", threads=2, sample=8)
+    except StoreError as e:
+        return str(e).split("; re-pack")[0]
+    return None
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Make the finished pack in `tmp` OUT_DIR, durably; the previous pack goes."""
+    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
+    if out_dir.exists():
+        os.replace(out_dir, old)
+        _stall("swap")
+    durable_replace(tmp, out_dir)
+    _stall("swapped")
+    if old.exists():
+        remove_leftover(old, PACK_KIND)
 
 
 def _stall(stage: str) -> None:
@@ -280,20 +351,12 @@ def pack(
         return _pack(model_dir, out_dir, force, on_block)
 
 
-@contextmanager
-def _pack_lock(out_dir: Path) -> Iterator[None]:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out_dir.parent / f".{out_dir.name}.pack-lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"specdec: note: waiting for another pack into {out_dir}", file=sys.stderr)
-            sys.stderr.flush()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def pack_lock_path(out_dir: Path) -> Path:
+    return out_dir.parent / f".{out_dir.name}.pack-lock"
+
+
+def _pack_lock(out_dir: Path):
+    return locked(pack_lock_path(out_dir), wait=True, what=f"another pack into {out_dir}")
 
 
 def _pack(
@@ -301,26 +364,18 @@ def _pack(
 ) -> Path:
     fingerprint = source_fingerprint(model_dir)
     _remove_stale_tmp(out_dir)
-    if out_dir.exists():
-        if (out_dir / EXPERTS_JSON).is_file() and not force:
-            try:
-                if ExpertIndex.load(out_dir).source == fingerprint:
-                    return out_dir  # already packed from these very files
-            except StoreError:
-                pass
-        if not force and (not out_dir.is_dir() or any(out_dir.iterdir())):
-            raise StoreError(
-                f"{out_dir} exists and is not a pack of {model_dir}; "
-                "pass --force to replace it or choose another OUT_DIR"
-            )
+    if _check_out_dir(model_dir, out_dir, force):
+        return out_dir  # already packed from these very files, and sound
     resident, layers = plan(model_dir)
     tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if tmp.exists():
+        remove_leftover(tmp, PACK_KIND)
     tmp.mkdir(parents=True)
+    mark(tmp, PACK_KIND)
     src = _Sources()
     try:
         for f in sorted(model_dir.iterdir()):
-            if f.is_file() and f.suffix != ".safetensors" and f.name not in _SKIP_COPY:
+            if _copied(f):
                 shutil.copy2(f, tmp / f.name)
         # Resident tensors keep the source's file split: mlx-lm's loader globs model*.safetensors,
         # and the MTP layer (not a parameter of mlx-lm's model) stays in mtp.safetensors.
@@ -340,25 +395,24 @@ def _pack(
         _stall("experts")
         index.save(tmp)  # last: its presence marks a complete pack
         _stall("index")
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(tmp, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         src.close()
-    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-        _stall("swap")
-    os.replace(tmp, out_dir)
-    _stall("swapped")
-    shutil.rmtree(old, ignore_errors=True)
+    _swap_in(tmp, out_dir)
     return out_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_dir", type=Path, help="mlx-lm model directory")
     parser.add_argument("out_dir", type=Path, help="packed directory to write")
-    parser.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing pack (never other folders)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,8 +32,17 @@ from pathlib import Path
 import numpy as np
 
 from specdec.errors import SpecdecError
+from specdec.store.files import (
+    check_replaceable,
+    durable_replace,
+    mark,
+    remove_leftover,
+    write_atomic,
+    write_error,
+)
 
 HOTLIST_HEADER = "# ds4 expert hotlist v1"
+TRACE_KIND = "trace"  # the ownership marker's kind (store/files.py)
 _OPTIONAL = ("gates", "tokens", "prompt_ids", "phase", "lookahead")
 
 
@@ -173,9 +182,11 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
     d = Path(path)
     if d.exists() and not overwrite:
         raise TraceError(f"{d} exists: choose another directory or pass overwrite=True")
+    check_replaceable(d, TRACE_KIND, None, "`specdec trace record`", "--overwrite")
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
     try:
+        mark(tmp, TRACE_KIND)
         eb = trace.expert_bytes
         meta = {
             "n_layers": trace.n_layers,
@@ -195,12 +206,15 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
             if getattr(trace, name) is not None:
                 np.save(tmp / f"{name}.npy", getattr(trace, name))
         if d.exists():
-            old = d.with_name(f".{d.name}.old")
-            d.rename(old)
-            tmp.rename(d)
-            shutil.rmtree(old)
+            old = Path(tempfile.mkdtemp(prefix=f".{d.name}.old.", dir=d.parent))
+            os.replace(d, old)
+            durable_replace(tmp, d)
+            remove_leftover(old, TRACE_KIND)
         else:
-            tmp.rename(d)
+            durable_replace(tmp, d)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(d, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -255,11 +269,8 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
 
 def write_hotlist(entries: list[HotlistEntry], path: str | os.PathLike) -> None:
     """Write a ds4 hotlist file (atomically)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
     rows = [f"{e.layer} {e.expert} {e.hits} {e.weight:.6g}" for e in entries]
-    tmp.write_text("\n".join([HOTLIST_HEADER, *rows]) + "\n")
-    tmp.rename(p)
+    write_atomic(path, "\n".join([HOTLIST_HEADER, *rows]) + "\n")
 
 
 def profile_hotlist(trace: Trace) -> list[HotlistEntry]:

@@ -25,8 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from specdec.errors import SpecdecError
+from specdec.store.files import check_replaceable
 from specdec.trace import synth_cli
 from specdec.trace.format import (
+    TRACE_KIND,
     Trace,
     hotlist_keys,
     load_trace,
@@ -167,6 +169,20 @@ def record(
     return record_trace(sm, ids, max_tokens, distances, keep_inputs, model_name=str(model))
 
 
+def parse_distances(text: str) -> tuple[int, ...]:
+    """`--lookahead 1,2,3` -> (1, 2, 3); each a positive whole number."""
+    try:
+        distances = tuple(int(d) for d in text.split(",") if d.strip())
+    except ValueError:
+        distances = (0,)
+    if any(d < 1 for d in distances):
+        raise SpecdecError(
+            f"--lookahead {text!r}: give positive whole distances separated by commas (1,2,3), "
+            "or '' for none"
+        )
+    return distances
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     rec = sub.add_parser("record", help="record a routing trace from a model")
@@ -195,9 +211,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "record":
         if args.max_tokens < 1:
             raise SpecdecError(f"--max-tokens {args.max_tokens}: give at least 1")
-        if Path(args.out).exists() and not args.overwrite:
+        out = Path(args.out)
+        if out.exists() and not args.overwrite:
             raise SpecdecError(f"{args.out} exists: choose another --out or pass --overwrite")
-        distances = tuple(int(d) for d in args.lookahead.split(",") if d.strip())
+        source = Path(args.model) if Path(args.model).is_dir() else None
+        check_replaceable(out, TRACE_KIND, source, "`specdec trace record`", "--overwrite")
+        distances = parse_distances(args.lookahead)
         rec = record(
             args.model,
             args.prompts,
