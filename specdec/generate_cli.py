@@ -19,7 +19,16 @@ from pathlib import Path
 from specdec.clock.profiles import get_profile
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
+from specdec.errors import SpecdecError
 from specdec.model.loader import load
+
+
+def check_text(option: str, text: str) -> None:
+    """Command-line text must be UTF-8 (a non-UTF-8 argv arrives with surrogate escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecdecError(f"{option} is not valid UTF-8 text: pass the prompt in UTF-8") from None
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,10 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--profile", action="append", default=[], help="device profile(s) for modeled time"
     )
     p.add_argument("--records", type=Path, help="write one JSON line per verify pass here")
+    p.add_argument("--append", action="store_true", help="add to an existing --records file")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
     sm = load(
         args.model,
@@ -66,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         tok = sm.tokenizer
         if args.chat:
+            if not getattr(tok, "chat_template", None):
+                raise SpecdecError(
+                    f"--chat: {sm.path}'s tokenizer has no chat template; drop --chat"
+                )
             prompt = tok.apply_chat_template(
                 [{"role": "user", "content": args.prompt}], add_generation_prompt=True
             )
@@ -74,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
         cfg = DecodeConfig(
             gamma=args.gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed
         )
-        res = generate(sm, list(prompt), args.drafter, cfg, profiles, args.records)
+        res = generate(
+            sm, list(prompt), args.drafter, cfg, profiles, args.records, append=args.append
+        )
     finally:
         sm.close()
     s = res.summary

@@ -20,6 +20,8 @@ _UNITS = {
     "TIB": 2**40,
 }
 _BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+_PERCENT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+MAX_BUDGET = 1 << 62  # beyond any machine; keeps slot and byte counts inside int64
 
 
 @dataclass(frozen=True)
@@ -42,23 +44,42 @@ class Budget:
 def parse_budget(text: str | int) -> Budget:
     """`'2GB'` -> Budget(nbytes=2e9); `'96slots'` -> Budget(slots=96); plain ints are bytes."""
     if isinstance(text, int):
-        return Budget(nbytes=text)
+        return Budget(nbytes=_bounded(text, text))
     m = _BUDGET_RE.match(str(text))
     if not m:
         raise BudgetError(
             f"cannot parse budget {text!r}: write bytes with an optional unit "
             "(512MiB, 2GB, 1000000) or a slot count (96slots)"
         )
-    value, unit = float(m.group(1)), m.group(2).upper()
+    number, unit = m.group(1), m.group(2).upper()
     if unit in ("SLOT", "SLOTS"):
-        if value != int(value):
+        if not number.isdigit():
             raise BudgetError(f"budget {text!r}: a slot count must be a whole number")
-        return Budget(slots=int(value))
+        return Budget(slots=_bounded(int(number), text))
     if unit not in _UNITS:
         raise BudgetError(
             f"budget {text!r}: unknown unit {m.group(2)!r}; use one of B KB MB GB KiB MiB GiB or slots"
         )
-    return Budget(nbytes=int(value * _UNITS[unit]))
+    return Budget(nbytes=_bounded(int(float(number) * _UNITS[unit]), text))
+
+
+def parse_percent(text: str) -> float:
+    """`'25%'` -> 25.0: a share of all routed experts, 0 < p <= 100 (no inf, NaN or 1e99)."""
+    m = _PERCENT_RE.match(str(text))
+    if not m:
+        raise BudgetError(f"cannot parse budget {text!r}: write a percentage like 25%")
+    value = float(m.group(1))
+    if not 0 < value <= 100:
+        raise BudgetError(f"budget {text!r}: a share of the experts is above 0% and at most 100%")
+    return value
+
+
+def _bounded(value: int, text: str | int) -> int:
+    if value >= MAX_BUDGET:
+        raise BudgetError(
+            f"budget {text!r} is too large to be a cache (at most 2^62 bytes or slots)"
+        )
+    return value
 
 
 def format_bytes(n: float) -> str:

@@ -153,7 +153,7 @@ def test_torn_final_line_is_skipped_and_cut_before_appending(tmp_path, capsys):
         f.write('{"pass_idx": 3, "tok')  # the writer died inside this line
     assert [r["pass_idx"] for r in read_records(path)] == [0, 1, 2]
     assert "skipped a torn final line" in capsys.readouterr().err
-    with RecordWriter(path) as w:  # a rerun appending to the same file
+    with RecordWriter(path, append=True) as w:  # a rerun appending to the same file
         w.write({"pass_idx": 3, "tokens": [1, 2]})
     assert "cut a torn final line" in capsys.readouterr().err
     assert [r["pass_idx"] for r in read_records(path)] == [0, 1, 2, 3]

@@ -137,7 +137,8 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
 
     def spy(self, st, n):
         out = original(self, st, n)
-        proposed.append((len(st.tokens), out[0][0]))
+        if out[0]:  # the last pass may draft nothing (no tokens left)
+            proposed.append((len(st.tokens), out[0][0]))
         return out
 
     drafters.MTPDrafter.propose = spy

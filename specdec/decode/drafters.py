@@ -72,6 +72,7 @@ class MTPDrafter(Drafter):
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         if n == 0:
+            self.chained = 0
             return [], None
         hidden, toks = self.pending
         logits, h = self._run(hidden, toks)
@@ -164,6 +165,8 @@ class LookupDrafter(Drafter):
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         toks = st.tokens
+        if n == 0:
+            return [], None
         for size in range(self.max_ngram, 0, -1):
             if len(toks) <= size:
                 continue
@@ -228,17 +231,40 @@ def make_drafter(spec: str, sm, reference: list[int] | None = None, seed: int = 
         try:
             alpha = float(arg)
         except ValueError:
-            raise SpecdecError(f"drafter {spec!r}: write oracle:ALPHA, e.g. oracle:0.9") from None
+            alpha = -1.0
+        if not 0 <= alpha <= 1:  # also NaN
+            raise SpecdecError(
+                f"drafter {spec!r}: write oracle:ALPHA with 0 <= ALPHA <= 1, e.g. oracle:0.9"
+            )
         if reference is None:
             raise SpecdecError("the oracle drafter needs the plain greedy continuation")
         return OracleDrafter(alpha, reference, vocab, seed)
     if name == "draft":
-        from mlx_lm.utils import load as mlx_load
-
-        from specdec.model.loader import resolve
-
-        model, _ = mlx_load(str(resolve(arg)))
-        return DraftModelDrafter(model, vocab)
+        return DraftModelDrafter(_load_draft_model(arg), vocab)
     raise SpecdecError(
         f"unknown drafter {spec!r}: use none, mtp, self, lookup, oracle:ALPHA or draft:PATH"
     )
+
+
+def _load_draft_model(path: str):
+    """The draft model of `draft:PATH`, loaded whole by mlx-lm (it must fit in memory)."""
+    from mlx_lm.utils import load as mlx_load
+
+    from specdec.model.loader import resolve
+
+    if not path:
+        raise SpecdecError("drafter 'draft:' needs a model: write draft:PATH (an mlx-lm model dir)")
+    model_dir = resolve(path)
+    if (model_dir / "experts.json").exists():
+        raise SpecdecError(
+            f"drafter draft:{path}: {model_dir} is a packed directory (its experts are not in "
+            "model.safetensors); a draft model is loaded whole: give its mlx-lm model directory"
+        )
+    try:
+        model, _ = mlx_load(str(model_dir))
+    except (OSError, ValueError) as e:
+        raise SpecdecError(
+            f"drafter draft:{path}: mlx-lm cannot load {model_dir} ({str(e).splitlines()[0]}); "
+            "give an mlx-lm model directory"
+        ) from None
+    return model

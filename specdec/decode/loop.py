@@ -14,6 +14,7 @@ the same loop. The prompt's prefill is excluded from every pass record.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,8 +93,10 @@ class Decode:
             raise SpecdecError(
                 f"max tokens must be >= 1 (got {cfg.max_tokens}): ask for at least one"
             )
-        if cfg.temp < 0:
-            raise SpecdecError(f"temperature must be >= 0 (got {cfg.temp})")
+        if not math.isfinite(cfg.temp) or cfg.temp < 0:
+            raise SpecdecError(f"temperature must be a finite number >= 0 (got {cfg.temp})")
+        if cfg.seed < 0:
+            raise SpecdecError(f"seed must be >= 0 (got {cfg.seed})")
         if not prompt:
             raise SpecdecError("the prompt is empty: give at least one token")
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
@@ -130,8 +133,9 @@ class Decode:
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
             t0, blocked0, reads0 = time.perf_counter(), stats.blocked_s, stats.reads
             context = len(st.tokens) - 1  # positions in the KV cache: all but y
+            left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
             with streamer.phase_of("draft"):
-                drafts, q = drafter.propose(st, cfg.gamma - 1)
+                drafts, q = drafter.propose(st, min(cfg.gamma, left) - 1)
             draft_steps = streamer.drain()
             with streamer.phase_of("verify"):
                 logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
@@ -140,7 +144,7 @@ class Decode:
             if len(drafts) > verdict.accepted:  # roll the KV cache back past rejected drafts
                 trim_prompt_cache(st.cache, len(drafts) - verdict.accepted)
             drafter.commit(st, drafts, verdict)
-            tokens = verdict.tokens[: cfg.max_tokens - len(st.generated)]
+            tokens = verdict.tokens  # at most the tokens left: drafts were capped above
             if self.eos_ids & set(tokens):
                 tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_ids) + 1]
             st.tokens += tokens

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specdec.errors import SpecdecError
+from specdec.store.files import write_error
 
 if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
     from specdec.clock.roofline import ModeledTime
@@ -172,17 +173,31 @@ class RecordWriter:
     that line cut off when opened, with a note, so appended records start on a line of their own.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, append: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = -1
+        if self.path.is_dir():
+            raise SpecdecError(f"records file {path} is a directory: give a file path")
+        if self.path.exists() and not append:
+            raise SpecdecError(
+                f"records file {path} exists (an earlier run's records): choose another file, "
+                "delete it, or pass --append to add this run's passes to it"
+            )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise write_error(path, e) from None
         _cut_torn_tail(self.path, self._fd)
 
     def write(self, record: PassRecord | dict) -> None:
         row = asdict(record) if isinstance(record, PassRecord) else record
         data = memoryview((json.dumps(row) + "\n").encode())
-        while data:  # a regular file takes it in one call unless the disk fills up
-            data = data[os.write(self._fd, data) :]
+        try:
+            while data:  # a regular file takes it in one call unless the disk fills up
+                data = data[os.write(self._fd, data) :]
+        except OSError as e:
+            raise write_error(self.path, e) from None
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -7,6 +7,7 @@ measured run starts cold like any other.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import make_drafter
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, summarize
+from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
 
 
@@ -30,6 +32,27 @@ class GenerationResult:
 def eos_ids(sm: StreamedModel) -> frozenset[int]:
     ids = getattr(sm.tokenizer, "eos_token_ids", None) or []
     return frozenset(int(i) for i in ids)
+
+
+def check_context(sm: StreamedModel, n_prompt: int, max_tokens: int) -> None:
+    """A prompt longer than the model's context is an error; one that leaves too little room for
+    max_tokens gets a warning (the model decodes past what it was trained on)."""
+    cfg = sm.config.get("text_config", sm.config)
+    ctx = cfg.get("max_position_embeddings")
+    if not isinstance(ctx, int) or ctx <= 0:
+        return
+    if n_prompt >= ctx:
+        raise SpecdecError(
+            f"the prompt is {n_prompt} tokens, the model's context is {ctx} "
+            "(max_position_embeddings): shorten the prompt"
+        )
+    if n_prompt + max_tokens > ctx:
+        print(
+            f"specdec: warning: prompt ({n_prompt} tokens) + max tokens ({max_tokens}) exceed the "
+            f"model's context of {ctx}: tokens past it come from positions it was not trained on",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def plain_greedy(
@@ -59,18 +82,29 @@ def generate(
     records_path: Path | None = None,
     stop_at_eos: bool = True,
     on_pass: Callable[[PassRecord], None] | None = None,
+    append: bool = False,
 ) -> GenerationResult:
-    """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress)."""
+    """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress).
+
+    An existing records file is refused unless `append`.
+    """
     cfg = cfg or DecodeConfig()
+    check_context(sm, len(prompt), cfg.max_tokens)
     eos = eos_ids(sm) if stop_at_eos else frozenset()
-    reference = (
-        plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
-        if drafter.startswith("oracle")
-        else None
-    )
-    run = Decode(sm, prompt, make_drafter(drafter, sm, reference, cfg.seed), cfg, profiles, eos)
+    writer = RecordWriter(records_path, append) if records_path else None
+    try:
+        reference = (
+            plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
+            if drafter.startswith("oracle")
+            else None
+        )
+        draft = make_drafter(drafter, sm, reference, cfg.seed)
+        run = Decode(sm, prompt, draft, cfg, profiles, eos)
+    except BaseException:
+        if writer:
+            writer.close()
+        raise
     records: list[PassRecord] = []
-    writer = RecordWriter(records_path) if records_path else None
     try:
         for rec in run.passes():
             records.append(rec)

@@ -35,7 +35,7 @@ from specdec.store.arena import Arena
 from specdec.store.layout import ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
 from specdec.store.reader import ExpertReader
-from specdec.units import format_bytes, parse_budget
+from specdec.units import format_bytes, parse_budget, parse_percent
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -86,8 +86,8 @@ def cache_root() -> Path:
 
 def ensure_packed(model_dir: Path) -> Path:
     """`model_dir` if it is packed, else its packed copy in the cache (packing it if needed)."""
-    if (model_dir / "experts.json").exists():
-        return model_dir
+    if (model_dir / "experts.json").exists() or (model_dir / "experts.json").is_symlink():
+        return model_dir  # a broken index (even a symlink loop) is reported by ExpertIndex.load
     if (model_dir / "experts.bin").exists():  # a packed dir whose index is gone: don't re-pack it
         raise StoreError(
             f"{model_dir}/experts.json not found: {model_dir} is a packed directory without its "
@@ -120,7 +120,13 @@ def resolve(path: str | Path) -> Path:
 
 def _top_k(config: dict) -> int:
     cfg = config.get("text_config", config)
-    return int(cfg["num_experts_per_tok"])
+    try:
+        return int(cfg["num_experts_per_tok"])
+    except (KeyError, TypeError, ValueError):
+        raise SpecdecError(
+            "config.json has no valid num_experts_per_tok (the router's top-k); restore the "
+            "config.json of the original model"
+        ) from None
 
 
 def load(
@@ -157,13 +163,10 @@ def load(
     for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
         read_safetensors_header(f)
     model, config = load_model(packed, lazy=True, strict=False)
+    tokenizer = _load_tokenizer(packed)
     blocks = moe_blocks(model, family)
     n_main = len(model.layers)
-    if set(blocks) != {lid for lid in index.layer_ids if lid < n_main}:
-        raise SpecdecError(
-            f"{packed}: config.json has MoE layers {sorted(blocks)} but experts.json packs "
-            f"{index.layer_ids}; re-pack the model (specdec pack MODEL_DIR OUT_DIR --force)"
-        )
+    _check_layers(packed, sorted(blocks), n_main, index)
 
     n_slots = _budget_slots(budget, index)
     k = _top_k(config)
@@ -204,8 +207,40 @@ def load(
     mtp = _load_streamed_mtp(model, packed, streamer, family, n_main, index) if with_mtp else None
     mx.eval(model.parameters())
     return StreamedModel(
-        model, load_tokenizer(packed), streamer, mtp, config, family, packed, policy, policy_options
+        model, tokenizer, streamer, mtp, config, family, packed, policy, policy_options
     )
+
+
+def _check_layers(packed: Path, moe: list[int], n_main: int, index: ExpertIndex) -> None:
+    """config.json's MoE layers (and MTP layer, packed as layer n_main) must be the packed ones.
+
+    An edited num_hidden_layers would otherwise run another model: fewer layers take the last
+    main MoE layer for the MTP layer; more find the MTP layer's experts at a main layer.
+    """
+    if moe != [lid for lid in index.layer_ids if lid < n_main]:
+        raise SpecdecError(
+            f"{packed}: config.json has MoE layers {moe} but experts.json packs "
+            f"{index.layer_ids}; re-pack the model (specdec pack MODEL_DIR OUT_DIR --force)"
+        )
+    extra = [lid for lid in index.layer_ids if lid >= n_main]
+    mtp = (packed / "mtp.safetensors").exists()
+    if extra != ([n_main] if mtp else []):
+        raise SpecdecError(
+            f"{packed}: config.json has num_hidden_layers {n_main} but experts.json packs "
+            f"layers {index.layer_ids} (an MTP layer is packed as layer num_hidden_layers); "
+            "restore the config.json the model was packed with, or re-pack it"
+        )
+
+
+def _load_tokenizer(packed: Path):
+    try:
+        return load_tokenizer(packed)
+    except Exception as e:  # transformers raises ValueError, OSError, JSON errors, ...
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SpecdecError(
+            f"{packed}: cannot load the tokenizer ({first}); copy the tokenizer files "
+            "(tokenizer.json, tokenizer_config.json) from the original model"
+        ) from None
 
 
 def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:
@@ -220,10 +255,7 @@ def _budget_slots(budget: str | int, index: ExpertIndex) -> int:
     text = str(budget).strip()
     if text.endswith("%"):
         total = sum(index.layers[lid].n_experts for lid in index.layer_ids)
-        try:
-            return max(0, int(total * float(text[:-1]) / 100))
-        except ValueError:
-            raise BudgetError(f"cannot parse budget {budget!r}: write e.g. 25%") from None
+        return int(total * parse_percent(text) / 100)
     return parse_budget(text).to_slots(index.slot_bytes)
 
 

@@ -84,7 +84,9 @@ def write_error(path: str | os.PathLike, e: OSError) -> SpecdecError:
 
 def mark(directory: str | os.PathLike, kind: str) -> None:
     """Claim `directory` for a command of `kind` ('pack', 'trace', 'random')."""
-    Path(directory, MARKER_PREFIX + kind).write_text(f"written by specdec ({kind}); pid {os.getpid()}\n")
+    Path(directory, MARKER_PREFIX + kind).write_text(
+        f"written by specdec ({kind}); pid {os.getpid()}\n"
+    )
 
 
 def owner(directory: str | os.PathLike) -> str | None:

@@ -154,6 +154,35 @@ def safetensors_header_bytes(
 
 # ----------------------------------------------------------------------------- index
 
+QUANT_BITS = (2, 3, 4, 5, 6, 8)  # what mlx's affine quantization packs
+
+
+def _crc32s(values) -> np.ndarray:
+    """crc32 list -> [E] uint32; a value outside 0..2^32-1 is a damaged index, not a wrap."""
+    arr = np.asarray(values, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= 1 << 32):
+        raise ValueError(f"crc32 values must be in 0..2^32-1, got {arr.min()}..{arr.max()}")
+    return arr.astype(np.uint32)
+
+
+def _quant_problem(ly: LayerLayout, proj: str, q: Quant) -> str | None:
+    """Why a projection's quantization cannot describe its packed tensors, or None."""
+    if q.bits not in QUANT_BITS:
+        return f"has bits {q.bits}, not one of {QUANT_BITS}"
+    if q.group_size < 1:
+        return f"has group_size {q.group_size}"
+    names = {t.name: t for t in ly.tensors}
+    weight, scales = names.get(f"{proj}.weight"), names.get(f"{proj}.scales")
+    if weight is None or scales is None or len(weight.shape) != 2 or len(scales.shape) != 2:
+        return "is quantized but lacks a 2-d weight and scales"
+    in_dim = weight.shape[1] * 32 // q.bits
+    if in_dim % q.group_size or scales.shape[1] != in_dim // q.group_size:
+        return (
+            f"scales {list(scales.shape)} do not fit {q.bits}-bit groups of {q.group_size} "
+            f"over {in_dim} inputs"
+        )
+    return None
+
 
 @dataclass(frozen=True)
 class Quant:
@@ -267,6 +296,11 @@ class ExpertIndex:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = EXPERTS_JSON) -> ExpertIndex:
+        if not isinstance(data, dict) or not isinstance(data.get("layers", {}), dict):
+            raise StoreError(
+                f"{where}: malformed expert index (not an object with a `layers` object); "
+                "re-pack with `specdec pack`"
+            )
         try:
             if data.get("version") != INDEX_VERSION:
                 raise StoreError(
@@ -286,13 +320,13 @@ class ExpertIndex:
                     block_bytes=int(d["block_bytes"]),
                     tensors=tensors,
                     offsets=np.asarray(d["offsets"], dtype=np.int64),
-                    crc32=np.asarray(d["crc32"], dtype=np.uint32),
+                    crc32=_crc32s(d["crc32"]),
                     quant=quant,
                 )
             index = cls(
                 int(data["version"]), int(data["slot_bytes"]), layers, data.get("source", {})
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise StoreError(
                 f"{where}: malformed expert index ({type(e).__name__}: {e}); re-pack with `specdec pack`"
             ) from e
@@ -308,6 +342,8 @@ class ExpertIndex:
         if self.slot_bytes % ALIGN or self.slot_bytes <= 0:
             raise bad(f"slot_bytes {self.slot_bytes} is not a positive multiple of {ALIGN}")
         for lid, ly in self.layers.items():
+            if ly.n_experts < 1:
+                raise bad(f"layer {lid}: {ly.n_experts} experts")
             if ly.block_bytes % ALIGN or not 0 < ly.block_bytes <= self.slot_bytes:
                 raise bad(f"layer {lid}: block_bytes {ly.block_bytes} is not aligned or > slot")
             if ly.offsets.shape != (ly.n_experts,) or ly.crc32.shape != (ly.n_experts,):
@@ -319,10 +355,17 @@ class ExpertIndex:
                     raise bad(f"layer {lid}: tensor {t.name} does not fit its block")
                 if t.nbytes != int(np.prod(t.shape, dtype=np.int64)) * t.itemsize:
                     raise bad(f"layer {lid}: tensor {t.name} nbytes disagrees with its shape")
+            for proj, q in ly.quant.items():
+                if q is not None and (problem := _quant_problem(ly, proj, q)):
+                    raise bad(f"layer {lid}: {proj} {problem}")
 
     @classmethod
     def load(cls, packed_dir: str | Path) -> ExpertIndex:
         path = Path(packed_dir) / EXPERTS_JSON
+        if path.is_symlink() and not path.exists():
+            raise StoreError(
+                f"{path} is a dangling symlink or a symlink loop; re-pack with `specdec pack`"
+            )
         if not path.is_file():
             raise StoreError(
                 f"{path} not found: {packed_dir} is not a packed directory; "

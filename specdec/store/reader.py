@@ -83,6 +83,8 @@ def open_expert_file(path: Path, io: str) -> int:
             f"{path} is on {filesystem_type(path)}, which has no disk to read directly "
             "(O_DIRECT cannot bypass a RAM file system); use `--io buffered`"
         )
+    if Path(path).is_dir():
+        raise StoreError(f"{path} is a directory, not the expert file; re-pack with `specdec pack`")
     flags = os.O_RDONLY
     if io == "direct" and hasattr(os, "O_DIRECT"):
         flags |= os.O_DIRECT
