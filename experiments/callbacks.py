@@ -8,6 +8,7 @@ warning; a report that fails must fail the command, so it exits instead.
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -18,7 +19,30 @@ from specdec.errors import SpecdecError
 
 
 class SweepReport(Callback):
+    """Holds the sweep directory's lock for the whole sweep, then builds its report."""
+
+    def __init__(self) -> None:
+        self._lock: int | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from experiments.jobs import SWEEP_LOCK
+        from specdec.store.files import acquire
+
+        sweep = Path(config.hydra.sweep.dir)
+        try:  # a second identical sweep would interleave the first one's records and report
+            self._lock = acquire(sweep / SWEEP_LOCK, wait=False, what=f"sweep directory {sweep}")
+        except SpecdecError as e:
+            raise SystemExit(f"specdec-exp: error: {e}") from None
+
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        try:
+            self._report(config)
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
+
+    def _report(self, config: DictConfig) -> None:
         from specdec.report import build_report
 
         try:

@@ -30,8 +30,11 @@ from pathlib import Path
 
 from specdec.blas import active_blas
 from specdec.clock.profiles import get_profile
+from specdec.store.files import write_atomic
 
 RESULT = "result.json"
+JOB_LOCK = ".job-lock"  # held (flock) while a job runs in this directory
+SWEEP_LOCK = ".sweep-lock"  # held by the launching process while a sweep runs
 OUTPUTS = ("config.json", "records.jsonl", "summary.json", "trace_union.json", "tables", "wandb")
 # Keys that change where or how a job reports, not what it measures.
 _NOT_HASHED = ("logger", "progress", "sweep")
@@ -39,9 +42,7 @@ PACKAGES = ("specdec", "mlx", "mlx-lm", "numpy", "scipy", "hydra-core", "omegaco
 
 
 def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=1, default=str))
 
 
 def config_hash(resolved: dict) -> str:

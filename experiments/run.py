@@ -33,6 +33,7 @@ from specdec.blas import ensure_fast_blas
 from specdec.decode.records import read_records
 from specdec.errors import SpecdecError
 from specdec.report.wandb_sink import WandbSink
+from specdec.store.files import locked
 
 log = logging.getLogger("specdec-exp")
 
@@ -57,8 +58,14 @@ def run_job(cfg: DictConfig) -> float | None:
 
 
 def _run(cfg: DictConfig) -> float | None:
-    c = to_config(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # one process per job directory: two identical runs would interleave one records.jsonl
+    with locked(run_dir / jobs.JOB_LOCK, wait=False, what=f"job directory {run_dir}"):
+        return _run_locked(cfg, run_dir)
+
+
+def _run_locked(cfg: DictConfig, run_dir: Path) -> float | None:
+    c = to_config(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     key = jobs.config_hash(resolved)
     done = jobs.finished(run_dir, key)

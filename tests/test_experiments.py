@@ -240,6 +240,13 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path, env):
             if partial.exists() and len(partial.read_text().splitlines()) >= 2:
                 break
             time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGSTOP)  # hold it there while a second identical sweep starts
+        second = specdec_exp(args, env)
+        assert second.returncode != 0 and "Traceback" not in second.stderr
+        assert second.stderr.strip().splitlines()[-1].startswith(
+            f"specdec-exp: error: sweep directory {sweep} is in use by another process"
+        )
+        assert not (sweep / "report").exists()
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

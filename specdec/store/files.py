@@ -5,6 +5,7 @@ locks.
     durable_replace(tmp, dst)               # the same for a file or directory written by hand
     mark(dir, "pack"); owner(dir) == "pack" # who wrote a directory (specdec never deletes others')
     with locked(path, wait=False, what=...): ...   # one holder at a time (flock, freed on death)
+    fd = acquire(path, wait=True, what=..., shared=True)   # the same, held until os.close(fd)
 
 Durability: a rename is only as durable as the data it points to, so the renamed file (every
 file of a renamed directory) is fsynced before the rename and the directory holding the new
@@ -142,26 +143,36 @@ def remove_leftover(path: Path, kind: str) -> bool:
 # ----------------------------------------------------------------------------- locks
 
 
-@contextmanager
-def locked(path: str | os.PathLike, wait: bool, what: str) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if needed); the kernel frees it if we die.
+def acquire(path: str | os.PathLike, wait: bool, what: str, shared: bool = False) -> int:
+    """Take a flock on `path` (created if needed) and return its descriptor; closing the
+    descriptor (or dying) releases it.
 
     wait=True blocks with a note on stderr; wait=False refuses with a one-line SpecdecError.
+    shared=True takes a shared lock (many holders; excludes only an exclusive one).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                raise SpecdecError(
-                    f"{what} is in use by another process (lock {path}); wait for it to finish "
-                    "or choose another output"
-                ) from None
-            print(f"specdec: note: waiting for {what}", file=sys.stderr, flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if not wait:
+            os.close(fd)
+            raise SpecdecError(
+                f"{what} is in use by another process (lock {path}); wait for it to finish "
+                "or choose another output"
+            ) from None
+        print(f"specdec: note: waiting for {what}", file=sys.stderr, flush=True)
+        fcntl.flock(fd, mode)
+    return fd
+
+
+@contextmanager
+def locked(path: str | os.PathLike, wait: bool, what: str) -> Iterator[None]:
+    """Hold an exclusive flock on `path` for the block (see `acquire`)."""
+    fd = acquire(path, wait, what)
+    try:
         yield
     finally:
         os.close(fd)
