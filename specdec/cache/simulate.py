@@ -251,6 +251,24 @@ def simulate(
     return out
 
 
+MAX_SLOTS = 1 << 20  # replay state for this many slots stays in the megabytes
+
+
+def check_budgets(trace: Trace, budgets: list[str]) -> None:
+    """Refuse a budget far above the trace's L x E experts (it holds every expert; the replays
+    keep per-slot state, so 10^12 slots would exhaust memory) and say what holds them all.
+    Up to MAX_SLOTS (or L x E, if larger) runs as given."""
+    total = trace.n_layers * trace.n_experts
+    for text in budgets:
+        n = parse_budget(text).to_slots(trace.slot_bytes)
+        if n > max(total, MAX_SLOTS):
+            raise BudgetError(
+                f"budget {text} is {n} slots, more than the trace's {total} experts "
+                f"({trace.n_layers} layers x {trace.n_experts}): every expert fits in "
+                f"{total}slots; give at most that"
+            )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="trace directory (see docs/trace-format.md)")
     parser.add_argument(
@@ -285,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError(f"--positions {args.positions}: give a positive number of positions")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     budgets = [b.strip() for b in args.budget.split(",") if b.strip()]
+    check_budgets(trace, budgets)
     results = simulate(trace, policies, budgets, hotlist, args.positions, args.lookahead)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))

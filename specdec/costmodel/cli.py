@@ -83,11 +83,63 @@ def parse_union(text: str) -> dict[int, float]:
     return table
 
 
+def check_growth(table: dict[int, float], k: float | None) -> None:
+    """A union table that cannot be a union: U(1) below k, U shrinking as γ grows, or above γ·k.
+
+    The union of more positions' experts holds the union of fewer, so measured means of one
+    model grow with γ; a table that shrinks is mistyped or mixes models.
+    """
+    if k is not None and 1 in table and k > table[1]:
+        raise SpecdecError(
+            f"--k {k:g} exceeds the union at γ=1 ({table[1]:g}): one position reads its k "
+            "experts, so U(1) = k; drop --k or fix the table"
+        )
+    gammas = sorted(table)
+    for lo, hi in zip(gammas, gammas[1:], strict=False):
+        if table[hi] < table[lo]:
+            raise SpecdecError(
+                f"--union shrinks from {table[lo]:g} at γ={lo} to {table[hi]:g} at γ={hi}: a "
+                "union of more positions holds the smaller one's experts; fix the table"
+            )
+    base = k if k is not None else table.get(1)
+    for g in gammas:
+        if base is not None and table[g] > g * base * (1 + 1e-9):
+            raise SpecdecError(
+                f"--union at γ={g} is {table[g]:g}, above γ·k = {g * base:g}: γ positions read "
+                "at most γ·k experts; fix the table or --k"
+            )
+
+
+def _write_plots(model, where: str, to_stderr: bool) -> None:
+    from specdec.costmodel.plots import plot_speedup_vs_acceptance, plot_union_vs_gamma
+
+    out = Path(where)
+    fits = [f for f in (model.linear, model.power, model.overlap, model.overlap_measured) if f]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        written = [
+            plot_speedup_vs_acceptance(
+                [], model.cost_by_gamma, out / "speedup_vs_acceptance.png", model.draft_cost
+            ),
+            plot_union_vs_gamma(model.linear.table, fits, out / "union_vs_gamma.png"),
+        ]
+    except OSError as e:
+        raise SpecdecError(
+            f"--plot {where}: cannot write the plots there ({e.strerror or e}); give a writable "
+            "directory"
+        ) from None
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr if to_stderr else sys.stdout)
+
+
 def run(args: argparse.Namespace) -> int:
+    table = parse_union(args.union)
+    k = None if args.k is None else _number(args.k, "--k")
+    check_growth(table, k)
     model = build_union_model(
-        parse_union(args.union),
+        table,
         alphas=[_number(a, "--alpha") for a in _list(args.alpha, "--alpha")],
-        k=None if args.k is None else _number(args.k, "--k"),
+        k=k,
         gammas=None
         if args.gammas is None
         else [_integer(g, "--gammas") for g in _list(args.gammas, "--gammas")],
@@ -97,18 +149,6 @@ def run(args: argparse.Namespace) -> int:
         draft_cost=_number(args.draft_cost, "--draft-cost"),
     )
     if args.plot:
-        from specdec.costmodel.plots import plot_speedup_vs_acceptance, plot_union_vs_gamma
-
-        out = Path(args.plot)
-        out.mkdir(parents=True, exist_ok=True)
-        fits = [f for f in (model.linear, model.power, model.overlap, model.overlap_measured) if f]
-        written = [
-            plot_speedup_vs_acceptance(
-                [], model.cost_by_gamma, out / "speedup_vs_acceptance.png", model.draft_cost
-            ),
-            plot_union_vs_gamma(model.linear.table, fits, out / "union_vs_gamma.png"),
-        ]
-        for path in written:
-            print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
+        _write_plots(model, args.plot, args.json)
     print(json.dumps(model.to_dict()) if args.json else format_text(model))
     return 0

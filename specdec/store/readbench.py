@@ -300,6 +300,8 @@ def bench_read(
     block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
     if directory is None and filesystem_type(Path(tempfile.gettempdir())) in ("tmpfs", "ramfs"):
         directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
+    if directory is not None and not Path(directory).is_dir():
+        raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
     work = Path(tempfile.mkdtemp(prefix="specdec-bench-read-", dir=directory))
     try:
         bf = make_bench_file(work, block_bytes, file_bytes)

@@ -42,6 +42,7 @@ from specdec.store.files import (
 )
 
 HOTLIST_HEADER = "# ds4 expert hotlist v1"
+MAX_EXPERTS = 1 << 31  # per layer; keeps cache keys (layer * n_experts + expert) inside int64
 TRACE_KIND = "trace"  # the ownership marker's kind (store/files.py)
 _OPTIONAL = ("gates", "tokens", "prompt_ids", "phase", "lookahead")
 
@@ -97,16 +98,25 @@ class Trace:
                 f"{where}: experts must be integers [T, L, k], got {e.dtype} {e.shape}: "
                 "write integer expert ids (see docs/trace-format.md)"
             )
-        T, L, _ = e.shape
+        T, L, k = e.shape
+        if L < 1 or k < 1:
+            raise TraceError(
+                f"{where}: experts has shape {e.shape}: a trace needs at least one MoE layer and "
+                "top_k >= 1 (see docs/trace-format.md)"
+            )
+        if not 1 <= self.n_experts <= MAX_EXPERTS:
+            raise TraceError(
+                f"{where}: n_experts {self.n_experts} outside 1..{MAX_EXPERTS}: fix meta.json"
+            )
         if e.size and (e.min() < 0 or e.max() >= self.n_experts):
             raise TraceError(
                 f"{where}: experts range {e.min()}..{e.max()} outside 0..{self.n_experts - 1}: "
                 "fix n_experts in meta.json or the writer"
             )
-        if len(self.expert_bytes) != L or min(self.expert_bytes, default=1) <= 0:
+        if len(self.expert_bytes) != L or not all(0 < b < 1 << 48 for b in self.expert_bytes):
             raise TraceError(
-                f"{where}: expert_bytes needs one positive int or {L} (one per layer), "
-                f"got {len(self.expert_bytes)}"
+                f"{where}: expert_bytes needs one int in 1..2^48 or {L} (one per layer), "
+                f"got {self.expert_bytes[:4]}"
             )
         if self.layer_ids is not None and len(self.layer_ids) != L:
             raise TraceError(f"{where}: layer_ids has {len(self.layer_ids)} entries, need {L}")
@@ -245,9 +255,12 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
         lines = p.read_text().splitlines()
     except OSError as err:
         raise TraceError(f"{p}: cannot read hotlist ({err.strerror}): check the path") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{p}: not a text file (bytes that are not UTF-8): not a ds4 hotlist") from None
     if not lines or lines[0].strip() != HOTLIST_HEADER:
         raise TraceError(f"{p}: first line must be {HOTLIST_HEADER!r}: not a ds4 hotlist")
-    out = []
+    out: list[HotlistEntry] = []
+    seen: dict[tuple[int, int], int] = {}
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -263,6 +276,12 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
             raise TraceError(
                 f"{p}:{n}: expected `layer expert hits weight`, got {line!r}"
             ) from None
+        if (layer, expert) in seen:
+            raise TraceError(
+                f"{p}:{n}: layer {layer} expert {expert} is listed twice (first on line "
+                f"{seen[layer, expert]}): a hotlist names each expert once"
+            )
+        seen[layer, expert] = n
         out.append(HotlistEntry(layer, expert, hits, weight))
     return out
 
