@@ -108,4 +108,11 @@ def to_config(cfg: DictConfig) -> Config:
             f"{', '.join(missing)} must be set: add e.g. {missing[0]}=VALUE to the command "
             "(conf/ leaves it to you)"
         )
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
+    typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
+    bad = [g for g in typed.task.trace_gammas if g < 1]
+    if bad:
+        raise SpecdecError(
+            f"task.trace_gammas={typed.task.trace_gammas}: every γ must be >= 1 (1 is plain "
+            "decoding), e.g. task.trace_gammas=[1,2,4,8]"
+        )
+    return typed

@@ -243,8 +243,10 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path, env):
         os.kill(proc.pid, signal.SIGSTOP)  # hold it there while a second identical sweep starts
         second = specdec_exp(args, env)
         assert second.returncode != 0 and "Traceback" not in second.stderr
-        assert second.stderr.strip().splitlines()[-1].startswith(
-            f"specdec-exp: error: sweep directory {sweep} is in use by another process"
+        assert (
+            second.stderr.strip()
+            .splitlines()[-1]
+            .startswith(f"specdec-exp: error: sweep directory {sweep} is in use by another process")
         )
         assert not (sweep / "report").exists()
     finally:

@@ -21,6 +21,7 @@ from specdec.clock.profiles import get_profile
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
+from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel, cache_root, load
 
 RECORDS = "records.jsonl"
@@ -76,6 +77,11 @@ def model_info(sm: StreamedModel) -> dict:
 
 def decode(cfg, sm: StreamedModel, run_dir: Path) -> GenerationResult:
     """One generation with the configured drafter and γ; records go to run_dir/records.jsonl."""
+    if cfg.max_tokens < 2:
+        raise SpecdecError(
+            f"max_tokens={cfg.max_tokens}: the first token comes from the prefill, so a job "
+            "needs max_tokens >= 2 to measure any verify pass"
+        )
     profile = get_profile(cfg.device.profile)
     dcfg = DecodeConfig(gamma=cfg.gamma, max_tokens=cfg.max_tokens, temp=cfg.temp, seed=cfg.seed)
     bar = _progress(cfg)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,25 @@ class PassRecord:
     @property
     def bytes_read(self) -> int:
         return self.draft_bytes_read + self.verify_bytes_read
+
+    @classmethod
+    def from_row(cls, row: dict, where: str) -> PassRecord:
+        """A record read back from JSON: fields this version does not know (a newer writer) are
+        ignored; a missing field (an older writer) is a SpecdecError naming it."""
+        known = {f.name: f for f in fields(cls)}
+        if not isinstance(row, dict):
+            raise SpecdecError(f"{where}: a record is not a JSON object; rerun the job")
+        missing = [
+            name
+            for name, f in known.items()
+            if name not in row and f.default is MISSING and f.default_factory is MISSING
+        ]
+        if missing:
+            raise SpecdecError(
+                f"{where}: records lack {', '.join(missing)} (written by an older specdec); "
+                "rerun the job to record them"
+            )
+        return cls(**{k: v for k, v in row.items() if k in known})
 
 
 def _per_layer(steps: list[LayerStep], attr: str) -> dict[str, int]:

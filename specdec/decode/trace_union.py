@@ -36,33 +36,40 @@ def record_decode_routing(
 def window_unions(experts: np.ndarray, gamma: int) -> np.ndarray:
     """Distinct experts in each non-overlapping window of γ positions; experts: [T, k]."""
     n = len(experts) // gamma
-    windows = experts[: n * gamma].reshape(n, -1)  # [n, γ·k]
-    return np.array([len(np.unique(w)) for w in windows])
+    windows = experts[: n * gamma].reshape(n, gamma * experts.shape[-1])  # [n, γ·k]
+    return np.array([len(np.unique(w)) for w in windows], dtype=np.int64)
 
 
 def trace_union(
     sm: StreamedModel, prompt: list[int], max_tokens: int, gammas: list[int]
 ) -> dict[int, dict]:
-    """{γ: {"mean": float, "per_layer": {layer: float}, "windows": int}} along the committed trace."""
+    """{γ: {"mean": float, "per_layer": {layer: float}, "windows": int}} along the committed trace.
+
+    A γ longer than the decoded positions (max_tokens - 1: the first token comes from the
+    prefill) has no window and is left out, so nothing downstream averages an empty list.
+    """
     routing = record_decode_routing(sm, prompt, max_tokens)
     out = {}
     for g in gammas:
         per_layer = {layer: window_unions(e, g) for layer, e in routing.items()}
+        if not per_layer or min(len(v) for v in per_layer.values()) == 0:
+            continue
         vals = np.concatenate(list(per_layer.values()))
         out[g] = {
-            "mean": float(vals.mean()) if len(vals) else float("nan"),
-            "per_layer": {str(k): float(v.mean()) for k, v in per_layer.items() if len(v)},
+            "mean": float(vals.mean()),
+            "per_layer": {str(k): float(v.mean()) for k, v in per_layer.items()},
             "windows": int(min(len(v) for v in per_layer.values())),
         }
     return out
 
 
-def consecutive_overlap(sm: StreamedModel, prompt: list[int], max_tokens: int) -> float:
-    """Mean share of a position's top-k also selected by the previous position (decode trace)."""
+def consecutive_overlap(sm: StreamedModel, prompt: list[int], max_tokens: int) -> float | None:
+    """Mean share of a position's top-k also selected by the previous position (decode trace);
+    None with fewer than two decoded positions."""
     routing = record_decode_routing(sm, prompt, max_tokens)
     shares = [
         len(np.intersect1d(e[t], e[t - 1])) / e.shape[1]
         for e in routing.values()
         for t in range(1, len(e))
     ]
-    return float(np.mean(shares))
+    return float(np.mean(shares)) if shares else None

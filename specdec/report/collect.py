@@ -92,18 +92,26 @@ def _load_job(result_path: Path) -> Job:
         ) from e
     records_path = d / "records.jsonl"
     records = (
-        [PassRecord(**row) for row in read_records(records_path)] if records_path.exists() else []
+        [PassRecord.from_row(row, str(records_path)) for row in read_records(records_path)]
+        if records_path.exists()
+        else []
     )
-    trace, rho = None, None
-    if (d / "trace_union.json").exists():
-        raw = json.loads((d / "trace_union.json").read_text())
-        trace = {int(g): TraceUnion(t["mean"], t["per_layer"]) for g, t in raw["union"].items()}
-        rho = raw["consecutive_overlap"]
-    model = summary.get("model", {})
-    done = result.get("finished_at", "")
-    tables = {t.stem: json.loads(t.read_text()) for t in sorted((d / "tables").glob("*.json"))}
-    plots = [d / p for p in summary.get("plots", [])]
-    return Job(d, cfg["config"], cfg["meta"], model, records, trace, rho, done, tables, plots)
+    try:
+        trace, rho = None, None
+        if (d / "trace_union.json").exists():
+            raw = json.loads((d / "trace_union.json").read_text())
+            trace = {int(g): TraceUnion(t["mean"], t["per_layer"]) for g, t in raw["union"].items()}
+            rho = raw["consecutive_overlap"]
+        model = summary.get("model", {})
+        done = result.get("finished_at", "")
+        tables = {t.stem: json.loads(t.read_text()) for t in sorted((d / "tables").glob("*.json"))}
+        plots = [d / p for p in summary.get("plots", [])]
+        return Job(d, cfg["config"], cfg["meta"], model, records, trace, rho, done, tables, plots)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SpecdecError(
+            f"{d}: job files in an unknown layout ({type(e).__name__}: {e}; written by another "
+            "specdec version?); rerun the job"
+        ) from None
 
 
 def collect_jobs(root: Path) -> list[Job]:

@@ -256,7 +256,9 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
     except OSError as err:
         raise TraceError(f"{p}: cannot read hotlist ({err.strerror}): check the path") from None
     except UnicodeDecodeError:
-        raise TraceError(f"{p}: not a text file (bytes that are not UTF-8): not a ds4 hotlist") from None
+        raise TraceError(
+            f"{p}: not a text file (bytes that are not UTF-8): not a ds4 hotlist"
+        ) from None
     if not lines or lines[0].strip() != HOTLIST_HEADER:
         raise TraceError(f"{p}: first line must be {HOTLIST_HEADER!r}: not a ds4 hotlist")
     out: list[HotlistEntry] = []
