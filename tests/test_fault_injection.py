@@ -214,3 +214,63 @@ def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
         assert_slots_hold_their_blocks(sm)
     finally:
         sm.close()
+
+
+MMAP_SHRINK = """
+import os, sys
+from specdec.errors import StoreError
+from specdec.store.arena import Arena
+from specdec.store.layout import EXPERTS_BIN, ExpertIndex
+from specdec.store.reader import ExpertReader
+
+packed = sys.argv[1]
+index = ExpertIndex.load(packed)
+lid = index.layer_ids[-1]
+with ExpertReader(packed, index, Arena(2, index.slot_bytes), io="mmap") as reader:
+    reader.read([(lid, 0, 0)])  # mapped and readable
+    os.truncate(os.path.join(packed, EXPERTS_BIN), int(index.layers[lid].offsets[-1]))
+    try:
+        reader.read([(lid, index.layers[lid].n_experts - 1, 1)])  # past the new end
+    except StoreError as e:
+        print("error:", e)
+"""
+
+
+def test_mmap_of_a_file_truncated_after_mapping_is_a_clear_error(ckpt, tmp_path):
+    """A read past the end of a mapped file raises SIGBUS, which no handler survives: the reader
+    checks the size first. Run in a child process, so a SIGBUS fails the test, not the suite."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from specdec.store.pack import pack
+
+    packed = pack(ckpt[0], tmp_path / "packed")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", MMAP_SHRINK, str(packed)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, f"child died (SIGBUS is -7): {out.returncode} {out.stderr[-500:]}"
+    assert re.fullmatch(
+        r"error: \S+/experts\.bin: the file shrank under the mmap \(the block of layer \d+ expert "
+        r"\d+ ends past it\); re-pack with `specdec pack`\n",
+        out.stdout,
+    ), out.stdout
+
+
+def test_mmap_of_a_truncated_file_is_refused_before_mapping(ckpt, tmp_path):
+    from specdec.store.arena import Arena
+    from specdec.store.layout import EXPERTS_BIN, ExpertIndex
+    from specdec.store.pack import pack
+    from specdec.store.reader import ExpertReader
+
+    packed = pack(ckpt[0], tmp_path / "packed")
+    index = ExpertIndex.load(packed)
+    os.truncate(packed / EXPERTS_BIN, index.file_bytes - 4096)
+    with pytest.raises(StoreError, match=r"truncated file\); re-pack"):
+        ExpertReader(packed, index, Arena(1, index.slot_bytes), io="mmap")

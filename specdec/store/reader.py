@@ -232,6 +232,13 @@ class ExpertReader:
         n, offset = layout.block_bytes, int(layout.offsets[expert])
         dest = self.arena.slot_np(slot)[:n]
         if self._mmap is not None:
+            # a page of the mapping past the file's end raises SIGBUS, which kills the process:
+            # check the size first (a file truncated after it was mapped)
+            if offset + n > os.fstat(self._fd).st_size:
+                raise StoreError(
+                    f"{self.path}: the file shrank under the mmap (the block of layer {layer} "
+                    f"expert {expert} ends past it); re-pack with `specdec pack`"
+                )
             dest[:] = np.frombuffer(self._mmap, np.uint8, n, offset)
         else:
             self._preadv_full(dest, offset, layer, expert)
