@@ -34,6 +34,7 @@ from specdec.model.streamed import StreamedSwitchGLU, Streamer
 from specdec.store.arena import Arena
 from specdec.store.layout import ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
+from specdec.store.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.reader import ExpertReader
 from specdec.units import format_bytes, parse_budget, parse_percent
 
@@ -53,6 +54,7 @@ class StreamedModel:
     path: Path  # the packed directory
     policy: str = "lru"
     policy_options: dict | None = None
+    in_use_lock: int | None = None  # fd of the shared lock on a cached pack (packed_cache.py)
 
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
@@ -78,6 +80,9 @@ class StreamedModel:
 
     def close(self) -> None:
         self.streamer.reader.close()
+        if self.in_use_lock is not None:
+            os.close(self.in_use_lock)
+            self.in_use_lock = None
 
 
 def cache_root() -> Path:
@@ -101,6 +106,7 @@ def ensure_packed(model_dir: Path) -> Path:
     out = cache_root() / "packed" / f"{model_dir.name}-{stamp.hexdigest()[:12]}"
     if not (out / "experts.json").exists():
         pack(model_dir, out)
+        remove_old_copies(model_dir, out)  # the model changed: its older copies are stale
     return out
 
 
@@ -159,6 +165,40 @@ def load(
         ) from None
     family = get_family(model_type)
     packed = ensure_packed(src)
+    in_use = hold_in_use(packed) if packed != src else None  # a cached copy: not to be removed
+    try:
+        sm = _load_packed(
+            packed,
+            family,
+            budget,
+            policy,
+            io,
+            threads,
+            verify_checksums,
+            policy_options,
+            with_mtp,
+            lookahead,
+        )
+    except BaseException:
+        if in_use is not None:
+            os.close(in_use)
+        raise
+    sm.in_use_lock = in_use
+    return sm
+
+
+def _load_packed(
+    packed: Path,
+    family: Family,
+    budget: str | int,
+    policy: str,
+    io: str,
+    threads: int,
+    verify_checksums: bool,
+    policy_options: dict | None,
+    with_mtp: bool,
+    lookahead: int,
+) -> StreamedModel:
     index = ExpertIndex.load(packed)
     for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
         read_safetensors_header(f)
