@@ -12,17 +12,23 @@ tests/test_store_errors.py checks a few of these through a subprocess (exit code
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
+import os
 import re
 import shlex
 import shutil
+import types
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import specdec.store.pack as pack_module
 from specdec.cli import main
+from specdec.decode.records import PassRecord
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
 from specdec.store.pack import pack
 from specdec.trace.format import Trace, save_trace
@@ -68,6 +74,79 @@ def nothing(ctx: dict[str, Path]) -> None:
     pass
 
 
+def edit_index(path: Path, edit: Callable[[dict], object]) -> None:
+    index = json.loads((path / EXPERTS_JSON).read_text())
+    edit(index)
+    (path / EXPERTS_JSON).write_text(json.dumps(index))
+
+
+def first_layer(index: dict) -> dict:
+    return index["layers"][min(index["layers"], key=int)]
+
+
+def zero_experts(index: dict) -> None:
+    first_layer(index).update(n_experts=0, offsets=[], crc32=[])
+
+
+def set_quant(index: dict, **fields) -> None:
+    for q in first_layer(index)["quant"].values():
+        q.update(fields)
+
+
+def symlink_loop(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.name)
+
+
+def dir_instead_of(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def reshape_trace(trace: Path, experts: np.ndarray) -> None:
+    """experts.npy and meta.json rewritten together (consistent, but not a possible trace)."""
+    save_experts(trace, experts)
+    edit_meta(trace, n_layers=experts.shape[1], top_k=experts.shape[2])
+
+
+def hotlist(ctx: dict, body: bytes) -> None:
+    (ctx["tmp"] / "hot.txt").write_bytes(b"# ds4 expert hotlist v1\n" + body)
+
+
+def old_job(ctx: dict) -> None:
+    """A finished job directory whose records were written by an older specdec (no union)."""
+    job = ctx["tmp"] / "job"
+    job.mkdir()
+    for name, obj in (("result.json", {}), ("config.json", {"config": {}, "meta": {}})):
+        (job / name).write_text(json.dumps(obj))
+    (job / "summary.json").write_text("{}")
+    row = {f.name: 0 for f in dataclasses.fields(PassRecord) if f.name != "draft_union"}
+    (job / "records.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def no_space(ctx: dict, module, name: str) -> None:
+    """Fault injection (a full disk cannot be made here without root): `module.name` raises
+    ENOSPC the way a write(2) on a full file system does."""
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    ctx["monkeypatch"].setattr(module, name, full)
+
+
+def records_os_without_space(ctx: dict) -> None:
+    import specdec.decode.records as records
+
+    fake = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")})
+    no_space({"monkeypatch": ctx["monkeypatch"]}, fake, "write")
+    ctx["monkeypatch"].setattr(records, "os", fake)
+
+
+def non_empty_dir(ctx: dict) -> None:
+    (ctx["tmp"] / "mine").mkdir()
+    (ctx["tmp"] / "mine" / "notes.txt").write_text("keep")
+
+
 # case name (first column of docs/errors.md) -> how to make its bad input
 SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "model path does not exist": nothing,
@@ -109,7 +188,70 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "unknown cache policy (simulate)": nothing,
     "unknown device profile": nothing,
     "negative lookahead": nothing,
+    "prompt not UTF-8": nothing,
+    "--chat without a chat template": nothing,
+    "negative seed": nothing,
+    "temperature NaN": nothing,
+    "temperature inf": nothing,
+    "prompt past the context": lambda c: edit_config(c["packed"], max_position_embeddings=4),
+    "draft model without a path": nothing,
+    "draft model is a packed directory": nothing,
+    "--records is a directory": nothing,
+    "--records file exists": lambda c: (c["tmp"] / "r.jsonl").write_text("{}\n"),
+    "disk full writing records": records_os_without_space,
+    "disk full while packing": lambda c: no_space(c, pack_module, "_write_experts"),
+    "experts.json is a list": lambda c: (c["packed"] / EXPERTS_JSON).write_text("[]"),
+    "experts.json layers is a list": lambda c: edit_index(
+        c["packed"], lambda i: i.update(layers=list(i["layers"].values()))
+    ),
+    "a layer with 0 experts": lambda c: edit_index(c["packed"], zero_experts),
+    "negative crc32": lambda c: edit_index(
+        c["packed"], lambda i: first_layer(i)["crc32"].__setitem__(0, -5)
+    ),
+    "block offset 2^70": lambda c: edit_index(
+        c["packed"], lambda i: first_layer(i)["offsets"].__setitem__(0, 2**70)
+    ),
+    "quantization bits 0": lambda c: edit_index(c["packed"], lambda i: set_quant(i, bits=0)),
+    "quantization group_size 0": lambda c: edit_index(
+        c["packed"], lambda i: set_quant(i, group_size=0)
+    ),
+    "config.json without num_experts_per_tok": lambda c: edit_config_drop(
+        c["packed"], "num_experts_per_tok"
+    ),
+    "config.json: other num_hidden_layers": lambda c: edit_config(c["packed"], num_hidden_layers=2),
+    "experts.json is a symlink loop": lambda c: symlink_loop(c["packed"] / EXPERTS_JSON),
+    "tokenizer missing": lambda c: [p.unlink() for p in c["packed"].glob("tokenizer*")],
+    "tokenizer garbage": lambda c: (c["packed"] / "tokenizer.json").write_text("garbage{"),
+    "experts.bin is a directory": lambda c: dir_instead_of(c["packed"] / EXPERTS_BIN),
+    "budget 1e99%": nothing,
+    "budget inf%": nothing,
+    "budget of 10^23 slots": nothing,
+    "trace: no MoE layers": lambda c: reshape_trace(c["trace"], np.zeros((10, 0, 4), np.int32)),
+    "trace: top_k 0": lambda c: reshape_trace(c["trace"], np.zeros((10, 2, 0), np.int32)),
+    "trace: n_experts 2^62": lambda c: edit_meta(c["trace"], n_experts=2**62),
+    "hotlist: an expert twice": lambda c: hotlist(c, b"0 1 5 1.0\n0 1 5 1.0\n"),
+    "hotlist: binary bytes": lambda c: hotlist(c, b"\xff\xfe\x00\x01\n"),
+    "simulate: 10^12 slots": nothing,
+    "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
+    "union-model: union shrinks with gamma": nothing,
+    "union-model: k above U(1)": nothing,
+    "trace record: bad --lookahead": nothing,
+    "trace record: --out holds the model": nothing,
+    "trace record: --overwrite on a folder it did not write": non_empty_dir,
+    "bench read: --dir missing": nothing,
+    "report: records from an older specdec": old_job,
+    "pack into the model's parent": nothing,
+    "pack into the model itself": nothing,
+    "pack --force into a folder pack did not write": non_empty_dir,
+    "make-random into a non-empty folder": non_empty_dir,
+    "make-random --force into a folder it did not write": non_empty_dir,
 }
+
+
+def edit_config_drop(path: Path, key: str) -> None:
+    cfg = json.loads((path / "config.json").read_text())
+    del cfg[key]
+    (path / "config.json").write_text(json.dumps(cfg))
 
 
 def shrink(path: Path) -> None:
@@ -139,12 +281,15 @@ def test_documented_error(pristine, tmp_path, monkeypatch, capsys, case, command
         "packed": Path(shutil.copytree(pristine["packed"], tmp_path / "packed")),
         "trace": Path(shutil.copytree(pristine["trace"], tmp_path / "trace")),
         "tmp": tmp_path,
+        "monkeypatch": monkeypatch,
     }
     SETUPS[case](ctx)
+    ctx["not_utf8"] = "def\udcff"  # what Python makes of a non-UTF-8 byte in argv
 
     def fill(text: str) -> str:
         for name, value in ctx.items():
-            text = text.replace("{" + name + "}", str(value))
+            if isinstance(value, str | Path):
+                text = text.replace("{" + name + "}", str(value))
         return text
 
     argv = shlex.split(fill(command))

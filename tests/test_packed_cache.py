@@ -39,9 +39,7 @@ def test_touching_config_replaces_the_cached_copy(model):
     second = ensure_packed(model)
     assert second != first and (second / "experts.json").is_file()
     assert not first.exists(), "the stale copy of the same model stays in the cache"
-    assert [p.name for p in second.parent.iterdir() if not p.name.startswith(".")] == [
-        second.name
-    ]
+    assert [p.name for p in second.parent.iterdir() if not p.name.startswith(".")] == [second.name]
 
 
 def test_a_copy_in_use_or_not_ours_stays(model, tmp_path):

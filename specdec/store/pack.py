@@ -23,6 +23,7 @@ not write (no marker), or one that holds the model itself, never.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -397,7 +398,9 @@ def _pack(
         _stall("index")
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(tmp, e) from None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise write_error(out_dir, e) from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
