@@ -348,6 +348,9 @@ def pack(
             f"{model_dir}: no such model directory; give an mlx-lm model directory "
             "(made by `mlx_lm.convert` or `specdec make-random`)"
         )
+    # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
+    # the lock, as another process may have written OUT_DIR meanwhile
+    check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
     with _pack_lock(out_dir):
         return _pack(model_dir, out_dir, force, on_block)
 
