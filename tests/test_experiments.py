@@ -361,3 +361,19 @@ def test_probe_experiments(tmp_path, env):
     assert -1 <= heads["lru_minus_knapsack_bound"] <= 1 and heads["best_gbps"] > 0
     md = (sweep / "report" / "report.md").read_text()
     assert md.count("### eviction") == md.count("### lookahead") == md.count("### read_path") == 1
+
+
+def test_bad_trace_gammas_and_too_few_tokens_are_one_line_errors(tmp_path):
+    """task.trace_gammas=[0] and max_tokens=1 (no verify pass to measure) fail before decoding."""
+    from types import SimpleNamespace
+
+    from experiments.tasks._decode import decode
+    from specdec.errors import SpecdecError
+
+    register()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["task.trace_gammas=[0,2]"])
+        with pytest.raises(SpecdecError, match=r"task.trace_gammas=\[0, 2\]: every γ must be >= 1"):
+            to_config(cfg)
+    with pytest.raises(SpecdecError, match="needs max_tokens >= 2"):
+        decode(SimpleNamespace(max_tokens=1), None, tmp_path)

@@ -159,3 +159,30 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
     full = np.array(logits[0].argmax(-1))  # full[i] predicts tokens[i + 2]
     for length, draft in proposed:  # st.tokens had `length` tokens; the draft is token `length`
         assert draft == int(full[length - 2])
+
+
+@pytest.mark.parametrize("drafter", ["mtp", "self", "lookup", "oracle:0.9"])
+def test_last_pass_never_drafts_past_the_tokens_left(target, drafter):
+    """--max-tokens 3 --gamma 20: each pass drafts at most the tokens left minus one, so accepted
+    and committed agree and nothing is read for positions that cannot be kept."""
+    sm, prompt, ref, _ = target
+    res = _run(sm, prompt, drafter, 20, max_tokens=3)
+    assert res.tokens == ref[:3]
+    left = 3 - 1  # the prefill commits the first token
+    for r in res.records:
+        assert r.drafted <= left - 1 and r.committed == r.accepted + 1, r
+        left -= r.committed
+    assert left == 0 and res.summary["committed"] == 2
+    assert res.summary["drafted"] == 1  # one on the first pass (2 left), none after
+
+
+def test_records_file_is_not_appended_to_unless_asked(target, tmp_path):
+    sm, prompt, _, _ = target
+    path = tmp_path / "r.jsonl"
+    cfg = DecodeConfig(gamma=2, max_tokens=4)
+    first = generate(sm, prompt, "self", cfg, records_path=path, stop_at_eos=False)
+    with pytest.raises(SpecdecError, match="exists .* pass --append"):
+        generate(sm, prompt, "self", cfg, records_path=path, stop_at_eos=False)
+    assert len(path.read_text().splitlines()) == len(first.records)
+    second = generate(sm, prompt, "self", cfg, records_path=path, stop_at_eos=False, append=True)
+    assert len(path.read_text().splitlines()) == len(first.records) + len(second.records)
