@@ -186,3 +186,17 @@ def test_records_file_is_not_appended_to_unless_asked(target, tmp_path):
     assert len(path.read_text().splitlines()) == len(first.records)
     second = generate(sm, prompt, "self", cfg, records_path=path, stop_at_eos=False, append=True)
     assert len(path.read_text().splitlines()) == len(first.records) + len(second.records)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 4])
+def test_trace_union_at_small_max_tokens(target, max_tokens):
+    """γ longer than the decoded positions (max_tokens - 1) is left out, not averaged as NaN."""
+    from specdec.decode.trace_union import consecutive_overlap, trace_union
+
+    sm, prompt, _, _ = target
+    sm.reset_cache()
+    out = trace_union(sm, prompt, max_tokens, [1, 2, 3, 8])
+    assert sorted(out) == [g for g in (1, 2, 3, 8) if g <= max_tokens - 1]
+    assert all(np.isfinite(t["mean"]) and t["windows"] >= 1 for t in out.values())
+    rho = consecutive_overlap(sm, prompt, max_tokens)
+    assert (rho is None) == (max_tokens < 3)

@@ -415,6 +415,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """`bench_read` with the options `add_arguments` declared."""
+    for name in ("block_bytes", "file_bytes", "rounds", "run_bytes"):
+        if getattr(args, name) < 1:
+            raise StoreError(f"--{name.replace('_', '-')} {getattr(args, name)}: give at least 1")
+    if min(args.threads) < 1:
+        raise StoreError(f"--threads {min(args.threads)}: give at least 1 thread")
     return bench_read(
         args.dir,
         args.block_bytes,
