@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec import overhead  # noqa: E402
 from specdec.blas import ensure_fast_blas  # noqa: E402
 from specdec.machine import machine_info  # noqa: E402
+from specdec.store.files import durable_replace  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "overhead.json"
 
@@ -35,7 +36,7 @@ def main() -> int:
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, RESULT)
+    durable_replace(tmp, RESULT)
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     return 0
 

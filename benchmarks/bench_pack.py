@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec.store.files import durable_replace  # noqa: E402
 from specdec.store.layout import safetensors_header_bytes  # noqa: E402
 from specdec.store.readbench import machine_info  # noqa: E402
 
@@ -101,7 +102,7 @@ def main() -> int:
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, RESULT)
+    durable_replace(tmp, RESULT)
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     print(f"wrote {RESULT}")
     return 0

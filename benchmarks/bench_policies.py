@@ -29,6 +29,7 @@ from specdec.cache.expert_cache import ExpertCache  # noqa: E402
 from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
 from specdec.cache.simulate import replay, trace_steps  # noqa: E402
 from specdec.machine import machine_info  # noqa: E402
+from specdec.store.files import durable_replace  # noqa: E402
 from specdec.trace.format import hotlist_keys, profile_hotlist  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 
@@ -172,7 +173,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.rename(out)
+    durable_replace(tmp, out)
     print(f"wrote {out}")
     return 0
 

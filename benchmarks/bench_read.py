@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.blas import ensure_fast_blas  # noqa: E402
 from specdec.store import readbench  # noqa: E402
+from specdec.store.files import durable_replace  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "read.json"
 
@@ -30,7 +31,7 @@ def main() -> int:
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, RESULT)
+    durable_replace(tmp, RESULT)
     print(readbench.format_table(result))
     print(json.dumps(result["checks"], indent=1))
     print(f"wrote {RESULT}")

@@ -23,6 +23,7 @@ from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel, cache_root, load
+from specdec.store.files import durable_replace
 
 RECORDS = "records.jsonl"
 
@@ -37,9 +38,9 @@ def model_dir(path: str, bits: int | None) -> str:
     out = cache_root() / "random" / f"{family}-{bits or 'f32'}"
     if not (out / "config.json").exists():
         tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # build aside, rename when whole
-        make_random(family, tmp, bits=bits, seed=0)
+        make_random(family, tmp, bits=bits, seed=0, force=True)  # a dead run's leftover
         with contextlib.suppress(OSError):  # a parallel job may have renamed its copy first
-            tmp.rename(out)
+            durable_replace(tmp, out)
     return str(out)
 
 

@@ -10,7 +10,6 @@ Matplotlib with the Agg backend (no display); files written to a temporary name 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np  # noqa: E402
 
 from specdec.costmodel.speedup import break_even, speedup  # noqa: E402
 from specdec.costmodel.union import UnionFit  # noqa: E402
+from specdec.store.files import durable_replace
 
 _FIT_STYLES = {"linear": "-", "power": "--", "overlap": "-."}
 
@@ -31,7 +31,7 @@ def _save(fig, path: str | Path) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
+    durable_replace(tmp, path)
     return path
 
 

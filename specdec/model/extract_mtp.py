@@ -24,6 +24,7 @@ from mlx_lm.models import deepseek_v3
 
 from specdec.errors import SpecdecError
 from specdec.model.mtp import MTP_FILE, load_mtp
+from specdec.store.files import durable_replace
 
 
 def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
@@ -74,7 +75,7 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".{MTP_FILE}.tmp-{os.getpid()}.safetensors"
     mx.save_safetensors(str(tmp), mtp.checkpoint_weights(), metadata={"format": "mlx"})
-    os.replace(tmp, out_dir / MTP_FILE)
+    durable_replace(tmp, out_dir / MTP_FILE)
     return out_dir / MTP_FILE
 
 

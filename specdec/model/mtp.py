@@ -35,6 +35,7 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.deepseek_v3 import DeepseekV3DecoderLayer, ModelArgs
 
 from specdec.errors import SpecdecError
+from specdec.store.files import durable_replace
 
 MTP_FILE = "mtp.safetensors"
 _OWN_PARTS = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")
@@ -162,7 +163,6 @@ def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> 
     """Write an mlx-lm model directory: model.safetensors, mtp.safetensors and config.json, each
     under a temporary name first, so a killed export never leaves a half-written file."""
     import json
-    import os
 
     out.mkdir(parents=True, exist_ok=True)
     files = {
@@ -172,10 +172,10 @@ def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> 
     for name, weights in files.items():
         tmp = out / name.replace(".safetensors", ".partial.safetensors")
         mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        os.replace(tmp, out / name)
+        durable_replace(tmp, out / name)
     tmp = out / "config.json.partial"
     tmp.write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(tmp, out / "config.json")
+    durable_replace(tmp, out / "config.json")
 
 
 def quantize_with_mtp(model: nn.Module, mtp: MTPModule, config: dict, group_size: int, bits: int):

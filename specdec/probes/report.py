@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on the machines that run probes
 import matplotlib.pyplot as plt  # noqa: E402
 
+from specdec.store.files import durable_replace
+
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub markdown table; floats as given (format them before)."""
@@ -42,4 +44,4 @@ def write_report(out_dir: str | Path, name: str, rows: list[dict], markdown: str
 def _atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     write(tmp)
-    os.replace(tmp, path)
+    durable_replace(tmp, path)

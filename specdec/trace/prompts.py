@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from specdec.errors import SpecdecError
+from specdec.store.files import durable_replace
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SHIPPED = {"heldout": DATA / "prompts_heldout.jsonl", "profile": DATA / "prompts_profile.jsonl"}
@@ -150,7 +151,7 @@ def build_prompt_files(stdlib: Path | None = None) -> None:
         ]
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.replace(tmp, path)
+        durable_replace(tmp, path)
         print(f"{path}: {len(rows)} prompts (Python {sys.version.split()[0]})")
 
 
