@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,8 +129,6 @@ def check_replaceable(out: Path, kind: str, source: Path | None, what: str, flag
 
 def remove_leftover(path: Path, kind: str) -> bool:
     """Delete a leftover temporary directory if a `kind` command wrote it (or it is empty)."""
-    import shutil
-
     if owner(path) == kind:
         shutil.rmtree(path, ignore_errors=True)
         return True

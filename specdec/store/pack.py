@@ -17,7 +17,7 @@ CLI at each stage (SPECDEC_TEST_PACK_STALL=<stage> makes pack announce the stage
 wait there to be killed; stages: resident, block:N, experts, index, swap, swapped). An existing OUT_DIR packed from the
 same files is kept if a quick check passes (sizes, index, a sample of block checksums) and
 re-packed if not; another pack there is replaced only with `--force`, and a directory pack did
-not write (no marker), or one that holds the model itself, never.
+not write (no marker), or one that holds the model itself, never (store/pack_guard.py).
 """
 
 from __future__ import annotations
@@ -37,15 +37,7 @@ from typing import Any
 import numpy as np
 
 from specdec.errors import StoreError
-from specdec.store.files import (
-    MARKER_PREFIX,
-    check_replaceable,
-    durable_replace,
-    locked,
-    mark,
-    remove_leftover,
-    write_error,
-)
+from specdec.store.files import MARKER_PREFIX, check_replaceable, mark, remove_leftover, write_error
 from specdec.store.layout import (
     ALIGN,
     EXPERT_RE,
@@ -63,9 +55,15 @@ from specdec.store.layout import (
     round_up,
     safetensors_header_bytes,
 )
+from specdec.store.pack_guard import (
+    PACK_KIND,
+    check_out_dir,
+    pack_lock,
+    remove_stale_tmp,
+    swap_in,
+)
 
 COPY_CHUNK = 8 << 20
-PACK_KIND = "pack"  # the ownership marker's kind (store/files.py)
 _SKIP_COPY = {"model.safetensors.index.json"}
 
 
@@ -260,69 +258,6 @@ def _copied(f: Path) -> bool:
     )
 
 
-def _remove_stale_tmp(out_dir: Path) -> None:
-    """Delete OUT_DIR.tmp-<pid> and OUT_DIR.old-<pid> directories left by killed packs.
-
-    Called under the pack lock: every pack into OUT_DIR holds it while those exist, so whoever
-    left them is dead (a pid check would see a killed pack not yet reaped as alive). Only
-    directories carrying the pack marker (or empty ones) go: a user's `p.old-2024` stays.
-    """
-    for kind in (".tmp-", ".old-"):
-        for p in out_dir.parent.glob(out_dir.name + kind + "*"):
-            if p.name.rsplit("-", 1)[-1].isdigit() and p.is_dir() and not p.is_symlink():
-                remove_leftover(p, PACK_KIND)
-
-
-def _check_out_dir(model_dir: Path, out_dir: Path, force: bool) -> bool:
-    """May pack write OUT_DIR? True: keep the existing pack as it is; False: (re)pack.
-
-    Raises for an OUT_DIR that holds the model, one pack did not write, or another pack
-    without --force. A pack of these very files is kept only if `_pack_is_sound`.
-    """
-    check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
-    if not out_dir.is_dir() or not any(out_dir.iterdir()):
-        return False
-    try:
-        same = ExpertIndex.load(out_dir).source == source_fingerprint(model_dir)
-    except StoreError:
-        same = False
-    if same:
-        problem = _pack_problem(out_dir)
-        if problem is None:
-            return True
-        print(f"specdec: note: re-packing {out_dir}: {problem}", file=sys.stderr, flush=True)
-        return False  # our own pack of the same files, damaged: repairing it needs no --force
-    if not force:
-        raise StoreError(
-            f"{out_dir} holds another pack (not of {model_dir}'s current files); "
-            "pass --force to replace it or choose another OUT_DIR"
-        )
-    return False
-
-
-def _pack_problem(out_dir: Path) -> str | None:
-    """What is wrong with an existing pack (sizes, index, 8 sampled blocks per layer), or None."""
-    from specdec.store.verify import verify
-
-    try:
-        verify(out_dir, io="buffered", threads=2, sample=8)
-    except StoreError as e:
-        return str(e).split("; re-pack")[0]
-    return None
-
-
-def _swap_in(tmp: Path, out_dir: Path) -> None:
-    """Make the finished pack in `tmp` OUT_DIR, durably; the previous pack goes."""
-    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-        _stall("swap")
-    durable_replace(tmp, out_dir)
-    _stall("swapped")
-    if old.exists():
-        remove_leftover(old, PACK_KIND)
-
-
 def _stall(stage: str) -> None:
     """Test-only: with SPECDEC_TEST_PACK_STALL=<stage>, say so on stderr and wait to be killed."""
     if os.environ.get("SPECDEC_TEST_PACK_STALL") == stage:
@@ -351,24 +286,16 @@ def pack(
     # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
     # the lock, as another process may have written OUT_DIR meanwhile
     check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
-    with _pack_lock(out_dir):
+    with pack_lock(out_dir):
         return _pack(model_dir, out_dir, force, on_block)
-
-
-def pack_lock_path(out_dir: Path) -> Path:
-    return out_dir.parent / f".{out_dir.name}.pack-lock"
-
-
-def _pack_lock(out_dir: Path):
-    return locked(pack_lock_path(out_dir), wait=True, what=f"another pack into {out_dir}")
 
 
 def _pack(
     model_dir: Path, out_dir: Path, force: bool, on_block: Callable[[int, int], None] | None
 ) -> Path:
     fingerprint = source_fingerprint(model_dir)
-    _remove_stale_tmp(out_dir)
-    if _check_out_dir(model_dir, out_dir, force):
+    remove_stale_tmp(out_dir)
+    if check_out_dir(model_dir, out_dir, force, fingerprint):
         return out_dir  # already packed from these very files, and sound
     resident, layers = plan(model_dir)
     tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
@@ -409,7 +336,7 @@ def _pack(
         raise
     finally:
         src.close()
-    _swap_in(tmp, out_dir)
+    swap_in(tmp, out_dir, _stall)
     return out_dir
 
 

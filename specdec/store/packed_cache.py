@@ -18,7 +18,7 @@ from pathlib import Path
 from specdec.errors import SpecdecError, StoreError
 from specdec.store.files import acquire, owner
 from specdec.store.layout import ExpertIndex
-from specdec.store.pack import PACK_KIND, pack_lock_path
+from specdec.store.pack_guard import PACK_KIND, pack_lock_path
 
 
 def use_lock_path(packed: Path) -> Path:
