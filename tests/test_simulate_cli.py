@@ -56,6 +56,7 @@ def test_roundtrip_keeps_every_array(trace_dir):
     assert t.experts.shape == (60, 3, 4) and t.expert_bytes == [1000] * 3
     assert t.gates.shape == (60, 3, 4) and t.tokens.tolist() == list(range(60))
     assert sorted(p.name for p in trace_dir.iterdir()) == [
+        ".specdec-trace",  # the ownership marker: --overwrite replaces only traces
         "experts.npy",
         "gates.npy",
         "meta.json",
