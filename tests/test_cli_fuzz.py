@@ -1,7 +1,7 @@
 """Property: no `specdec` subcommand answers a user's bad arguments with a traceback.
 
 Run: `pytest tests/test_cli_fuzz.py` (about 30 s). Hypothesis draws argument lists for every
-subcommand from its own option names (read off its argparse parser) and a pool of values a user
+subcommand (and `trace synth`, `trace stats`) from its own option names (read off its argparse parser) and a pool of values a user
 might type or mistype: numbers (negative, zero, NaN, inf, 1e99), budgets (`1e99%`, `inf%`,
 `10^23slots`), words, and paths (missing, a plain file, an empty folder, a folder of junk, a
 real model, pack and trace). Each list runs through the real CLI entry point
@@ -55,8 +55,15 @@ ACTIONS = {  # subcommands with their own subcommands: the action and its cheap 
         "1",
     ],
     "trace": ["record", "{packed}", "--out", "{tmp}/t", "--limit", "1", "--max-tokens", "2"],
+    "trace synth": ["synth", "{tmp}/s", "--like", "deepseek-v3", "--positions", "16"],
+    "trace stats": ["stats", "{trace}"],
 }
-EXAMPLES = {"trace": 12, "bench": 6}  # per subcommand; valid runs of these take ~1 s
+EXAMPLES = {
+    "trace": 12,
+    "trace synth": 12,
+    "trace stats": 12,
+    "bench": 6,
+}  # per subcommand; valid runs of these take ~1 s
 DEFAULT_EXAMPLES = 30
 POSITIONALS = {"pack": 2, "verify": 1, "make-random": 2, "extract-mtp": 2, "trace": 1}
 POSITIONALS |= {"simulate": 1, "probe": 1, "report": 1}  # how many a list may start with
@@ -118,8 +125,9 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_no_traceback_on_random_arguments(places, tmp_path_factory, monkeypatch, name):
+@pytest.mark.parametrize("case", [*COMMANDS, "trace synth", "trace stats"])
+def test_no_traceback_on_random_arguments(places, tmp_path_factory, monkeypatch, case):
+    name = case.split()[0]
     scratch = tmp_path_factory.mktemp(f"fuzz-{name}")
     monkeypatch.chdir(scratch)  # relative outputs ("abc") land here, never in the checkout
     monkeypatch.setenv("SPECDEC_CACHE", str(scratch / "cache"))
@@ -137,7 +145,7 @@ def test_no_traceback_on_random_arguments(places, tmp_path_factory, monkeypatch,
     slow = set(SLOW.get(name, []))
 
     @settings(
-        max_examples=EXAMPLES.get(name, DEFAULT_EXAMPLES),
+        max_examples=EXAMPLES.get(case, DEFAULT_EXAMPLES),
         deadline=None,
         derandomize=True,  # the same lists every run: a failure reproduces
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -149,9 +157,9 @@ def test_no_traceback_on_random_arguments(places, tmp_path_factory, monkeypatch,
         out = scratch / "out"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
-        fill = {"{packed}": places["packed"], "{tmp}": str(out)}
+        fill = {"{packed}": places["packed"], "{trace}": places["trace"], "{tmp}": str(out)}
         head = [fill.get(t, t).replace("{tmp}", str(out)) for t in PREFIX.get(name, [])]
-        action = [t.replace("{tmp}", str(out)) for t in ACTIONS.get(name, [])]
+        action = [t.replace("{tmp}", str(out)) for t in ACTIONS.get(case, [])]
         action = [fill.get(t, t) for t in action]
         argv = [name, *action, *head, *drawn]
         try:
