@@ -234,6 +234,10 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "simulate: 10^12 slots": nothing,
     "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
     "union-model: union shrinks with gamma": nothing,
+    "trace synth: more positions than memory": lambda c: c.update(
+        memory=f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 1e9:.1f}"
+    ),
+    "trace synth: no positions": nothing,
     "union-model: k above U(1)": nothing,
     "trace record: bad --lookahead": nothing,
     "trace record: --out holds the model": nothing,

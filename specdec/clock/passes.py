@@ -1,7 +1,7 @@
 """Modeled time of one verify pass: the forwards it runs, built from what the decode loop logged.
 
     clock = PassClock.for_decode(sm, drafter)          # once per decode
-    parts = clock.modeled(profile, gamma=4, drafted=3, context=120,
+    parts = clock.modeled(profile, drafted=3, context=120,
                           draft_steps=..., verify_steps=..., measured_compute_s=0.02)
 
 Forwards of one pass (shapes from the packed config.json, MoE layers from its experts.json):
@@ -90,7 +90,6 @@ class PassClock:
         self,
         profile: DeviceProfile,
         *,
-        gamma: int,
         drafted: int,
         context: int,
         draft_steps: Sequence,
@@ -107,7 +106,9 @@ class PassClock:
             unions[s.layer] = unions.get(s.layer, 0) + s.union
         total = ModeledTime()
         forwards = self.draft_forwards(drafted, context, tuple(draft_steps))
-        verify = Forward(gamma, context, self.main_layers, unions, read_steps(verify_steps))
+        # the verify pass runs the drafts plus the last committed token: the last pass of a
+        # generation may draft fewer than γ - 1, so γ is taken from what was drafted
+        verify = Forward(drafted + 1, context, self.main_layers, unions, read_steps(verify_steps))
         for shape, fwd in [*forwards, (self.shape, verify)]:
             total.add(forward_time(profile, shape, fwd))
         return total

@@ -154,7 +154,6 @@ class Decode:
             modeled = {
                 p.name: self.clock.modeled(
                     p,
-                    gamma=cfg.gamma,
                     drafted=len(drafts),
                     context=context,
                     draft_steps=draft_steps,

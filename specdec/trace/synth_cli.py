@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -74,6 +75,14 @@ def _synth(args: argparse.Namespace) -> int:
     if Path(args.out).exists() and not args.overwrite:
         raise SpecdecError(f"{args.out} exists: choose another directory or pass --overwrite")
     shape, targets, params, label = _model(args)
+    # the trace [T, L, k] int32 and the stats' working copies must fit before anything is drawn
+    need = 3 * 4 * args.positions * shape.n_layers * shape.top_k
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > memory:
+        raise SpecdecError(
+            f"--positions {args.positions}: the trace needs about {need / 1e9:.1f} GB and this "
+            f"machine has {memory / 1e9:.1f} GB: give fewer positions"
+        )
     if params is None:
         result = fit(targets, shape, seed=args.seed)
         params = result.params
