@@ -21,6 +21,7 @@ in the caller; what was written is left for the caller's temp-dir cleanup. Run t
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import queue
 import threading
@@ -94,6 +95,14 @@ def _preadv_all(fd: int, views: list[memoryview], offset: int, what: str) -> Non
             views.pop(0)
         if views and got:
             views[0] = views[0][got:]
+
+
+def _advise(chunk: Chunk, advice: str) -> None:
+    """posix_fadvise every source range of the chunk (WILLNEED: start reading it now, in the
+    background; DONTNEED: drop it from the page cache, it is read once)."""
+    if hasattr(os, advice):  # Linux; macOS has no posix_fadvise
+        for run in _read_runs(chunk.pieces):
+            os.posix_fadvise(run[0].fd, run[0].src, sum(p.nbytes for p in run), getattr(os, advice))
 
 
 def _fill(chunk: Chunk, buf: np.ndarray) -> None:
@@ -180,12 +189,18 @@ def write_chunks(
     thread = threading.Thread(target=writer, name="pack-writer", daemon=True)
     thread.start()
     try:
-        for chunk in chunks:
-            buf = free.get()
-            if buf is None:
-                break
-            _fill(chunk, buf)
-            full.put((chunk, buf))
+        chunk: Chunk | None = None
+        for ahead in itertools.chain(chunks, [None]):
+            if ahead is not None:
+                _advise(ahead, "POSIX_FADV_WILLNEED")  # the disk reads it while we fill chunk
+            if chunk is not None:
+                buf = free.get()
+                if buf is None:
+                    break
+                _fill(chunk, buf)
+                _advise(chunk, "POSIX_FADV_DONTNEED")  # read once: leave the page cache alone
+                full.put((chunk, buf))
+            chunk = ahead
     except BaseException:
         stop.set()
         raise
