@@ -10,7 +10,7 @@ expert shape (hidden 3072, expert intermediate 1536, 256 experts, 4-bit group 64
 scales and biases: 7.96 MB per expert) plus quantized attention, router and embeddings, as many
 layers as fit in --gb, filled with random bytes (real data on the disk, no sparse holes). Each
 round runs, in a shuffled order: the pack (in a child process, peak RSS from getrusage), `cp` of
-the safetensors files, `dd bs=64M` and the same with O_DIRECT, each ending with its data fsynced, each output deleted
+the safetensors files and `dd bs=64M iflag=direct oflag=direct`, each ending with its data fsynced, each output deleted
 before the next run. Before every run the source files' pages are evicted
 (posix_fadvise DONTNEED; with --drop-caches also `echo 3 > /proc/sys/vm/drop_caches`), and
 the share of them still cached is recorded. The ratio is pack GB/s over the faster copy's GB/s,
@@ -43,7 +43,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 HIDDEN, INTER, EXPERTS, VOCAB = 3072, 1536, 256, 200064
 HEADS_DIM_Q, HEADS_DIM_KV = 6144, 1024  # MiniMax-M2.5: 48 query heads, 8 KV heads of 128
 SHARD_BYTES = 5 << 30
-COPIES = ("cp", "dd", "dd_direct")  # plain sequential copies; pack is compared to the fastest
+COPIES = ("cp", "dd_direct")  # plain sequential copies; pack is compared to the fastest
 
 
 def _q4(name: str, out_dim: int, in_dim: int) -> list[tuple[str, str, tuple, int]]:
@@ -178,9 +178,8 @@ def run_copy(tool: str, files: list[Path], out: Path) -> dict:
             subprocess.run(["cp", str(f), str(dst)], check=True)
             subprocess.run(["sync", "--data", str(dst)], check=True)
         else:
-            direct = ["iflag=direct", "oflag=direct"] if tool == "dd_direct" else []
-            cmd = ["dd", f"if={f}", f"of={dst}", "bs=64M", "conv=fsync", "status=none", *direct]
-            subprocess.run(cmd, check=True)
+            cmd = ["dd", f"if={f}", f"of={dst}", "bs=64M", "iflag=direct", "oflag=direct"]
+            subprocess.run([*cmd, "conv=fsync", "status=none"], check=True)
     return {"seconds": time.perf_counter() - t0}
 
 

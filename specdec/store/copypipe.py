@@ -1,26 +1,33 @@
 """The copy pipeline `specdec pack` writes through: gather pieces of source files into large
 aligned buffers on one thread, checksum and write them on another.
 
-    write_chunks(out_path, chunks, on_written, direct=True)
+    write_chunks(out_path, chunks, on_written, max_chunk, direct=True)
 
 Each `Chunk` is one contiguous range of the output file, assembled in a buffer from `Piece`s
 (byte ranges of open source files, or literal bytes); whatever no piece covers is zero. Pieces
-that are adjacent in a source file are read with one `preadv` scattering straight into their
-places (a group of experts of one stacked tensor is one read), so the disk sees large sequential
-reads. The calling thread reads chunk k+1 while a writer thread checksums (zlib.crc32, which
-releases the GIL) and writes chunk k; a bounded pool of buffers bounds memory (`pool_bytes`,
-at least two chunks). With `direct=True` the output is written with O_DIRECT (falling back to
-buffered writes where the file system refuses it): no dirty page cache to throttle on and none
-left over. The file is fsynced before `write_chunks` returns.
+adjacent in a source file are read with one read (a group of experts of one stacked tensor is
+one sequential read), so the disk sees large sequential reads. Sources opened by `open_source`
+are read with O_DIRECT: the span, rounded out to 4 KiB, lands in a staging buffer and is copied
+into place (tensors sit at arbitrary offsets); buffered reads of a multi-GB checkpoint spent
+their time filling and reclaiming page cache (benchmarks/results/pack.md). Sources without
+O_DIRECT are scatter-read (`preadv`) straight into place, the next chunk's ranges announced
+ahead (POSIX_FADV_WILLNEED) and dropped once read (DONTNEED).
+
+The calling thread reads chunk k+1 while a writer thread checksums (zlib.crc32, which releases
+the GIL) and writes chunk k; a bounded pool of buffers bounds memory (`pool_bytes`, two to
+eight chunks). With `direct=True` the output is written with O_DIRECT (buffered where the file
+system refuses it, and for an unaligned tail): no dirty page cache to throttle on and none left
+over. The file is fsynced before `write_chunks` returns.
 
 Failures anywhere (a short source file, a read error, a full disk) stop both threads and raise
-in the caller; what was written is left for the caller's temp-dir cleanup. Run the tests with
-`pytest tests/test_pack_pipeline.py`.
+in the caller; what was written is left for the caller's temp-dir cleanup. Tests:
+`pytest tests/test_pack_pipeline.py`; speed: `python benchmarks/bench_pack.py`.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import itertools
 import os
 import queue
@@ -33,10 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from specdec.errors import StoreError
-from specdec.store.layout import ALIGN
+from specdec.store.layout import ALIGN, round_up
 
 IOV_MAX = 1024  # Linux's limit on iovecs per preadv
-POOL_BYTES = 256 << 20  # buffers in flight: peak RSS of a pack stays ~ this plus the interpreter
+POOL_BYTES = 128 << 20  # buffers in flight: peak RSS of a pack stays ~ this plus the interpreter
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class Piece:
     nbytes: int
     fd: int = -1
     src: int = 0
-    what: str = ""  # named in errors (a tensor name)
+    what: str = ""  # named in errors: the tensor and its file
     data: bytes | None = None
 
 
@@ -62,6 +69,26 @@ class Chunk:
     tag: object = None  # the caller's, handed back to on_written
 
 
+def open_source(path: Path) -> int:
+    """Open a source file that is read once: O_DIRECT where the file system takes it (no page
+    cache to fill and reclaim), else buffered with sequential readahead."""
+    if hasattr(os, "O_DIRECT"):
+        try:
+            return os.open(path, os.O_RDONLY | os.O_DIRECT)
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # EINVAL: this file system refuses O_DIRECT
+                raise
+    fd = os.open(path, os.O_RDONLY)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    return fd
+
+
+def is_direct(fd: int) -> bool:
+    """True when fd was opened with O_DIRECT."""
+    return hasattr(os, "O_DIRECT") and bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+
+
 def _aligned_buffer(nbytes: int) -> np.ndarray:
     """Zeroed uint8 buffer whose address is ALIGN-aligned (O_DIRECT needs it)."""
     raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
@@ -70,7 +97,7 @@ def _aligned_buffer(nbytes: int) -> np.ndarray:
 
 
 def _read_runs(pieces: list[Piece]) -> Iterator[list[Piece]]:
-    """File pieces grouped into runs that are contiguous in one source file (one preadv each)."""
+    """File pieces grouped into runs that are contiguous in one source file (one read each)."""
     run: list[Piece] = []
     for p in sorted((p for p in pieces if p.data is None), key=lambda p: (p.fd, p.src)):
         if run and (
@@ -83,12 +110,26 @@ def _read_runs(pieces: list[Piece]) -> Iterator[list[Piece]]:
         yield run
 
 
+def _advise(chunk: Chunk, advice: str) -> None:
+    """posix_fadvise the chunk's buffered source ranges (WILLNEED: start reading them now, in
+    the background; DONTNEED: drop them from the page cache, they are read once)."""
+    if hasattr(os, advice):  # Linux; macOS has no posix_fadvise
+        for run in _read_runs(chunk.pieces):
+            if not is_direct(run[0].fd):
+                n = sum(p.nbytes for p in run)
+                os.posix_fadvise(run[0].fd, run[0].src, n, getattr(os, advice))
+
+
+def _eof(what: str) -> StoreError:
+    return StoreError(f"unexpected end of file reading {what} (truncated checkpoint?)")
+
+
 def _preadv_all(fd: int, views: list[memoryview], offset: int, what: str) -> None:
     """Fill every view from fd at offset, completing short reads."""
     while views:
         got = os.preadv(fd, views, offset)
         if got == 0:
-            raise StoreError(f"unexpected end of file reading {what} (truncated checkpoint?)")
+            raise _eof(what)
         offset += got
         while views and got >= len(views[0]):
             got -= len(views[0])
@@ -97,15 +138,22 @@ def _preadv_all(fd: int, views: list[memoryview], offset: int, what: str) -> Non
             views[0] = views[0][got:]
 
 
-def _advise(chunk: Chunk, advice: str) -> None:
-    """posix_fadvise every source range of the chunk (WILLNEED: start reading it now, in the
-    background; DONTNEED: drop it from the page cache, it is read once)."""
-    if hasattr(os, advice):  # Linux; macOS has no posix_fadvise
-        for run in _read_runs(chunk.pieces):
-            os.posix_fadvise(run[0].fd, run[0].src, sum(p.nbytes for p in run), getattr(os, advice))
+def _read_direct(run: list[Piece], buf: np.ndarray, staging: np.ndarray) -> None:
+    """O_DIRECT read of the run's span, rounded out to ALIGN, into staging; then copied into
+    place (source tensors sit at arbitrary offsets, so their pages cannot land in the chunk)."""
+    fd, start, end = run[0].fd, run[0].src // ALIGN * ALIGN, run[-1].src + run[-1].nbytes
+    view = memoryview(staging)[: round_up(end, ALIGN) - start]
+    done = 0
+    while done < end - start:
+        got = os.preadv(fd, [view[done:]], start + done)
+        if got == 0 or (got % ALIGN and done + got < end - start):  # short of `end`: EOF
+            raise _eof(run[0].what)
+        done += got
+    for p in run:
+        buf[p.dst : p.dst + p.nbytes] = staging[p.src - start : p.src - start + p.nbytes]
 
 
-def _fill(chunk: Chunk, buf: np.ndarray) -> None:
+def _fill(chunk: Chunk, buf: np.ndarray, staging: np.ndarray) -> None:
     """Assemble the chunk in buf[:chunk.nbytes]: pieces read or copied, gaps zeroed."""
     covered = sorted((p.dst, p.dst + p.nbytes) for p in chunk.pieces)
     pos = 0
@@ -118,8 +166,16 @@ def _fill(chunk: Chunk, buf: np.ndarray) -> None:
             buf[p.dst : p.dst + p.nbytes] = np.frombuffer(p.data, np.uint8)
     view = memoryview(buf)
     for run in _read_runs(chunk.pieces):
-        views = [view[p.dst : p.dst + p.nbytes] for p in run]
-        _preadv_all(run[0].fd, views, run[0].src, run[0].what)
+        try:
+            if is_direct(run[0].fd):
+                _read_direct(run, buf, staging)
+            else:
+                views = [view[p.dst : p.dst + p.nbytes] for p in run]
+                _preadv_all(run[0].fd, views, run[0].src, run[0].what)
+        except OSError as e:
+            raise StoreError(
+                f"reading {run[0].what} failed: {e.strerror or e}; check the disk and the source"
+            ) from e
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
@@ -143,7 +199,7 @@ def _open_output(path: Path, direct: bool) -> tuple[int, bool]:
         try:
             return os.open(path, flags | os.O_DIRECT, 0o644), True
         except OSError as e:
-            if e.errno != errno.EINVAL:  # EINVAL: this file system refuses O_DIRECT
+            if e.errno != errno.EINVAL:
                 raise
     return os.open(path, flags, 0o644), False
 
@@ -159,15 +215,16 @@ def write_chunks(
     """Write `chunks` (each at most max_chunk bytes) to a new file at path, then fsync it.
 
     `on_written(chunk, crc32s)` runs on the writer thread once the chunk is written, with the
-    crc32 of each of its `crc_ranges`. With direct=True every chunk's offset and length must be
-    multiples of ALIGN.
+    crc32 of each of its `crc_ranges`, in chunk order. With direct=True, chunks go out with
+    O_DIRECT while their offsets and lengths are multiples of ALIGN (an unaligned one is the
+    file's tail).
     """
     fd, direct = _open_output(path, direct)
-    n_buffers = max(2, pool_bytes // max(max_chunk, 1))
     free: queue.Queue = queue.Queue()
-    for _ in range(n_buffers):
+    for _ in range(min(8, max(2, pool_bytes // max(max_chunk, 1)))):
         free.put(_aligned_buffer(max_chunk))
     full: queue.Queue = queue.Queue()
+    staging = _aligned_buffer(max_chunk + 2 * ALIGN)  # direct reads of unaligned sources
     failed: list[BaseException] = []
     stop = threading.Event()
 
@@ -178,7 +235,8 @@ def write_chunks(
                 data = buf[: chunk.nbytes]
                 crcs = [zlib.crc32(data[a : a + n]) for a, n in chunk.crc_ranges]
                 if direct and (chunk.offset % ALIGN or chunk.nbytes % ALIGN):
-                    raise ValueError(f"unaligned chunk {chunk.offset}+{chunk.nbytes} for O_DIRECT")
+                    # the file's unaligned tail: O_DIRECT off from here on (Linux F_SETFL)
+                    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
                 _pwrite_all(fd, memoryview(data), chunk.offset, path)
                 on_written(chunk, crcs)
                 free.put(buf)
@@ -192,12 +250,12 @@ def write_chunks(
         chunk: Chunk | None = None
         for ahead in itertools.chain(chunks, [None]):
             if ahead is not None:
-                _advise(ahead, "POSIX_FADV_WILLNEED")  # the disk reads it while we fill chunk
+                _advise(ahead, "POSIX_FADV_WILLNEED")  # read it while `chunk` is filled
             if chunk is not None:
                 buf = free.get()
                 if buf is None:
                     break
-                _fill(chunk, buf)
+                _fill(chunk, buf, staging)
                 _advise(chunk, "POSIX_FADV_DONTNEED")  # read once: leave the page cache alone
                 full.put((chunk, buf))
             chunk = ahead

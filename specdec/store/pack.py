@@ -4,10 +4,12 @@ Reads the safetensors headers of `model*.safetensors` (and `mtp.safetensors`, th
 layer stored as `model.layers.{num_hidden_layers}.*`), then copies raw bytes, tensor by tensor:
 routed-expert tensors (mlx-lm's stacked `...switch_mlp.<proj>.<weight|scales|biases>` [E, ...])
 are cut per expert into one aligned block per (layer, expert) in experts.bin; everything else goes
-unchanged into model.safetensors (the MTP layer's into mtp.safetensors). Memory stays bounded by
-one expert block plus an 8 MiB copy buffer, so a 100 GB checkpoint packs on a 24 GB machine
-(`python benchmarks/bench_pack.py` measured 62 MB peak RSS packing a 3.8 GB checkpoint). The
-layout is in `store/layout.py`.
+unchanged into model.safetensors (the MTP layer's into mtp.safetensors). The bytes go through
+`store/copypipe.py`: chunks of whole expert blocks (~32 MB), each stacked tensor's slices for a
+chunk's experts read in one sequential O_DIRECT read, crc32 and O_DIRECT writes on a writer
+thread, a few chunks in flight; memory stays bounded by those buffers whatever the checkpoint
+size (`python benchmarks/bench_pack.py`: peak RSS and speed against `cp` and `dd`). The layout
+is in `store/layout.py`.
 
 Everything is written into `OUT_DIR.tmp-<pid>` and renamed at the end, with experts.json written
 last: a killed pack never leaves a directory that looks valid, and the next pack deletes the
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from specdec.errors import StoreError
-from specdec.store.copypipe import Chunk, Piece, write_chunks
+from specdec.store.copypipe import Chunk, Piece, open_source, write_chunks
 from specdec.store.layout import (
     ALIGN,
     EXPERT_RE,
@@ -171,9 +173,7 @@ class _Sources:
 
     def fd(self, path: Path) -> int:
         if path not in self.fds:
-            self.fds[path] = os.open(path, os.O_RDONLY)
-            if hasattr(os, "posix_fadvise"):  # read once, front to back: larger readahead
-                os.posix_fadvise(self.fds[path], 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            self.fds[path] = open_source(path)
         return self.fds[path]
 
     def close(self) -> None:
@@ -181,11 +181,15 @@ class _Sources:
             os.close(fd)
 
 
+def _what(t: SafeTensor) -> str:
+    return f"{t.name} in {Path(t.path).name}"
+
+
 def _resident_chunks(tensors: list[SafeTensor], header: bytes, src: _Sources) -> Iterator[Chunk]:
     """model.safetensors as CHUNK-sized chunks: the header, then each tensor's bytes in turn."""
     pieces, pos = [Piece(0, len(header), data=header)], len(header)
     for t in tensors:
-        pieces.append(Piece(pos, t.nbytes, src.fd(t.path), t.offset, t.name))
+        pieces.append(Piece(pos, t.nbytes, src.fd(t.path), t.offset, _what(t)))
         pos += t.nbytes
     for start in range(0, pos, CHUNK):
         end = min(start + CHUNK, pos)
@@ -204,7 +208,8 @@ def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> Non
     header = safetensors_header_bytes(
         [(t.name, t.dtype, t.shape, t.nbytes) for t in tensors], {"format": "mlx"}
     )
-    write_chunks(path, _resident_chunks(tensors, header, src), lambda c, crcs: None, CHUNK)
+    chunks = _resident_chunks(tensors, header, src)
+    write_chunks(path, chunks, lambda c, crcs: None, CHUNK, direct=True)
 
 
 def _expert_chunks(layers: dict[int, tuple[LayerLayout, dict]], src: _Sources) -> Iterator[Chunk]:
@@ -223,7 +228,7 @@ def _expert_chunks(layers: dict[int, tuple[LayerLayout, dict]], src: _Sources) -
                     spec.nbytes,
                     src.fd(srcs[spec.name].path),
                     srcs[spec.name].offset + (e0 + i) * spec.nbytes,
-                    spec.name,
+                    _what(srcs[spec.name]),
                 )
                 for spec in layout.tensors
                 for i in range(n)
