@@ -10,7 +10,8 @@ expert shape (hidden 3072, expert intermediate 1536, 256 experts, 4-bit group 64
 scales and biases: 7.96 MB per expert) plus quantized attention, router and embeddings, as many
 layers as fit in --gb, filled with random bytes (real data on the disk, no sparse holes). Each
 round runs, in a shuffled order: the pack (in a child process, peak RSS from getrusage), `cp` of
-the safetensors files and `dd bs=64M iflag=direct oflag=direct`, each ending with its data fsynced, each output deleted
+the safetensors files and `dd bs=64M iflag=direct oflag=direct`, each ending with its data
+fsynced, each output deleted
 before the next run. Before every run the source files' pages are evicted
 (posix_fadvise DONTNEED; with --drop-caches also `echo 3 > /proc/sys/vm/drop_caches`), and
 the share of them still cached is recorded. The ratio is pack GB/s over the faster copy's GB/s,
