@@ -126,6 +126,13 @@ def write_checkpoint(model_dir: Path, total_gb: float) -> dict:
     return {"layers": n_layers, "experts": EXPERTS, "generated": True}
 
 
+def describe(model_dir: Path) -> dict:
+    """Layer and expert counts of an existing checkpoint, from its config.json."""
+    config = json.loads((model_dir / "config.json").read_text())
+    experts = config.get("num_local_experts") or config.get("n_routed_experts")
+    return {"layers": config.get("num_hidden_layers"), "experts": experts, "generated": False}
+
+
 def evict(files: list[Path], drop_caches: bool) -> float:
     """Evict the files' pages; returns the share of their bytes still in the page cache."""
     if drop_caches:
@@ -239,7 +246,7 @@ def main() -> int:
     work.mkdir(parents=True)
     src = args.src or work / "model"
     try:
-        shape = write_checkpoint(src, args.gb) if args.src is None else {"generated": False}
+        shape = write_checkpoint(src, args.gb) if args.src is None else describe(src)
         files = weight_files(src)
         nbytes = sum(f.stat().st_size for f in files)
         runs: dict[str, list[dict]] = {job: [] for job in ("pack", *COPIES)}
