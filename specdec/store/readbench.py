@@ -346,7 +346,7 @@ def _checks(results: list[PathResult], fio: list[dict] | None) -> dict[str, Any]
         best_ours = max(ours, key=lambda r: r.gbps)
         best_fio = max(fio, key=lambda f: f["gbps"])
         # paired per round: the two best configurations ran in the same shuffled round
-        per_round = [a / b for a, b in zip(best_ours.runs_gbps, best_fio["runs_gbps"])]
+        per_round = [a / b for a, b in zip(best_ours.runs_gbps, best_fio["runs_gbps"], strict=True)]
         ratio = best_ours.gbps / best_fio["gbps"]
         out["best"] = {
             "ours": f"{best_ours.name} threads={best_ours.threads}",
