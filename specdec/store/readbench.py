@@ -6,6 +6,7 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     pread_heap_mxarray     os.pread -> bytes on the heap -> mx.array (a copy)     page cache
     preadv_fresh_buffer    new MLX buffer per read, O_DIRECT preadv into it        bypassed
     preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
+    ..._one_by_one         the same, one block per read() (a lone miss: split)    bypassed
     ..._4k_pages           the same arena without transparent huge pages            bypassed
     preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
     mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
@@ -197,10 +198,18 @@ def _reader_path(io: str, huge_pages: bool = True):
     return run
 
 
+def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> None:
+    """Each block alone, as a lone miss: the reader splits it across its idle threads."""
+    with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=threads) as reader:
+        for i, e in enumerate(order):
+            reader.read([(0, e, i % ARENA_SLOTS)])
+
+
 PATHS: dict[str, tuple[Callable, bool]] = {
     "pread_heap_mxarray": (_pread_heap_mxarray, True),
     "preadv_fresh_buffer": (_preadv_fresh_buffer, False),
     "preadv_direct_arena": (_reader_path("direct"), False),
+    "preadv_direct_arena_one_by_one": (_direct_one_by_one, False),
     "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
     "preadv_buffered_arena": (_reader_path("buffered"), True),
     "mmap_copy": (_reader_path("mmap"), True),
@@ -324,7 +333,7 @@ def bench_read(
         shutil.rmtree(work, ignore_errors=True)
 
 
-DIRECT_PATHS = ("preadv_direct_arena",)  # ours, bypassing the page cache, into the arena
+DIRECT_PATHS = ("preadv_direct_arena", "preadv_direct_arena_one_by_one")  # ours, into the arena
 
 
 def _checks(results: list[PathResult], fio: list[dict] | None) -> dict[str, Any]:
