@@ -179,27 +179,38 @@ class ExpertReader:
             done.set_result(None)
             return done
         self._batch_started()
-        futures = [
-            self._pool.submit(self._read_part, layer, expert, slot, part)
+        parts = [
+            (layer, expert, slot, part)
             for layer, expert, slot in requests
             for part in self._parts(layer, len(requests))
         ]
-        remaining = [len(futures)]
+        # A few workers drain the batch rather than one pool task per part: one thread wake-up
+        # per worker, not per read, which matters when other processes hold the CPUs.
+        todo, errors = iter(parts), []
+        remaining = [min(self.threads, len(parts))]
 
-        def finished(_f: cf.Future) -> None:
+        def worker() -> None:
+            while True:
+                with self._lock:
+                    item = next(todo, None)
+                if item is None:
+                    break
+                try:
+                    self._read_part(*item)
+                except BaseException as e:  # the batch fails; the other parts are still read
+                    errors.append(e)
             with self._lock:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
             self._batch_finished()
-            errors = [f.exception() for f in futures if f.exception() is not None]
             if errors:
                 done.set_exception(errors[0])
             else:
                 done.set_result(None)
 
-        for f in futures:
-            f.add_done_callback(finished)
+        for _ in range(remaining[0]):
+            self._pool.submit(worker)
         return done
 
     def wait(self, future: cf.Future) -> None:
