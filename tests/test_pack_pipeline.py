@@ -29,12 +29,13 @@ from specdec.errors import StoreError
 from specdec.model.random_models import make_random
 from specdec.store import copypipe
 from specdec.store import pack as pack_mod
-from specdec.store.layout import EXPERTS_BIN, RESIDENT, ExpertIndex, read_safetensors_header
+from specdec.store.layout import ALIGN, EXPERTS_BIN, RESIDENT, ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack, plan
 
 FILES = (EXPERTS_BIN, RESIDENT, "experts.json")
 # Chunks smaller than a block: one block per experts.bin chunk, resident tensors cut across
-# chunks, the resident file's unaligned tail written with O_DIRECT switched off.
+# chunks, the resident file's unaligned tail written with O_DIRECT switched off, and a staging
+# buffer that cannot hold all of a chunk's direct reads at once.
 TINY = 8192
 
 
@@ -53,6 +54,8 @@ def _pack_with(model_dir, out, monkeypatch, chunk: int | None, buffered: bool) -
     with monkeypatch.context() as m:
         if chunk is not None:
             m.setattr(pack_mod, "CHUNK", chunk)
+            # staging too small for a chunk's runs at once: runs in flight drain, then reuse it
+            m.setattr(copypipe, "STAGING_SLACK", 2 * ALIGN)
         if buffered:
             m.setattr(pack_mod, "open_source", _buffered_source)
         return pack(model_dir, out)

@@ -26,6 +26,7 @@ in the caller; what was written is left for the caller's temp-dir cleanup. Tests
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import errno
 import fcntl
 import itertools
@@ -43,7 +44,11 @@ from specdec.errors import StoreError
 from specdec.store.layout import ALIGN, round_up
 
 IOV_MAX = 1024  # Linux's limit on iovecs per preadv
-POOL_BYTES = 128 << 20  # buffers in flight: peak RSS of a pack stays ~ this plus the interpreter
+READERS = 4  # reads of one chunk in flight at once (a chunk has one run per stacked tensor)
+POOL_BYTES = 128 << 20
+STAGING_SLACK = (
+    32 * ALIGN
+)  # staging beyond one chunk: room for runs' rounding to ALIGN  # buffers in flight: peak RSS of a pack stays ~ this plus the interpreter
 
 
 @dataclass(frozen=True)
@@ -138,14 +143,21 @@ def _preadv_all(fd: int, views: list[memoryview], offset: int, what: str) -> Non
             views[0] = views[0][got:]
 
 
+def _span(run: list[Piece]) -> tuple[int, int]:
+    """(start, length) of the run's bytes rounded out to ALIGN: what an O_DIRECT read takes."""
+    start = run[0].src // ALIGN * ALIGN
+    return start, round_up(run[-1].src + run[-1].nbytes, ALIGN) - start
+
+
 def _read_direct(run: list[Piece], buf: np.ndarray, staging: np.ndarray) -> None:
-    """O_DIRECT read of the run's span, rounded out to ALIGN, into staging; then copied into
-    place (source tensors sit at arbitrary offsets, so their pages cannot land in the chunk)."""
-    fd, start, end = run[0].fd, run[0].src // ALIGN * ALIGN, run[-1].src + run[-1].nbytes
-    view = memoryview(staging)[: round_up(end, ALIGN) - start]
+    """O_DIRECT read of the run's span into staging, then copied into place (source tensors sit
+    at arbitrary offsets, so their pages cannot land in the chunk)."""
+    start, _ = _span(run)
+    end = run[-1].src + run[-1].nbytes
+    view = memoryview(staging)
     done = 0
     while done < end - start:
-        got = os.preadv(fd, [view[done:]], start + done)
+        got = os.preadv(run[0].fd, [view[done:]], start + done)
         if got == 0 or (got % ALIGN and done + got < end - start):  # short of `end`: EOF
             raise _eof(run[0].what)
         done += got
@@ -153,8 +165,22 @@ def _read_direct(run: list[Piece], buf: np.ndarray, staging: np.ndarray) -> None
         buf[p.dst : p.dst + p.nbytes] = staging[p.src - start : p.src - start + p.nbytes]
 
 
-def _fill(chunk: Chunk, buf: np.ndarray, staging: np.ndarray) -> None:
-    """Assemble the chunk in buf[:chunk.nbytes]: pieces read or copied, gaps zeroed."""
+def _read_run(run: list[Piece], buf: np.ndarray, staging: np.ndarray | None) -> None:
+    try:
+        if staging is not None:
+            _read_direct(run, buf, staging)
+        else:
+            views = [memoryview(buf)[p.dst : p.dst + p.nbytes] for p in run]
+            _preadv_all(run[0].fd, views, run[0].src, run[0].what)
+    except OSError as e:
+        raise StoreError(
+            f"reading {run[0].what} failed: {e.strerror or e}; check the disk and the source"
+        ) from e
+
+
+def _fill(chunk: Chunk, buf: np.ndarray, staging: np.ndarray, pool: cf.Executor) -> None:
+    """Assemble the chunk in buf[:chunk.nbytes]: pieces read (each run on `pool`, so several
+    reads are in flight and the copies out of staging run in parallel) or copied, gaps zeroed."""
     covered = sorted((p.dst, p.dst + p.nbytes) for p in chunk.pieces)
     pos = 0
     for a, b in [*covered, (chunk.nbytes, chunk.nbytes)]:
@@ -164,18 +190,20 @@ def _fill(chunk: Chunk, buf: np.ndarray, staging: np.ndarray) -> None:
     for p in chunk.pieces:
         if p.data is not None:
             buf[p.dst : p.dst + p.nbytes] = np.frombuffer(p.data, np.uint8)
-    view = memoryview(buf)
+    futures: list[cf.Future] = []
+    used = 0  # staging bytes handed to runs in flight
     for run in _read_runs(chunk.pieces):
-        try:
-            if is_direct(run[0].fd):
-                _read_direct(run, buf, staging)
-            else:
-                views = [view[p.dst : p.dst + p.nbytes] for p in run]
-                _preadv_all(run[0].fd, views, run[0].src, run[0].what)
-        except OSError as e:
-            raise StoreError(
-                f"reading {run[0].what} failed: {e.strerror or e}; check the disk and the source"
-            ) from e
+        area = None
+        if is_direct(run[0].fd):
+            n = _span(run)[1]
+            if used + n > len(staging):  # staging full: let the runs in flight finish
+                for f in futures:
+                    f.result()
+                futures, used = [], 0
+            area, used = staging[used : used + n], used + n
+        futures.append(pool.submit(_read_run, run, buf, area))
+    for f in futures:
+        f.result()
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
@@ -224,7 +252,9 @@ def write_chunks(
     for _ in range(min(8, max(2, pool_bytes // max(max_chunk, 1)))):
         free.put(_aligned_buffer(max_chunk))
     full: queue.Queue = queue.Queue()
-    staging = _aligned_buffer(max_chunk + 2 * ALIGN)  # direct reads of unaligned sources
+    # direct reads of unaligned sources land here: a chunk's runs, each rounded out to ALIGN
+    staging = _aligned_buffer(max_chunk + STAGING_SLACK)
+    readers = cf.ThreadPoolExecutor(READERS, thread_name_prefix="pack-read")
     failed: list[BaseException] = []
     stop = threading.Event()
 
@@ -255,7 +285,7 @@ def write_chunks(
                 buf = free.get()
                 if buf is None:
                     break
-                _fill(chunk, buf, staging)
+                _fill(chunk, buf, staging, readers)
                 _advise(chunk, "POSIX_FADV_DONTNEED")  # read once: leave the page cache alone
                 full.put((chunk, buf))
             chunk = ahead
@@ -263,6 +293,7 @@ def write_chunks(
         stop.set()
         raise
     finally:
+        readers.shutdown(wait=True)
         full.put(None)
         thread.join()
         if failed or stop.is_set():
