@@ -58,8 +58,9 @@ def markdown(results: list[dict], argv: list[str]) -> str:
     lines = [
         "# Read path vs fio's best (O_DIRECT random block reads, interleaved rounds)",
         "",
-        "| block | ours best | GB/s | fio best | GB/s | ours / fio | per-round median |",
-        "|---:|---|---:|---|---:|---:|---:|",
+        "| block | ours best | GB/s | fio best | GB/s | ours / fio | per-round median "
+        "| arena huge pages |",
+        "|---:|---|---:|---|---:|---:|---:|---|",
     ]
     for r in results:
         b = r["checks"].get("best")
@@ -67,7 +68,7 @@ def markdown(results: list[dict], argv: list[str]) -> str:
             lines.append(
                 f"| {r['block_bytes'] / 1e6:.2f} MB | {b['ours']} | {b['ours_gbps']:.2f} | "
                 f"{b['fio']} | {b['fio_gbps']:.2f} | {b['ours_over_fio_best']:.2f} | "
-                f"{b['per_round_ratio_median']:.2f} |"
+                f"{b['per_round_ratio_median']:.2f} | {r['arena_huge_pages']} |"
             )
     m = results[0]["machine"]
     lines += [
