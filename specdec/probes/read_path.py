@@ -25,7 +25,7 @@ DESCRIBE = {
     "pread_heap_mxarray": "pread -> heap -> MLX array",
     "preadv_fresh_buffer": "preadv -> freshly allocated MLX buffer",
     "preadv_direct_arena": "preadv, O_DIRECT -> preallocated arena slot",
-    "preadv_direct_arena_one_by_one": "the same, one block per read (split across threads)",
+    "preadv_direct_arena_one_by_one": "the same, one block per read (a lone miss)",
     "preadv_direct_arena_4k_pages": "the same, arena without huge pages",
     "preadv_buffered_arena": "preadv, page cache -> preallocated arena slot",
     "mmap_copy": "mmap -> copy into arena slot",

@@ -6,7 +6,7 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     pread_heap_mxarray     os.pread -> bytes on the heap -> mx.array (a copy)     page cache
     preadv_fresh_buffer    new MLX buffer per read, O_DIRECT preadv into it        bypassed
     preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
-    ..._one_by_one         the same, one block per read() (a lone miss: split)    bypassed
+    ..._one_by_one         the same, one block per read() (a lone miss)            bypassed
     ..._4k_pages           the same arena without transparent huge pages            bypassed
     preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
     mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
@@ -213,7 +213,7 @@ def _reader_path(io: str, huge_pages: bool = True):
 
 
 def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> None:
-    """Each block alone, as a lone miss: the reader splits it across its idle threads."""
+    """Each block alone, as a lone miss (the reader splits blocks over 2 x SPLIT_MIN)."""
     with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=threads) as reader:
         for i, e in enumerate(order):
             reader.read([(0, e, i % ARENA_SLOTS)])

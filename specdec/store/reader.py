@@ -6,9 +6,9 @@
 
 Each block is one `os.preadv` into the slot's numpy view (which is the MLX arena's memory), run
 on a thread pool (`preadv` releases the GIL, so reads overlap). A batch with fewer blocks than
-threads splits its large blocks into ALIGN-multiple pieces of at least `split_min` (1 MiB) read
-in parallel, so a lone 8 MB miss keeps several reads in flight; the crc32 (when verified) is
-checked by whichever thread reads a block's last piece. I/O modes:
+threads splits its large blocks into ALIGN-multiple pieces of at least `split_min` (4 MiB) read
+in parallel (ds4's trick for a lone miss; here it pays only for blocks of 8 MiB and more); the
+crc32 (when verified) is checked by whichever thread reads a block's last piece. I/O modes:
 
     direct    page cache bypassed: O_DIRECT on Linux, F_NOCACHE on macOS. What a streaming
               engine's misses really cost; also keeps the page cache from posing as expert cache.
@@ -45,7 +45,10 @@ MAX_RETRIES = 3
 F_NOCACHE = 48  # macOS fcntl: bypass the unified buffer cache for this fd
 
 Request = tuple[int, int, int]  # (layer, expert, slot)
-SPLIT_MIN = 1 << 20  # a block is split across idle threads into pieces of at least this
+# A block is split across idle threads only into pieces of at least this: the block layer sends
+# at most 4 MiB per request here (max_sectors_kb), so one 8 MB preadv already has two in flight,
+# and 1 MiB pieces measured slower (benchmarks/results/read.md, `_one_by_one` rows).
+SPLIT_MIN = 4 << 20
 
 
 @dataclass
@@ -255,8 +258,8 @@ class ExpertReader:
 
     def _parts(self, layer: int, batch: int) -> list[_Part]:
         """A block's byte ranges, read in parallel: a batch smaller than the pool splits its
-        blocks (pieces of at least split_min, ALIGN multiples) so idle threads help, as ds4
-        does for a single miss; a full batch reads each block whole."""
+        blocks (pieces of at least split_min, ALIGN multiples) so idle threads help; a full
+        batch reads each block whole."""
         layout = self.index.layers.get(layer)
         if layout is None:
             return [_Part(0, 0, _Block(1))]  # _read_part names the bad layer
