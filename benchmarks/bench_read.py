@@ -102,8 +102,11 @@ def main() -> int:
     for i, result in enumerate(results):
         name = "read.json" if i == 0 else f"read-{result['block_bytes']}.json"
         _write(name, json.dumps(result, indent=1) + "\n")
-    _write("read.md", markdown(results, sys.argv[1:]))
-    print(markdown(results, sys.argv[1:]))
+    argv = sys.argv[1:]
+    if args.dir is not None:  # results name no machine's paths
+        argv = [a.replace(str(args.dir), "DIR") for a in argv]
+    _write("read.md", markdown(results, argv))
+    print(markdown(results, argv))
     return 0
 
 
