@@ -26,12 +26,17 @@ def test_bench_read_small(tmp_path):
             p["name"] in {"pread_heap_mxarray", "preadv_buffered_arena", "mmap_copy"}
         )
     if shutil.which("fio"):
-        assert {(f["engine"], f["threads"]) for f in result["fio"]} == {
-            (e, t) for e in ("psync", "libaio") for t in (1, 2)
+        mems = ("malloc", "shmhuge") if result["hugepages_short_for_fio"] == 0 else ("malloc",)
+        assert {(f["engine"], f["mem"], f["threads"]) for f in result["fio"]} == {
+            (e, m, t) for e in ("psync", "libaio", "io_uring") for m in mems for t in (1, 2)
         }
+        best = result["checks"]["best"]
+        fastest = max(result["fio"], key=lambda f: f["gbps"])
+        assert best["fio_gbps"] == fastest["gbps"]
+        assert best["ours_over_fio_best"] == best["ours_gbps"] / fastest["gbps"]
     else:
         assert result["fio"] is None
-    assert set(result["checks"]) == {"threads_1", "threads_2"}
+    assert set(result["checks"]) - {"best"} == {"threads_1", "threads_2"}
     assert result["machine"]["cores"] >= 1
     assert not list(tmp_path.iterdir())  # the test file is removed
 

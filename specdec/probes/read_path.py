@@ -5,9 +5,10 @@
     specdec probe read_path --read-json benchmarks/results/read.json --out runs/probes
 
 One row per (path, threads) with its throughput and its share of the device limit, fio's O_DIRECT
-random reads of the same block size and thread count, the best of its engines (psync, libaio),
-when fio was installed (`fio` is then a list of {threads, gbps, engine} or one such dict); fio's
-own runs are rows too. Without fio the share column is left empty. Names of
+random reads of the same block size and reads in flight, the best of its configurations (engine
+psync / libaio / io_uring, 4 KiB-page `malloc` or huge-page `shmhuge` buffers), when fio was
+installed (`fio` is then a list of {threads, gbps, engine, mem} or one such dict); fio's own
+runs are rows too. Without fio the share column is left empty. Names of
 the question's rows: pread -> heap -> GPU array (`pread_heap_mxarray`), preadv -> freshly
 allocated GPU buffer (`preadv_fresh_buffer`), preadv with the page cache bypassed -> preallocated
 slot (`preadv_direct_arena`, O_DIRECT here where macOS uses F_NOCACHE).
@@ -24,6 +25,7 @@ DESCRIBE = {
     "pread_heap_mxarray": "pread -> heap -> MLX array",
     "preadv_fresh_buffer": "preadv -> freshly allocated MLX buffer",
     "preadv_direct_arena": "preadv, O_DIRECT -> preallocated arena slot",
+    "preadv_direct_arena_one_by_one": "the same, one block per read (a lone miss)",
     "preadv_direct_arena_4k_pages": "the same, arena without huge pages",
     "preadv_buffered_arena": "preadv, page cache -> preallocated arena slot",
     "mmap_copy": "mmap -> copy into arena slot",
@@ -56,8 +58,9 @@ def read_path_table(bench: dict) -> list[dict]:
         limit[t] = max(limit.get(t, 0.0), float(f["gbps"]))
     rows = [
         {
-            "path": f"fio_{f.get('engine', 'psync')}",
-            "description": f"fio {f.get('engine', 'psync')}, O_DIRECT (device)",
+            "path": f"fio_{f.get('engine', 'psync')}_{f.get('mem', 'malloc')}",
+            "description": f"fio {f.get('engine', 'psync')}, {f.get('mem', 'malloc')} buffers, "
+            "O_DIRECT (device)",
             "threads": int(f["threads"]),
             "gbps": float(f["gbps"]),
             "page_cache": False,

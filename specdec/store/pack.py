@@ -4,10 +4,12 @@ Reads the safetensors headers of `model*.safetensors` (and `mtp.safetensors`, th
 layer stored as `model.layers.{num_hidden_layers}.*`), then copies raw bytes, tensor by tensor:
 routed-expert tensors (mlx-lm's stacked `...switch_mlp.<proj>.<weight|scales|biases>` [E, ...])
 are cut per expert into one aligned block per (layer, expert) in experts.bin; everything else goes
-unchanged into model.safetensors (the MTP layer's into mtp.safetensors). Memory stays bounded by
-one expert block plus an 8 MiB copy buffer, so a 100 GB checkpoint packs on a 24 GB machine
-(`python benchmarks/bench_pack.py` measured 62 MB peak RSS packing a 3.8 GB checkpoint). The
-layout is in `store/layout.py`.
+unchanged into model.safetensors (the MTP layer's into mtp.safetensors). The bytes go through
+`store/copypipe.py`: chunks of whole expert blocks (~32 MB), each stacked tensor's slices for a
+chunk's experts read in one sequential O_DIRECT read, crc32 and O_DIRECT writes on a writer
+thread, a few chunks in flight; memory stays bounded by those buffers whatever the checkpoint
+size (`python benchmarks/bench_pack.py`: peak RSS and speed against `cp` and `dd`). The layout
+is in `store/layout.py`.
 
 Everything is written into `OUT_DIR.tmp-<pid>` (marked `.specdec-pack` first thing, see
 store/files.py) and renamed at the end, fsynced, with experts.json written last: a killed pack
@@ -29,14 +31,14 @@ import os
 import shutil
 import sys
 import time
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specdec.errors import StoreError
+from specdec.store.copypipe import Chunk, Piece, open_source, write_chunks
 from specdec.store.files import MARKER_PREFIX, check_replaceable, mark, remove_leftover, write_error
 from specdec.store.layout import (
     ALIGN,
@@ -63,7 +65,7 @@ from specdec.store.pack_guard import (
     swap_in,
 )
 
-COPY_CHUNK = 8 << 20
+CHUNK = 32 << 20  # bytes per read/write: large sequential I/O, a few in flight
 _SKIP_COPY = {"model.safetensors.index.json"}
 
 
@@ -172,24 +174,6 @@ def plan(model_dir: Path) -> tuple[list[SafeTensor], dict[int, tuple[LayerLayout
     return resident, layers
 
 
-def _pread_into(fd: int, dest: memoryview, offset: int, what: str) -> None:
-    """Fill `dest` from fd at offset (short reads completed); no per-call allocation."""
-    done = 0
-    while done < len(dest):
-        got = os.preadv(fd, [dest[done:]], offset + done)
-        if got == 0:
-            raise StoreError(f"unexpected end of file reading {what} (truncated checkpoint?)")
-        done += got
-
-
-def _copy_range(src_fd: int, dst, offset: int, nbytes: int, buf: memoryview, what: str) -> None:
-    while nbytes:
-        chunk = buf[: min(len(buf), nbytes)]
-        _pread_into(src_fd, chunk, offset, what)
-        dst.write(chunk)
-        offset, nbytes = offset + len(chunk), nbytes - len(chunk)
-
-
 class _Sources:
     """Open file descriptors of the source safetensors files, closed together."""
 
@@ -198,7 +182,7 @@ class _Sources:
 
     def fd(self, path: Path) -> int:
         if path not in self.fds:
-            self.fds[path] = os.open(path, os.O_RDONLY)
+            self.fds[path] = open_source(path)
         return self.fds[path]
 
     def close(self) -> None:
@@ -206,18 +190,61 @@ class _Sources:
             os.close(fd)
 
 
+def _what(t: SafeTensor) -> str:
+    return f"{t.name} in {Path(t.path).name}"
+
+
+def _resident_chunks(tensors: list[SafeTensor], header: bytes, src: _Sources) -> Iterator[Chunk]:
+    """model.safetensors as CHUNK-sized chunks: the header, then each tensor's bytes in turn."""
+    pieces, pos = [Piece(0, len(header), data=header)], len(header)
+    for t in tensors:
+        pieces.append(Piece(pos, t.nbytes, src.fd(t.path), t.offset, _what(t)))
+        pos += t.nbytes
+    for start in range(0, pos, CHUNK):
+        end = min(start + CHUNK, pos)
+        inside = []
+        for p in pieces:  # the part of each piece inside [start, end), chunk-relative
+            a, b = max(p.dst, start), min(p.dst + p.nbytes, end)
+            if a < b:
+                cut = a - p.dst
+                data = None if p.data is None else p.data[cut : cut + b - a]
+                inside.append(Piece(a - start, b - a, p.fd, p.src + cut, p.what, data))
+        yield Chunk(start, end - start, inside)
+
+
 def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> None:
     tensors = sorted(tensors, key=lambda t: t.name)
     header = safetensors_header_bytes(
         [(t.name, t.dtype, t.shape, t.nbytes) for t in tensors], {"format": "mlx"}
     )
-    buf = memoryview(bytearray(COPY_CHUNK))
-    with open(path, "wb") as f:
-        f.write(header)
-        for t in tensors:
-            _copy_range(src.fd(t.path), f, t.offset, t.nbytes, buf, t.name)
-        f.flush()
-        os.fsync(f.fileno())
+    chunks = _resident_chunks(tensors, header, src)
+    write_chunks(path, chunks, lambda c, crcs: None, CHUNK, direct=True)
+
+
+def _expert_chunks(layers: dict[int, tuple[LayerLayout, dict]], src: _Sources) -> Iterator[Chunk]:
+    """experts.bin as chunks of whole blocks of one layer; tag = (layer, first expert).
+
+    A chunk holds G experts, so each stacked source tensor contributes G adjacent slices: one
+    sequential read scattered into the G blocks. Padding inside blocks is left zero.
+    """
+    for lid, (layout, srcs) in sorted(layers.items()):
+        per_chunk = max(1, CHUNK // layout.block_bytes)
+        for e0 in range(0, layout.n_experts, per_chunk):
+            n = min(per_chunk, layout.n_experts - e0)
+            pieces = [
+                Piece(
+                    i * layout.block_bytes + spec.offset,
+                    spec.nbytes,
+                    src.fd(srcs[spec.name].path),
+                    srcs[spec.name].offset + (e0 + i) * spec.nbytes,
+                    _what(srcs[spec.name]),
+                )
+                for spec in layout.tensors
+                for i in range(n)
+            ]
+            crcs = [(i * layout.block_bytes, layout.block_bytes) for i in range(n)]
+            offset = int(layout.offsets[e0])
+            yield Chunk(offset, n * layout.block_bytes, pieces, crcs, (lid, e0))
 
 
 def _write_experts(
@@ -226,26 +253,22 @@ def _write_experts(
     src: _Sources,
     on_block: Callable[[int, int], None] | None,
 ) -> None:
-    written = 0
-    with open(path, "wb") as f:
-        for _lid, (layout, srcs) in sorted(layers.items()):
-            # padding between tensors stays zero: every tensor byte range is overwritten per expert
-            block = np.zeros(layout.block_bytes, dtype=np.uint8)
-            view = memoryview(block)
-            for e in range(layout.n_experts):
-                for spec in layout.tensors:
-                    t = srcs[spec.name]
-                    dest = view[spec.offset : spec.offset + spec.nbytes]
-                    _pread_into(src.fd(t.path), dest, t.offset + e * spec.nbytes, t.name)
-                layout.crc32[e] = zlib.crc32(block)
-                assert f.tell() == layout.offsets[e]
-                f.write(block.data)
-                if on_block is not None:
-                    on_block(_lid, e)
-                _stall(f"block:{written}")  # blocks are numbered across layers
-                written += 1
-        f.flush()
-        os.fsync(f.fileno())
+    written = [0]
+
+    def done(chunk: Chunk, crcs: list[int]) -> None:
+        lid, e0 = chunk.tag
+        layout = layers[lid][0]
+        for i, crc in enumerate(crcs):
+            layout.crc32[e0 + i] = crc
+            if on_block is not None:
+                on_block(lid, e0 + i)
+            _stall(f"block:{written[0]}")  # blocks are numbered across layers
+            written[0] += 1
+
+    max_chunk = max(
+        layout.block_bytes * max(1, CHUNK // layout.block_bytes) for layout, _ in layers.values()
+    )
+    write_chunks(path, _expert_chunks(layers, src), done, max_chunk, direct=True)
 
 
 def _copied(f: Path) -> bool:

@@ -5,7 +5,10 @@
         fut = reader.submit([...]); ...; reader.wait(fut)   # asynchronous (router lookahead)
 
 Each block is one `os.preadv` into the slot's numpy view (which is the MLX arena's memory), run
-on a thread pool (`preadv` releases the GIL, so reads overlap). I/O modes:
+on a thread pool (`preadv` releases the GIL, so reads overlap). A batch with fewer blocks than
+threads splits its large blocks into ALIGN-multiple pieces of at least `split_min` (4 MiB) read
+in parallel (ds4's trick for a lone miss; here it pays only for blocks of 8 MiB and more); the
+crc32 (when verified) is checked by whichever thread reads a block's last piece. I/O modes:
 
     direct    page cache bypassed: O_DIRECT on Linux, F_NOCACHE on macOS. What a streaming
               engine's misses really cost; also keeps the page cache from posing as expert cache.
@@ -35,13 +38,29 @@ import numpy as np
 
 from specdec.errors import StoreError
 from specdec.store.arena import Arena
-from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex
+from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex, round_up
 
 IO_MODES = ("direct", "buffered", "mmap")
 MAX_RETRIES = 3
 F_NOCACHE = 48  # macOS fcntl: bypass the unified buffer cache for this fd
 
 Request = tuple[int, int, int]  # (layer, expert, slot)
+# A block is split across idle threads only into pieces of at least this: the block layer sends
+# at most 4 MiB per request here (max_sectors_kb), so one 8 MB preadv already has two in flight,
+# and 1 MiB pieces measured slower (benchmarks/results/read.md, `_one_by_one` rows).
+SPLIT_MIN = 4 << 20
+
+
+@dataclass
+class _Block:
+    left: int  # parts not yet read; the thread reading the last one checks the crc32
+
+
+@dataclass
+class _Part:
+    start: int  # byte range of the block, ALIGN multiples (O_DIRECT)
+    end: int
+    block: _Block
 
 
 @dataclass
@@ -116,6 +135,7 @@ class ExpertReader:
         io: str = "direct",
         threads: int = 8,
         verify_checksums: bool = False,
+        split_min: int = SPLIT_MIN,
     ) -> None:
         if threads < 1:
             raise StoreError(
@@ -129,6 +149,7 @@ class ExpertReader:
         self.path = Path(packed_dir) / EXPERTS_BIN
         self.index, self.arena, self.io = index, arena, io
         self.verify_checksums = verify_checksums
+        self.threads, self.split_min = threads, max(ALIGN, split_min)
         self.fault_hook: Callable[[int, int, int], int | None] | None = None
         self.stats = ReadStats()
         self._lock = threading.Lock()
@@ -163,23 +184,38 @@ class ExpertReader:
             done.set_result(None)
             return done
         self._batch_started()
-        futures = [self._pool.submit(self._read_one, *r) for r in requests]
-        remaining = [len(futures)]
+        parts = [
+            (layer, expert, slot, part)
+            for layer, expert, slot in requests
+            for part in self._parts(layer, len(requests))
+        ]
+        # A few workers drain the batch rather than one pool task per part: one thread wake-up
+        # per worker, not per read, which matters when other processes hold the CPUs.
+        todo, errors = iter(parts), []
+        remaining = [min(self.threads, len(parts))]
 
-        def finished(_f: cf.Future) -> None:
+        def worker() -> None:
+            while True:
+                with self._lock:
+                    item = next(todo, None)
+                if item is None:
+                    break
+                try:
+                    self._read_part(*item)
+                except BaseException as e:  # the batch fails; the other parts are still read
+                    errors.append(e)
             with self._lock:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
             self._batch_finished()
-            errors = [f.exception() for f in futures if f.exception() is not None]
             if errors:
                 done.set_exception(errors[0])
             else:
                 done.set_result(None)
 
-        for f in futures:
-            f.add_done_callback(finished)
+        for _ in range(remaining[0]):
+            self._pool.submit(worker)
         return done
 
     def wait(self, future: cf.Future) -> None:
@@ -222,7 +258,21 @@ class ExpertReader:
             if self._in_flight == 0:
                 self.stats.read_s += time.perf_counter() - self._busy_since
 
-    def _read_one(self, layer: int, expert: int, slot: int) -> None:
+    def _parts(self, layer: int, batch: int) -> list[_Part]:
+        """A block's byte ranges, read in parallel: a batch smaller than the pool splits its
+        blocks (pieces of at least split_min, ALIGN multiples) so idle threads help; a full
+        batch reads each block whole."""
+        layout = self.index.layers.get(layer)
+        if layout is None:
+            return [_Part(0, 0, _Block(1))]  # _read_part names the bad layer
+        n = layout.block_bytes
+        k = max(1, min(self.threads // batch, n // self.split_min))
+        step = round_up(-(-n // k), ALIGN)
+        spans = [(a, min(a + step, n)) for a in range(0, n, step)]
+        block = _Block(len(spans))
+        return [_Part(a, b, block) for a, b in spans]
+
+    def _read_part(self, layer: int, expert: int, slot: int, part: _Part) -> None:
         try:
             layout = self.index.layers[layer]
         except KeyError:
@@ -231,25 +281,29 @@ class ExpertReader:
             raise StoreError(f"layer {layer} has {layout.n_experts} experts, asked for {expert}")
         n, offset = layout.block_bytes, int(layout.offsets[expert])
         dest = self.arena.slot_np(slot)[:n]
+        piece = dest[part.start : part.end]
         if self._mmap is not None:
             # a page of the mapping past the file's end raises SIGBUS, which kills the process:
             # check the size first (a file truncated after it was mapped)
-            if offset + n > os.fstat(self._fd).st_size:
+            if offset + part.end > os.fstat(self._fd).st_size:
                 raise StoreError(
                     f"{self.path}: the file shrank under the mmap (the block of layer {layer} "
                     f"expert {expert} ends past it); re-pack with `specdec pack`"
                 )
-            dest[:] = np.frombuffer(self._mmap, np.uint8, n, offset)
+            piece[:] = np.frombuffer(self._mmap, np.uint8, len(piece), offset + part.start)
         else:
-            self._preadv_full(dest, offset, layer, expert)
+            self._preadv_full(piece, offset + part.start, layer, expert)
+        with self._lock:
+            self.stats.bytes_read += len(piece)
+            part.block.left -= 1
+            if part.block.left:
+                return  # another part of this block is still being read
+            self.stats.reads += 1
         if self.verify_checksums and zlib.crc32(dest) != int(layout.crc32[expert]):
             raise StoreError(
                 f"{self.path}: block of layer {layer} expert {expert} fails its crc32 check "
                 "(file corrupt); run `specdec verify` and re-pack"
             )
-        with self._lock:
-            self.stats.bytes_read += n
-            self.stats.reads += 1
 
     def _preadv_full(self, dest: np.ndarray, offset: int, layer: int, expert: int) -> None:
         """preadv until `dest` is full; retry EIO; name the block on failure."""
