@@ -21,6 +21,11 @@ followed by a hit; it then counts as a hit and a `prefetch_hit`; evicted unhit, 
 
 Failed reads: `forget(keys)` drops keys whose read failed, so a slot holding a partial or stale
 block is never handed out as a hit; the next access reads the block again.
+
+Residency: `version` changes whenever a key enters or leaves a slot; `block_slots(base, n)` gives
+the slots of keys base..base+n-1 when all are resident and none is transient. While the version
+stands, a step over those keys is all hits and moves nothing, so a caller may compute on those
+slots first and run the step later (specdec.model.streamed's device slot tables).
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class ExpertCache:
         self.accesses = self.misses = self.evictions = 0  # hits: a property
         self.prefetch_reads = self.prefetch_hits = self.prefetch_wasted = 0
         self.preload_reads = self.forgotten = 0
+        self.version = 0  # bumped whenever a key enters or leaves a slot
         # the policy's hooks, bound once: the hot path calls them for every step
         self._uses_select = policy.uses_select
         self._select, self._hit = policy.select, policy.hit
@@ -74,8 +80,11 @@ class ExpertCache:
         """One MoE layer of one forward call; keys sorted and distinct, counts aligned."""
         ks = keys.tolist()
         misses = self.access(ks, None if counts is None else counts.tolist())
-        slot_of = self._slot_of
-        return StepResult(np.array([slot_of[k] for k in ks], dtype=np.int32), misses)
+        return StepResult(self.slots(ks), misses)
+
+    def slots(self, ks: list[int]) -> np.ndarray:
+        """[len(ks)] int32 slots of resident keys (valid until the next step or prefetch)."""
+        return np.fromiter(map(self._slot_of.__getitem__, ks), np.int32, len(ks))
 
     def access(self, ks: list[int], counts: list[int] | None = None) -> list[tuple[int, int]]:
         """`step` on plain lists, returning only the (key, slot) misses: the simulator's entry.
@@ -88,6 +97,7 @@ class ExpertCache:
         if self._transient:
             self._free.extend(map(slot_of.pop, self._transient))
             self._transient = ()
+            self.version += 1
         if self._uses_select:
             self._select(ks, counts)
         self.accesses += n
@@ -101,6 +111,7 @@ class ExpertCache:
             if not m:
                 return missed
         self.misses += m
+        self.version += 1
         free = self._free
         if m > len(free):
             self._evict(m - len(free), ks, True)
@@ -145,6 +156,7 @@ class ExpertCache:
             self._prefetched[k] = None
             out.append((k, s))
         self.prefetch_reads += len(out)
+        self.version += bool(out)
         return out
 
     def preload(self) -> list[tuple[int, int]]:
@@ -159,6 +171,7 @@ class ExpertCache:
             out.append((k, s))
         self.policy.admit(keys)
         self.preload_reads += len(out)
+        self.version += bool(out)
         return out
 
     def forget(self, keys) -> int:
@@ -180,12 +193,21 @@ class ExpertCache:
         if held:
             self.policy.remove(held)
         self.forgotten += n
+        self.version += bool(n)
         return n
 
     # -- inspection --------------------------------------------------------------------------
 
     def slot_of(self, key: int) -> int | None:
         return self._slot_of.get(key)
+
+    def block_slots(self, base: int, n: int) -> np.ndarray | None:
+        """[n] int32 slots of keys base..base+n-1 if every one is resident and none is a
+        transient (static scratch) read freed at the next step; else None."""
+        slots = [self._slot_of.get(k) for k in range(base, base + n)]
+        if None in slots or any(base <= k < base + n for k in self._transient):
+            return None
+        return np.array(slots, dtype=np.int32)
 
     def resident_keys(self) -> list[int]:
         """Keys occupying slots now (static's scratch reads until the next step included)."""

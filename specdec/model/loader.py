@@ -60,6 +60,7 @@ class StreamedModel:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
         s._settle(list(s.inflight))  # a failed lookahead read no longer matters: cache rebuilt
+        s.discard_deferred()
         s.cache = build_cache(self.policy, s.cache.n_slots, self.policy_options, s.key_stride)
         s.reader.reset_stats()
         s.log.clear()

@@ -12,7 +12,14 @@ scratch slots) is computed in chunks of positions whose union fits, each chunk e
 the next read can overwrite its slots; so any budget of at least one position's top-k works.
 Outputs stay lazy (one host sync per MoE layer, the router's), but every output still pending
 is evaluated before a read may overwrite a slot: no lazy graph ever computes on a slot that was
-refilled under it. A failed read (or lookahead read) makes the cache forget its keys, so no
+refilled under it.
+
+No sync where no read can be needed: when every expert of a layer is resident (full budget, a
+layer pinned whole) and no read is landing, the call remaps ids on the device through the
+layer's expert -> slot table (`Streamer.table`) and defers its host part: the cache step,
+the recorder call and the step log run from `Streamer.catch_up`, in call order, before any
+other cache step and before the log is drained, so stats and records equal the synced path's.
+A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing. A failed read (or lookahead read) makes the cache forget its keys, so no
 slot holding a partial or stale block is ever computed on (tests/test_fault_injection.py).
 """
 
@@ -79,6 +86,62 @@ class Streamer:
     inflight: dict[int, Prefetch] = field(default_factory=dict)  # slot -> batch still landing
     prefetch_failures: int = 0  # lookahead batches whose read failed (their keys forgotten)
     pending: list[mx.array] = field(default_factory=list)  # lazy outputs computing on slots
+    device_tables: bool = True  # False: every call syncs on its router (the reference path)
+    # layer -> (cache, cache.version, [n_experts] expert -> slot on the device, or None)
+    tables: dict[int, tuple[ExpertCache, int, mx.array | None]] = field(default_factory=dict)
+    # calls computed on a device table whose host part is still to run: (layer, indices, phase)
+    deferred: list[tuple[int, mx.array, str]] = field(default_factory=list)
+
+    def table(self, layer: int) -> mx.array | None:
+        """`layer`'s expert -> slot table on the device while all its experts are resident and
+        no read is landing (a call then needs no host read of the router's choice), else None."""
+        if self.inflight or not self.device_tables:
+            return None
+        cache = self.cache
+        t = self.tables.get(layer)
+        if t is None or t[0] is not cache or t[1] != cache.version:
+            slots = cache.block_slots(layer * self.key_stride, self.index.layers[layer].n_experts)
+            t = (cache, cache.version, None if slots is None else mx.array(slots))
+            self.tables[layer] = t
+        return t[2]
+
+    def all_resident(self, layers: list[int]) -> bool:
+        """True when a forward over these layers can need no read (nor host sync)."""
+        return not self.resident_only and all(self.table(lid) is not None for lid in layers)
+
+    def catch_up(self, n: int | None = None) -> None:
+        """Run the host part of the first n deferred calls (None: all), in call order: recorder,
+        cache step (all hits: residency has not moved since their tables were built), step log
+        and the per-forward tick. Reads their router choices: one small copy each."""
+        todo = self.deferred if n is None else self.deferred[:n]
+        if not todo:
+            return
+        self.deferred = self.deferred[len(todo) :]
+        saved = self.phase
+        try:
+            for layer, indices, phase in todo:
+                self.phase = phase
+                self._replay(layer, np.array(indices))  # [..., k]
+        finally:
+            self.phase = saved
+
+    def discard_deferred(self) -> None:
+        """Forget deferred calls whose forward is thrown away (a token computed past the end)."""
+        self.deferred.clear()
+
+    def _replay(self, layer: int, idx: np.ndarray) -> None:
+        """The host part of a deferred call on `idx` [..., k], as the synced path runs it:
+        recorder, cache step(s) (chunked as a wide call would be), step log, tick."""
+        if self.recorder is not None:
+            self.recorder(layer, idx, self.phase)
+        experts, counts = union(idx)
+        if len(experts) > self.cache.max_step:
+            for chunk in position_chunks(idx.reshape(-1, idx.shape[-1]), self.cache.max_step):
+                self.fetch(layer, *union(chunk), replay=True)
+        else:
+            self.fetch(layer, experts, counts, replay=True)
+        if layer == self.last_layer:
+            self.cache.tick(int(np.prod(idx.shape[:-1])))
 
     def _flush(self, keep: mx.array | None = None) -> None:
         """Evaluate every pending output (but `keep`, whose slots the caller protects)."""
@@ -113,30 +176,37 @@ class Streamer:
                 cache = self.cache
                 cache.forget(k for k, s in batch.reqs if s not in fresh and cache.slot_of(k) == s)
 
-    def fetch(self, layer: int, experts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    def fetch(
+        self, layer: int, experts: list[int], counts: list[int], replay: bool = False
+    ) -> np.ndarray | None:
         """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses.
 
         A failed read raises StoreError after its keys are forgotten: no later step can hit a
-        slot that holds a partial or stale block.
+        slot that holds a partial or stale block. replay: a deferred call's step, all hits.
         """
-        keys = experts + layer * self.key_stride
+        base = layer * self.key_stride
+        keys = [e + base for e in experts]
+        if replay:
+            if self.cache.access(keys, counts):
+                raise AssertionError("a deferred step missed: residency moved under it")
+            self.log.append(LayerStep(layer, len(keys), 0, 0, self.phase))
+            return None
         if self.inflight:  # lookahead reads into keys about to hit must land (or fail) first
-            self._settle(self.cache.slot_of(int(k)) for k in keys)
-        step = self.cache.step(keys, counts)
-        if step.misses:
-            fresh = frozenset(slot for _, slot in step.misses)
+            self._settle(self.cache.slot_of(k) for k in keys)
+        misses = self.cache.access(keys, counts)
+        if misses:
+            fresh = frozenset(slot for _, slot in misses)
             self._settle(fresh, fresh)  # a reused slot may still have an older read landing
             self._flush()
             try:
-                self.reader.read(self._requests(step.misses))
+                self.reader.read(self._requests(misses))
             except StoreError:
-                self.cache.forget(key for key, _ in step.misses)
+                self.cache.forget(key for key, _ in misses)
                 raise
         block = self.index.layers[layer].block_bytes
-        self.log.append(
-            LayerStep(layer, len(experts), len(step.misses), len(step.misses) * block, self.phase)
-        )
-        return step.slots
+        m = len(misses)
+        self.log.append(LayerStep(layer, len(keys), m, m * block, self.phase))
+        return self.cache.slots(keys)
 
     def prefetch(
         self, layer: int, experts: np.ndarray, exclude: np.ndarray, running: mx.array
@@ -168,6 +238,7 @@ class Streamer:
 
     def drain(self) -> list[LayerStep]:
         """The steps logged since the last drain (the decode loop calls this once per phase)."""
+        self.catch_up()
         out, self.log = self.log, []
         return out
 
@@ -179,6 +250,40 @@ class Streamer:
             yield
         finally:
             self.phase, self.resident_only = saved
+
+
+def union(idx: np.ndarray) -> tuple[list[int], list[int]]:
+    """Sorted distinct experts of `idx` [..., k] and how many positions chose each."""
+    flat = idx.reshape(-1)
+    if flat.size == idx.shape[-1]:  # one position: its top-k are distinct (np.unique: ~5x)
+        ids = flat.tolist()
+        if len(set(ids)) == len(ids):
+            return sorted(ids), [1] * len(ids)
+    count = np.bincount(flat)
+    experts = np.flatnonzero(count)
+    return experts.tolist(), count[experts].tolist()
+
+
+def position_chunks(flat_idx: np.ndarray, width: int) -> list[np.ndarray]:
+    """Consecutive groups of positions of `flat_idx` [N, k] whose union holds <= width experts."""
+    k = flat_idx.shape[-1]
+    if k > width:
+        raise BudgetError(
+            f"a cache step holds at most {width} experts but one position selects {k}: "
+            "raise the budget (or the static policy's scratch)"
+        )
+    chunks, start = [], 0
+    while start < len(flat_idx):
+        seen: set[int] = set()
+        end = start
+        while end < len(flat_idx):
+            grown = seen.union(flat_idx[end].tolist())
+            if len(grown) > width:
+                break
+            seen, end = grown, end + 1
+        chunks.append(flat_idx[start:end])
+        start = end
+    return chunks
 
 
 class _Hidden:
@@ -254,69 +359,72 @@ class StreamedSwitchGLU(nn.Module):
             lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
         )
 
-    def _glu(self, x: mx.array, slots: np.ndarray) -> mx.array:
+    def _glu(self, x: mx.array, slots: mx.array) -> mx.array:
         """mlx-lm's SwitchGLU arithmetic on the arena, with expert ids replaced by slot ids."""
-        return SwitchGLU.__call__(self, x, mx.array(slots))
+        return SwitchGLU.__call__(self, x, slots)
 
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
         h = self._h
         s: Streamer = h.streamer
         ahead = None
-        if s.lookahead and not s.resident_only and h.layer in s.ahead_of:
-            target, block = s.ahead_of[h.layer]
-            ahead = h.route(block, x)[0]  # [..., k] layer L+d's router on this layer's input
-            mx.eval(indices, ahead)  # one evaluation, the one this layer does anyway
+        if not s.resident_only:
+            table = s.table(h.layer)
+            if s.lookahead and h.layer in s.ahead_of:
+                target, block = s.ahead_of[h.layer]
+                if table is None or s.table(target) is None:  # else its prefetch reads nothing
+                    ahead = h.route(block, x)[0]  # [..., k] layer L+d's router on this input
+            if table is not None and ahead is None:  # no read can be needed: no host sync
+                y = self._glu(x, table[indices])  # [..., k, H]
+                s.deferred.append((h.layer, indices, s.phase))
+                return self._launch(y)
+            if ahead is not None:
+                mx.eval(indices, ahead)  # one evaluation, the one this layer does anyway
+        s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = np.array(indices)  # [..., k] host sync: the router's decision
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
-        experts, counts = np.unique(idx, return_counts=True)
+        experts, counts = union(idx)
         if s.resident_only:
-            y = self._resident_only(x, idx, experts)
+            y = self._resident_only(x, idx, np.array(experts))
         else:
             if len(experts) <= s.cache.max_step:
                 h.lut[experts] = s.fetch(h.layer, experts, counts)
-                y = self._glu(x, h.lut[idx])
+                y = self._glu(x, mx.array(h.lut[idx]))
             else:
                 y = self._chunked(x, idx)
             if h.layer == s.last_layer:
                 s.cache.tick(int(np.prod(idx.shape[:-1])))
-        mx.async_eval(y)  # compute while Python builds the next layer's graph
+        self._launch(y)
+        if ahead is not None:  # reads overlap this layer's compute and the next layers'
+            keys = np.array(experts) + h.layer * s.key_stride
+            s.prefetch(target, np.unique(np.array(ahead)), keys, y)
+        return y
+
+    def _launch(self, y: mx.array) -> mx.array:
+        """Start computing `y` while Python builds the next layer's graph; track its slots."""
+        s = self._h.streamer
+        mx.async_eval(y)
         s.pending.append(y)
         if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
             s._flush(keep=y)
-        if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            s.prefetch(target, np.unique(np.array(ahead)), experts + h.layer * s.key_stride, y)
+        if len(s.deferred) > 1024:  # model calls with no drain between (probes, tests)
+            s.catch_up()
         return y
 
     def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
         """A call whose union exceeds one cache step (the slots; static: its scratch slots):
         groups of positions whose union fits."""
         h, s = self._h, self._h.streamer
-        k = idx.shape[-1]
-        width = s.cache.max_step  # n_slots, or the static policy's scratch slots
-        if k > width:
-            raise BudgetError(
-                f"a cache step holds at most {width} experts but one position selects {k}: "
-                "raise the budget (or the static policy's scratch)"
-            )
-        flat_idx = idx.reshape(-1, k)  # [N, k]
+        flat_idx = idx.reshape(-1, idx.shape[-1])  # [N, k]
         flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
         outs, start = [], 0
-        while start < len(flat_idx):
-            seen: set[int] = set()
-            end = start
-            while end < len(flat_idx):
-                grown = seen.union(flat_idx[end].tolist())
-                if len(grown) > width:
-                    break
-                seen, end = grown, end + 1
-            chunk = flat_idx[start:end]
-            experts, counts = np.unique(chunk, return_counts=True)
+        for chunk in position_chunks(flat_idx, s.cache.max_step):
+            experts, counts = union(chunk)
             h.lut[experts] = s.fetch(h.layer, experts, counts)
-            out = self._glu(flat_x[start:end], h.lut[chunk])  # [n, k, H]
-            s.pending.append(out)  # evaluated before the next chunk's reads reuse its slots
+            out = self._glu(flat_x[start : start + len(chunk)], mx.array(h.lut[chunk]))
+            s.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
-            start = end
+            start += len(chunk)
         return mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
 
     def _resident_only(self, x: mx.array, idx: np.ndarray, experts: np.ndarray) -> mx.array:
@@ -337,5 +445,5 @@ class StreamedSwitchGLU(nn.Module):
         scale = mx.where(
             kept_mass > 0, scores.sum(-1, keepdims=True) / mx.maximum(kept_mass, 1e-30), 0.0
         )
-        y = self._glu(x, np.where(slots >= 0, slots, 0))  # [..., k, H]
+        y = self._glu(x, mx.array(np.where(slots >= 0, slots, 0)))  # [..., k, H]
         return (y * (keep * scale)[..., None]).astype(y.dtype)
