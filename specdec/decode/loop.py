@@ -10,6 +10,11 @@ one target forward over γ positions — the last committed token and the drafts
 of their experts through the cache (verify phase), the acceptance rule commits 1 + accepted
 tokens, and the KV cache is trimmed past the rejected positions. γ = 1 is plain decoding through
 the same loop. The prompt's prefill is excluded from every pass record.
+
+Plain greedy decoding (no drafter, γ = 1, temperature 0) is pipelined as mlx-lm's
+`generate_step` is: token t+1's forward is built and started from token t's lazy argmax before t
+is read, whenever that forward can need no read (every MoE layer wholly resident, so no layer
+syncs on its router); its cache steps run deferred, after t's, so records stay per token.
 """
 
 from __future__ import annotations
@@ -39,6 +44,14 @@ class DecodeConfig:
     max_tokens: int = 64
     temp: float = 0.0
     seed: int = 0
+
+
+def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
+    """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it."""
+    logits = st.sm.model(token, cache=st.cache)  # [1, 1, V]
+    nxt = mx.argmax(logits[0, -1].astype(mx.float32)).reshape(1, 1)
+    mx.async_eval(nxt)
+    return nxt
 
 
 def forward(st: DecodeState, tokens: list[int], want_hidden: bool) -> np.ndarray:
@@ -119,7 +132,7 @@ class Decode:
 
     def passes(self) -> Iterator[PassRecord]:
         st, cfg, drafter = self.st, self.cfg, self.drafter
-        streamer, stats = self.sm.streamer, self.sm.streamer.reader.stats
+        streamer = self.sm.streamer
         t0 = time.perf_counter()
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
         with streamer.phase_of("prefill"):
@@ -129,10 +142,12 @@ class Decode:
         drafter.start(st)
         streamer.drain()
         self.prefill_s = time.perf_counter() - t0
+        if cfg.gamma == 1 and cfg.temp == 0 and drafter.name == "none":
+            yield from self._greedy_passes(y)
+            return
         n_pass = 0
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
-            t0, blocked0, reads0 = time.perf_counter(), stats.blocked_s, stats.reads
-            context = len(st.tokens) - 1  # positions in the KV cache: all but y
+            start = self._clocks()
             left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
             with streamer.phase_of("draft"):
                 drafts, q = drafter.propose(st, min(cfg.gamma, left) - 1)
@@ -149,30 +164,68 @@ class Decode:
                 tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_ids) + 1]
             st.tokens += tokens
             y = tokens[-1]
-            wall = time.perf_counter() - t0
-            blocked, reads = stats.blocked_s - blocked0, stats.reads - reads0
-            modeled = {
-                p.name: self.clock.modeled(
-                    p,
-                    drafted=len(drafts),
-                    context=context,
-                    draft_steps=draft_steps,
-                    verify_steps=verify_steps,
-                    measured_compute_s=wall - blocked,
-                )
-                for p in self.profiles
-            }
-            yield PassRecord.build(
-                n_pass,
-                cfg.gamma,
-                drafted=len(drafts),
-                accepted=verdict.accepted,
-                tokens=tokens,
-                draft_steps=draft_steps,
-                verify_steps=verify_steps,
-                wall_s=wall,
-                blocked_s=blocked,
-                reads=reads,
-                modeled=modeled,
+            yield self._record(
+                n_pass, drafts, verdict.accepted, tokens, draft_steps, verify_steps, start
             )
             n_pass += 1
+
+    def _greedy_passes(self, y: int) -> Iterator[PassRecord]:
+        """Plain greedy decoding, pipelined across tokens where no read can be pending."""
+        st, cfg, streamer = self.st, self.cfg, self.sm.streamer
+        layers = self.sm.main_moe_layers
+        started = None  # [1, 1] the next token, computing
+        n_pass = 0
+        while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
+            start = self._clocks()
+            with streamer.phase_of("verify"):
+                nxt = started if started is not None else greedy_next(st, mx.array([[y]]))
+                mine = len(streamer.deferred)  # this token's deferred calls; the next's follow
+                last = len(st.generated) + 1 >= cfg.max_tokens
+                started = (
+                    None if last or not streamer.all_resident(layers) else greedy_next(st, nxt)
+                )
+            y = nxt.item()  # host sync: token t (t+1 computes meanwhile)
+            st.tokens.append(y)
+            steps = streamer.drain(mine)
+            yield self._record(n_pass, [], 0, [y], [], steps, start)
+            n_pass += 1
+        if started is not None:  # computed past an EOS: its steps never happen
+            streamer.discard_deferred()
+            if can_trim_prompt_cache(st.cache):
+                trim_prompt_cache(st.cache, 1)
+
+    def _clocks(self) -> tuple[float, float, int, int]:
+        """Where a pass starts: time, blocked time, reads, positions in the KV cache (all but y)."""
+        stats = self.sm.streamer.reader.stats
+        return time.perf_counter(), stats.blocked_s, stats.reads, len(self.st.tokens) - 1
+
+    def _record(self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start):
+        """The pass's record; `start`: `_clocks()` when the pass began."""
+        stats = self.sm.streamer.reader.stats
+        t0, blocked0, reads0, context = start
+        wall = time.perf_counter() - t0
+        blocked, reads = stats.blocked_s - blocked0, stats.reads - reads0
+        modeled = {
+            p.name: self.clock.modeled(
+                p,
+                drafted=len(drafts),
+                context=context,
+                draft_steps=draft_steps,
+                verify_steps=verify_steps,
+                measured_compute_s=wall - blocked,
+            )
+            for p in self.profiles
+        }
+        return PassRecord.build(
+            n_pass,
+            self.cfg.gamma,
+            drafted=len(drafts),
+            accepted=accepted,
+            tokens=tokens,
+            draft_steps=draft_steps,
+            verify_steps=verify_steps,
+            wall_s=wall,
+            blocked_s=blocked,
+            reads=reads,
+            modeled=modeled,
+        )

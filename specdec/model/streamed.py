@@ -236,9 +236,11 @@ class Streamer:
         if reqs:
             self.reader.read(self._requests(reqs))
 
-    def drain(self) -> list[LayerStep]:
-        """The steps logged since the last drain (the decode loop calls this once per phase)."""
-        self.catch_up()
+    def drain(self, deferred: int | None = None) -> list[LayerStep]:
+        """The steps logged since the last drain (the decode loop calls this once per phase),
+        with those of the first `deferred` deferred calls (None: all; the rest belong to a
+        later forward already started)."""
+        self.catch_up(deferred)
         out, self.log = self.log, []
         return out
 
