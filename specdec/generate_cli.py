@@ -40,6 +40,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=8, help="reader threads")
     p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")
     p.add_argument("--lookahead", type=int, default=0, help="router lookahead distance d (0 = off)")
+    p.add_argument(
+        "--warm", action="store_true", help="read every expert at load (budget must hold all)"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         verify_checksums=args.verify_checksums,
         with_mtp=args.drafter == "mtp",
         lookahead=args.lookahead,
+        warm=args.warm,
     )
     try:
         tok = sm.tokenizer

@@ -1,29 +1,179 @@
 """Host overhead of streaming: streamed decode vs mlx-lm's own decode of the same model.
 
-    specdec bench overhead --model tiny --tokens 128 --json
+    specdec bench overhead --model tiny --tokens 128 --pairs 7 --json
 
-Both run greedy decode of the same prompt in one process, alternating, with a budget that
-holds every expert (warmed up first, so no read happens in the timed part): what is left is
-the host cost of the streamed path — the router sync, np.unique, the cache step, the slot remap,
-and the per-layer evaluation. Reported: tokens/s of each, their ratio, and the added time per
-MoE layer call in µs, (t_streamed - t_resident) / (tokens x MoE layers); plus the time spent
-inside the streamed block's host code alone (the cache step and remap), measured directly.
+Three measurements, all greedy decode of the same prompt:
+
+- `cli`: the peer in its own best configuration: `python -m mlx_lm generate` against
+  `specdec generate --budget 100% --warm`, each a fresh process, same BLAS (the fast BLAS that
+  specdec.blas finds, via LD_PRELOAD for both), alternating which goes first, `pairs` pairs.
+  Both count decode speed the same way: tokens after the first over the time after the first
+  (mlx-lm prints n / t over n - 1 steps, so its figure is scaled by (n - 1) / n). Like mlx-lm,
+  which loads every weight first, `--warm` reads every expert at load (load time not counted by
+  either).
+- `in_process`: mlx-lm's `generate_step` and our decode alternating in one process, the cache
+  warm (every expert resident, nothing read in the timed part).
+- `split`: host time per MoE layer call of the streamed block, by part: graph building (our
+  call's own Python, less what mlx-lm's SwitchGLU spends on the same arithmetic), sync wait
+  (the host read of the router's choice), cache step, deferred steps (run after the token),
+  read issue and lookahead; for a warm full budget and, with router lookahead, a partial one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
+import subprocess
+import sys
 import time
+from collections import defaultdict
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step
+from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
+from specdec.blas import find_fast_blas
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.model.loader import StreamedModel, load, resolve
+from specdec.model.streamed import StreamedSwitchGLU, Streamer
+
+PROMPT = "import os\nimport sys\n\n\ndef main():\n    "
+_MLX_RATE = re.compile(r"Generation: (\d+) tokens, ([\d.]+) tokens-per-sec")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    lib = find_fast_blas()
+    if lib and lib not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = ":".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
+    return env
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> str:
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} failed: {out.stderr.strip()[-400:]}")
+    return out.stdout
+
+
+def _ours(model: str, tokens: int, budget: str, env: dict[str, str]) -> float:
+    cmd = [sys.executable, "-m", "specdec", "generate", "--model", model, "--budget", budget]
+    cmd += ["--max-tokens", str(tokens), "--prompt", PROMPT, "--io", "buffered", "--warm", "--json"]
+    stats = json.loads(_run(cmd, env).strip().splitlines()[-1])["stats"]
+    if stats["committed"] != tokens - 1:
+        raise RuntimeError(f"specdec stopped after {stats['committed'] + 1} tokens, not {tokens}")
+    return stats["tokens_per_s"]
+
+
+def _peer(model: str, tokens: int, env: dict[str, str]) -> float:
+    cmd = [sys.executable, "-m", "mlx_lm", "generate", "--model", str(resolve(model))]
+    cmd += ["--prompt", PROMPT, "--max-tokens", str(tokens), "--ignore-chat-template"]
+    n, rate = _MLX_RATE.search(_run(cmd, env)).groups()
+    if int(n) != tokens:
+        raise RuntimeError(f"mlx-lm stopped after {n} tokens, not {tokens}")
+    return float(rate) * (int(n) - 1) / int(n)  # tokens after the first, like ours
+
+
+def _spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "all": xs}
+
+
+def cli_pairs(model: str, tokens: int, pairs: int, budget: str = "100%") -> dict:
+    """Fresh-process pairs, alternating order: tokens/s of each and their pairwise ratio."""
+    env = _env()
+    ours, peer = [], []
+    for i in range(pairs):
+        if i % 2:
+            peer.append(_peer(model, tokens, env))
+            ours.append(_ours(model, tokens, budget, env))
+        else:
+            ours.append(_ours(model, tokens, budget, env))
+            peer.append(_peer(model, tokens, env))
+    ratios = [a / b for a, b in zip(ours, peer, strict=True)]
+    return {
+        "budget": budget,
+        "blas": env.get("LD_PRELOAD", "reference"),
+        "peer": "python -m mlx_lm generate --ignore-chat-template (fresh process)",
+        "specdec_tokens_per_s": _spread(ours),
+        "mlx_lm_tokens_per_s": _spread(peer),
+        "ratio": _spread(ratios),
+    }
+
+
+class HostSplit:
+    """Exclusive host time of wrapped functions, by part (a call's time less its children's)."""
+
+    def __init__(self):
+        self.spent: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._stack: list[float] = []  # children's time of each open call
+        self._undo: list[tuple[object, str, object]] = []
+
+    def wrap(self, owner: object, name: str, part: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*a, **kw):
+            self._stack.append(0.0)
+            t = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                total = time.perf_counter() - t
+                children = self._stack.pop()
+                self.spent[part] += total - children
+                self.calls[part] += 1
+                if self._stack:
+                    self._stack[-1] += total
+
+        self._undo.append((owner, name, owner.__dict__.get(name)))
+        setattr(owner, name, timed)
+
+    def restore(self) -> None:
+        for owner, name, old in reversed(self._undo):
+            if old is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        self._undo.clear()
+
+
+def _split(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
+    """µs per MoE layer call, by part, of one warm decode (see the module docstring)."""
+    hs = HostSplit()
+    s = sm.streamer
+    hs.wrap(StreamedSwitchGLU, "__call__", "graph")
+    hs.wrap(Streamer, "sync", "sync_wait")
+    hs.wrap(Streamer, "fetch", "cache_step")
+    hs.wrap(Streamer, "catch_up", "deferred")
+    hs.wrap(Streamer, "prefetch", "lookahead")
+    hs.wrap(s.reader, "read", "read_issue")
+    hs.wrap(s.reader, "submit", "read_issue")
+    try:
+        res = generate(sm, prompt, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False)
+    finally:
+        hs.restore()
+    calls = hs.calls["graph"]
+    out = {part: 1e6 * t / calls for part, t in hs.spent.items()}
+    out["total"] = sum(out.values())
+    out["misses"] = res.summary["misses"]
+    return out
+
+
+def _glu_us(model, prompt: list[int], tokens: int) -> float:
+    """µs per call that mlx-lm's own SwitchGLU spends building its graph, resident decode."""
+    hs = HostSplit()
+    hs.wrap(SwitchGLU, "__call__", "glu")
+    try:
+        for _ in generate_step(mx.array(prompt), model, max_tokens=tokens):
+            pass
+    finally:
+        hs.restore()
+    return 1e6 * hs.spent["glu"] / hs.calls["glu"]
 
 
 def _resident_tps(model, prompt: list[int], n: int) -> float:
@@ -34,71 +184,79 @@ def _resident_tps(model, prompt: list[int], n: int) -> float:
     return (n - 1) / (time.perf_counter() - t0)
 
 
-def _host_us_per_step(sm: StreamedModel, prompt: list[int], n: int) -> float:
-    """Mean µs inside Streamer.fetch (cache step + remap bookkeeping), all reads being hits."""
-    s = sm.streamer
-    inner = s.fetch
-    spent: list[float] = []
-
-    def timed(*a):
-        t = time.perf_counter()
-        out = inner(*a)
-        spent.append(time.perf_counter() - t)
-        return out
-
-    s.fetch = timed
-    try:
-        generate(sm, prompt, "none", DecodeConfig(max_tokens=n), stop_at_eos=False)
-    finally:
-        del s.fetch
-    return 1e6 * sum(spent) / max(len(spent), 1)
-
-
-def measure_overhead(model: str = "tiny", tokens: int = 128, repeats: int = 3) -> dict:
+def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> dict:
+    """Warm in-process comparison and the host split (full budget; lookahead at a partial one)."""
     ref, tok = mlx_load(str(resolve(model)))
-    sm = load(model, budget="100%", io="buffered", with_mtp=False)
+    prompt = tok.encode(PROMPT)
+    cfg = DecodeConfig(max_tokens=tokens)
+    sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True)
     try:
-        prompt = tok.encode("import os\nimport sys\n\n\ndef main():\n    ")
-        generate(sm, prompt, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False)  # warm
+        generate(sm, prompt, "none", cfg, stop_at_eos=False)  # first run: compile, caches
         streamed, resident = [], []
         for _ in range(repeats):
             resident.append(_resident_tps(ref, prompt, tokens))
-            res = generate(sm, prompt, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False)
+            res = generate(sm, prompt, "none", cfg, stop_at_eos=False)
             assert res.summary["misses"] == 0, "the warm cache must hold every expert"
             streamed.append(res.summary["tokens_per_s"])
-        s_tps, r_tps = statistics.median(streamed), statistics.median(resident)
-        moe_layers = len(sm.main_moe_layers)
-        return {
-            "model": str(model),
-            "tokens": tokens,
-            "repeats": repeats,
-            "moe_layers": moe_layers,
-            "resident_tokens_per_s": r_tps,
-            "streamed_tokens_per_s": s_tps,
-            "ratio": s_tps / r_tps,
-            "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / moe_layers,
-            "fetch_us_per_moe_layer": _host_us_per_step(sm, prompt, tokens),
-        }
+        layers = len(sm.main_moe_layers)
+        split = {"full_budget": _split(sm, prompt, tokens)}
+        sm.streamer.device_tables = False  # the synced path, for comparison
+        split["full_budget_synced"] = _split(sm, prompt, tokens)
     finally:
         sm.close()
+    for d in (0, 2):
+        sm = load(model, budget=lookahead_budget, io="buffered", with_mtp=False, lookahead=d)
+        try:
+            split[f"budget_{lookahead_budget}_lookahead_{d}"] = _split(sm, prompt, tokens)
+        finally:
+            sm.close()
+    glu = _glu_us(ref, prompt, tokens)
+    for v in split.values():
+        v["added"] = v["total"] - glu
+    s_tps, r_tps = statistics.median(streamed), statistics.median(resident)
+    return {
+        "moe_layers": layers,
+        "resident_tokens_per_s": _spread(resident),
+        "streamed_tokens_per_s": _spread(streamed),
+        "ratio": s_tps / r_tps,
+        "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / layers,
+        "mlx_lm_switchglu_graph_us": glu,
+        "host_us_per_moe_layer": split,
+    }
+
+
+def measure_overhead(
+    model: str = "tiny", tokens: int = 128, pairs: int = 7, lookahead_budget: str = "50%"
+) -> dict:
+    return {
+        "model": str(model),
+        "tokens": tokens,
+        "prompt": PROMPT,
+        "cli": cli_pairs(model, tokens, pairs),
+        "in_process": in_process(model, tokens, pairs, lookahead_budget),
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny")
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--pairs", type=int, default=7, help="interleaved pairs (fresh processes)")
+    p.add_argument("--lookahead-budget", default="50%", help="budget of the lookahead split")
     p.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
-    r = measure_overhead(args.model, args.tokens, args.repeats)
+    r = measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget)
     if args.json:
         print(json.dumps(r))
-    else:
-        print(
-            f"{r['model']}: resident {r['resident_tokens_per_s']:.1f} tok/s, streamed "
-            f"{r['streamed_tokens_per_s']:.1f} tok/s (x{r['ratio']:.2f}); "
-            f"+{r['added_us_per_moe_layer']:.0f} µs per MoE layer, of which "
-            f"{r['fetch_us_per_moe_layer']:.0f} µs in the cache step"
-        )
+        return 0
+    c, ip = r["cli"], r["in_process"]
+    full = ip["host_us_per_moe_layer"]["full_budget"]
+    print(
+        f"{r['model']}: fresh processes, median of {len(c['ratio']['all'])} pairs: specdec "
+        f"{c['specdec_tokens_per_s']['median']:.1f} tok/s, mlx-lm "
+        f"{c['mlx_lm_tokens_per_s']['median']:.1f} tok/s, x{c['ratio']['median']:.2f} "
+        f"(range {c['ratio']['min']:.2f}-{c['ratio']['max']:.2f}); warm in process "
+        f"x{ip['ratio']:.2f}; host {full['added']:.0f} µs per MoE layer over mlx-lm's"
+    )
     return 0

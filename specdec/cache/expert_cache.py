@@ -159,10 +159,11 @@ class ExpertCache:
         self.version += bool(out)
         return out
 
-    def preload(self) -> list[tuple[int, int]]:
-        """Admit the policy's preload keys (hotlist seeding) into free slots; (key, slot) to
-        read. Call once on an empty cache, before the first step."""
-        keys = [k for k in self.policy.preload_keys() if k not in self._slot_of]
+    def preload(self, keys: list[int] | None = None) -> list[tuple[int, int]]:
+        """Admit `keys` (default: the policy's preload keys, hotlist seeding) into free slots;
+        (key, slot) to read. Call on a fresh cache, before the first step."""
+        keys = self.policy.preload_keys() if keys is None else keys
+        keys = [k for k in keys if k not in self._slot_of]
         keys = keys[: len(self._free)]
         out = []
         for k in keys:

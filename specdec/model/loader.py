@@ -146,12 +146,15 @@ def load(
     policy_options: dict | None = None,
     with_mtp: bool = True,
     lookahead: int = 0,
+    warm: bool = False,
 ) -> StreamedModel:
     """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts.
 
     policy_options: per-policy options (see specdec.cache.policies.make_policy); a `hotlist` is a
     list of (layer, expert) pairs in priority order. lookahead: d > 0 starts reading, at each
     MoE layer, the experts that the router d MoE layers later picks on this layer's input.
+    warm: read every routed expert at load (the budget must hold them all), as mlx-lm loads
+    every weight; decode then needs no read and no host sync of the router (device tables).
     """
     if lookahead < 0:
         raise SpecdecError(f"lookahead must be >= 0 (got {lookahead}); 0 turns it off")
@@ -179,6 +182,7 @@ def load(
             policy_options,
             with_mtp,
             lookahead,
+            warm,
         )
     except BaseException:
         if in_use is not None:
@@ -199,6 +203,7 @@ def _load_packed(
     policy_options: dict | None,
     with_mtp: bool,
     lookahead: int,
+    warm: bool,
 ) -> StreamedModel:
     index = ExpertIndex.load(packed)
     for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
@@ -233,6 +238,7 @@ def _load_packed(
         last_layer=order[-1],
         key_stride=key_stride,
         lookahead=lookahead,
+        warm=warm,
         ahead_of={
             lid: (order[i + lookahead], blocks[order[i + lookahead]])
             for i, lid in enumerate(order)

@@ -86,6 +86,7 @@ class Streamer:
     inflight: dict[int, Prefetch] = field(default_factory=dict)  # slot -> batch still landing
     prefetch_failures: int = 0  # lookahead batches whose read failed (their keys forgotten)
     pending: list[mx.array] = field(default_factory=list)  # lazy outputs computing on slots
+    warm: bool = False  # preload reads every routed expert (a budget that holds them all)
     device_tables: bool = True  # False: every call syncs on its router (the reference path)
     # layer -> (cache, cache.version, [n_experts] expert -> slot on the device, or None)
     tables: dict[int, tuple[ExpertCache, int, mx.array | None]] = field(default_factory=dict)
@@ -124,6 +125,13 @@ class Streamer:
                 self._replay(layer, np.array(indices))  # [..., k]
         finally:
             self.phase = saved
+
+    def sync(self, indices: mx.array, ahead: mx.array | None) -> np.ndarray:
+        """The router's choice on the host; the lookahead router's is evaluated with it (one
+        evaluation, the one the layer does anyway)."""
+        if ahead is not None:
+            mx.eval(indices, ahead)
+        return np.array(indices)
 
     def discard_deferred(self) -> None:
         """Forget deferred calls whose forward is thrown away (a token computed past the end)."""
@@ -231,8 +239,22 @@ class Streamer:
         return np.array([-1 if (s := slot_of(int(e) + base)) is None else s for e in experts])
 
     def preload(self) -> None:
-        """Read the policy's preload set (a seeded hotlist) into an empty cache."""
+        """Read the policy's preload set (a seeded hotlist) into an empty cache; warm: then
+        every other routed expert too, as mlx-lm loads every weight before decoding."""
         reqs = self.cache.preload()
+        if self.warm:
+            index = self.index
+            keys = [
+                lid * self.key_stride + e
+                for lid in index.layer_ids
+                for e in range(index.layers[lid].n_experts)
+            ]
+            if len(keys) > self.cache.n_slots:
+                raise BudgetError(
+                    f"--warm reads all {len(keys)} routed experts but the budget holds "
+                    f"{self.cache.n_slots} slots: use --budget 100% (or drop --warm)"
+                )
+            reqs += self.cache.preload(keys)
         if reqs:
             self.reader.read(self._requests(reqs))
 
@@ -379,10 +401,8 @@ class StreamedSwitchGLU(nn.Module):
                 y = self._glu(x, table[indices])  # [..., k, H]
                 s.deferred.append((h.layer, indices, s.phase))
                 return self._launch(y)
-            if ahead is not None:
-                mx.eval(indices, ahead)  # one evaluation, the one this layer does anyway
         s.catch_up()  # deferred steps come first: the cache sees calls in order
-        idx = np.array(indices)  # [..., k] host sync: the router's decision
+        idx = s.sync(indices, ahead)  # [..., k] host sync: the router's decision
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
         experts, counts = union(idx)
