@@ -1,0 +1,118 @@
+"""Wholly resident layers run on device slot tables without a host sync, and nothing else changes.
+
+Each case runs the same work twice on a real random checkpoint: with device tables (layers whose
+every expert is resident skip the router's host read and run their cache step after the token)
+and with them off (every layer syncs, the reference path). Tokens, logits, the step log, every
+cache counter and the recorder's calls must be equal; and the device run must really have
+skipped the syncs it claims to skip.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from specdec.decode.drafters import make_drafter
+from specdec.decode.loop import Decode, DecodeConfig
+from specdec.errors import BudgetError
+from specdec.model.loader import load
+from specdec.model.streamed import Streamer
+from tests.helpers import random_checkpoint, resident_logits
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return random_checkpoint(tmp_path_factory.mktemp("tables"), "qwen3_moe", 4)
+
+
+@pytest.fixture
+def syncs(monkeypatch):
+    """Counts host reads of a router's choice (Streamer.sync calls)."""
+    n = [0]
+    inner = Streamer.sync
+
+    def counted(self, indices, ahead):
+        n[0] += 1
+        return inner(self, indices, ahead)
+
+    monkeypatch.setattr(Streamer, "sync", counted)
+    return n
+
+
+def _decode(sm, prompt, drafter="none", gamma=1, n=24, eos=frozenset()):
+    """Tokens, records (steps and counts) and recorder calls of one decode."""
+    seen = []
+    sm.streamer.recorder = lambda layer, idx, phase: seen.append((layer, idx.tolist(), phase))
+    run = Decode(sm, prompt, make_drafter(drafter, sm), DecodeConfig(gamma, n), (), eos)
+    keep = ("tokens", "union", "misses", "draft_union", "accesses", "hits", "reads")
+    recs = [[getattr(r, k) for k in keep] + [r.verify_bytes_read] for r in run.passes()]
+    sm.streamer.recorder = None
+    return run.generated, recs, seen, sm.streamer.cache.stats()
+
+
+def _both(ckpt, fn, **load_kw):
+    out = []
+    for tables in (True, False):
+        sm = load(ckpt, io="buffered", with_mtp=False, **load_kw)
+        sm.streamer.device_tables = tables
+        try:
+            out.append(fn(sm))
+        finally:
+            sm.close()
+    return out
+
+
+@pytest.mark.parametrize("drafter,gamma", [("none", 1), ("lookup", 3)])
+def test_warm_full_budget_needs_no_sync_and_keeps_stats(ckpt, syncs, drafter, gamma):
+    prompt = list(range(40, 56))
+    dev, ref = _both(ckpt, lambda sm: _decode(sm, prompt, drafter, gamma), budget="100%", warm=True)
+    assert dev == ref
+    assert syncs[0] == len(ref[2]), "the reference path syncs once per routed call"
+    assert dev[3]["misses"] == 0 and dev[3]["hits"] > 0
+
+
+def test_lookahead_whose_target_is_resident_is_skipped(ckpt, syncs):
+    prompt = list(range(40, 56))
+    kw = {"budget": "100%", "warm": True, "lookahead": 2}
+    dev, ref = _both(ckpt, lambda sm: _decode(sm, prompt), **kw)
+    assert dev == ref
+    assert syncs[0] == len(ref[2])  # all of them the reference run's
+
+
+def test_eos_past_a_pipelined_token_leaves_no_steps(ckpt):
+    """The token computed after an EOS (pipelined) never reaches the cache or the records."""
+    prompt = list(range(40, 56))
+    tokens = _both(ckpt, lambda sm: _decode(sm, prompt)[0], budget="100%", warm=True)[0]
+    eos = frozenset([tokens[6]])
+    dev, ref = _both(ckpt, lambda sm: _decode(sm, prompt, eos=eos), budget="100%", warm=True)
+    assert dev == ref
+    assert len(dev[0]) == tokens.index(tokens[6]) + 1
+
+
+def test_pinned_layer_runs_on_its_table_among_synced_layers(ckpt, syncs):
+    """static pins one whole layer; its wide prefill call is chunked by scratch in the replay."""
+
+    def run(sm):
+        cache = make_prompt_cache(sm.model)
+        seen = []
+        sm.streamer.recorder = lambda layer, idx, phase: seen.append((layer, idx.tolist()))
+        logits = [resident_logits(sm.model, list(range(30, 46)), cache)]
+        for t in (5, 9, 300, 7):
+            logits.append(resident_logits(sm.model, [t], cache))
+        steps = [(s.layer, s.union, s.misses, s.bytes_read) for s in sm.streamer.drain()]
+        return np.concatenate(logits), steps, seen, sm.streamer.cache.stats()
+
+    hot = [(1, e) for e in range(16)]  # every expert of MoE layer 1
+    kw = {"budget": "24slots", "policy": "static"}
+    dev, ref = _both(ckpt, run, policy_options={"hotlist": hot, "scratch": 8}, **kw)
+    assert np.array_equal(dev[0], ref[0])
+    assert dev[1:] == ref[1:]
+    assert sum(1 for s in ref[1] if s[0] == 1) > 5  # the 16-position prefill went in chunks
+    layer1 = sum(1 for layer, _ in ref[2] if layer == 1)
+    assert layer1 == 5 and syncs[0] == 2 * len(ref[2]) - layer1  # layer 1 never synced
+
+
+def test_warm_needs_a_budget_that_holds_every_expert(ckpt):
+    with pytest.raises(BudgetError, match="--warm"):
+        load(ckpt, budget="50%", io="buffered", with_mtp=False, warm=True)
