@@ -25,6 +25,7 @@ slot holding a partial or stale block is ever computed on (tests/test_fault_inje
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -149,7 +150,7 @@ class Streamer:
         else:
             self.fetch(layer, experts, counts, replay=True)
         if layer == self.last_layer:
-            self.cache.tick(int(np.prod(idx.shape[:-1])))
+            self.cache.tick(math.prod(idx.shape[:-1]))
 
     def _flush(self, keep: mx.array | None = None) -> None:
         """Evaluate every pending output (but `keep`, whose slots the caller protects)."""
@@ -216,11 +217,21 @@ class Streamer:
         self.log.append(LayerStep(layer, len(keys), m, m * block, self.phase))
         return self.cache.slots(keys)
 
-    def prefetch(
-        self, layer: int, experts: np.ndarray, exclude: np.ndarray, running: mx.array
-    ) -> None:
-        """Start reading `layer`'s predicted experts without waiting; never evicts `exclude`,
-        the slots of `running` (the current layer's output, left computing meanwhile)."""
+    def route_ahead(
+        self, layer: int, x: mx.array, table: mx.array | None, route: Route
+    ) -> tuple[int, mx.array] | None:
+        """(L+d, its router's choice [..., k] on `layer`'s input x), lazy; None when L+d's
+        prefetch could read nothing (this layer and L+d wholly resident: no step between)."""
+        target, block = self.ahead_of[layer]
+        if table is not None and self.table(target) is not None:
+            return None
+        return target, route(block, x)[0]
+
+    def prefetch(self, layer: int, ahead: mx.array, exclude: np.ndarray, running: mx.array) -> None:
+        """Start reading the experts `ahead` [..., k] (evaluated) predicts for `layer` without
+        waiting; never evicts `exclude`, the slots of `running` (the current layer's output,
+        left computing meanwhile)."""
+        experts = np.unique(np.array(ahead))
         reqs = self.cache.prefetch(experts + layer * self.key_stride, exclude)
         if not reqs:
             return
@@ -394,15 +405,13 @@ class StreamedSwitchGLU(nn.Module):
         if not s.resident_only:
             table = s.table(h.layer)
             if s.lookahead and h.layer in s.ahead_of:
-                target, block = s.ahead_of[h.layer]
-                if table is None or s.table(target) is None:  # else its prefetch reads nothing
-                    ahead = h.route(block, x)[0]  # [..., k] layer L+d's router on this input
+                ahead = s.route_ahead(h.layer, x, table, h.route)
             if table is not None and ahead is None:  # no read can be needed: no host sync
                 y = self._glu(x, table[indices])  # [..., k, H]
                 s.deferred.append((h.layer, indices, s.phase))
                 return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
-        idx = s.sync(indices, ahead)  # [..., k] host sync: the router's decision
+        idx = s.sync(indices, None if ahead is None else ahead[1])  # [..., k] host sync
         if s.recorder is not None:
             s.recorder(h.layer, idx, s.phase)
         experts, counts = union(idx)
@@ -415,11 +424,10 @@ class StreamedSwitchGLU(nn.Module):
             else:
                 y = self._chunked(x, idx)
             if h.layer == s.last_layer:
-                s.cache.tick(int(np.prod(idx.shape[:-1])))
+                s.cache.tick(math.prod(idx.shape[:-1]))
         self._launch(y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            keys = np.array(experts) + h.layer * s.key_stride
-            s.prefetch(target, np.unique(np.array(ahead)), keys, y)
+            s.prefetch(ahead[0], ahead[1], np.array(experts) + h.layer * s.key_stride, y)
         return y
 
     def _launch(self, y: mx.array) -> mx.array:
