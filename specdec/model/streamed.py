@@ -231,8 +231,8 @@ class Streamer:
         """Start reading the experts `ahead` [..., k] (evaluated) predicts for `layer` without
         waiting; never evicts `exclude`, the slots of `running` (the current layer's output,
         left computing meanwhile)."""
-        experts = np.unique(np.array(ahead))
-        reqs = self.cache.prefetch(experts + layer * self.key_stride, exclude)
+        base = layer * self.key_stride
+        reqs = self.cache.prefetch([e + base for e in union(np.array(ahead))[0]], exclude)
         if not reqs:
             return
         self._flush(keep=running)
