@@ -34,7 +34,9 @@ def main() -> int:
     parser.add_argument("--name", default="", help="results file suffix (overhead-NAME.json)")
     parser.add_argument("--note", default="", help="what the model is, stored with the result")
     args = parser.parse_args()
-    result = overhead.measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget)
+    result = overhead.measure_overhead(
+        args.model, args.tokens, args.pairs, args.lookahead_budget, args.repeats
+    )
     result["note"] = args.note
     result["targets"] = {"cli_ratio": 0.95, "added_us_per_moe_layer": 60, "lookahead_us": 10}
     result["machine"] = machine_info()

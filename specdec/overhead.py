@@ -262,14 +262,18 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
 
 
 def measure_overhead(
-    model: str = "tiny", tokens: int = 128, pairs: int = 7, lookahead_budget: str = "50%"
+    model: str = "tiny",
+    tokens: int = 128,
+    pairs: int = 7,
+    lookahead_budget: str = "50%",
+    repeats: int | None = None,
 ) -> dict:
     return {
         "model": str(model),
         "tokens": tokens,
         "prompt": PROMPT,
         "cli": cli_pairs(model, tokens, pairs),
-        "in_process": in_process(model, tokens, pairs, lookahead_budget),
+        "in_process": in_process(model, tokens, repeats or pairs, lookahead_budget),
     }
 
 
@@ -277,12 +281,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--pairs", type=int, default=7, help="interleaved pairs (fresh processes)")
+    p.add_argument("--repeats", type=int, help="in-process repeats (default: --pairs)")
     p.add_argument("--lookahead-budget", default="50%", help="budget of the lookahead split")
     p.add_argument("--json", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
-    r = measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget)
+    r = measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget, args.repeats)
     if args.json:
         print(json.dumps(r))
         return 0
