@@ -152,8 +152,15 @@ class HostSplit:
         self._undo.clear()
 
 
-def _split(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
-    """µs per MoE layer call, by part, of one warm decode (see the module docstring)."""
+def _split(sm: StreamedModel, prompt: list[int], tokens: int, repeats: int) -> dict:
+    """µs per MoE layer call, by part: the median over `repeats` decodes of each part's mean
+    (a GC pause or a preemption inflates one run's part, not the median)."""
+    runs = [_split_once(sm, prompt, tokens) for _ in range(repeats)]
+    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+
+
+def _split_once(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
+    """µs per MoE layer call, by part, of one decode (see the module docstring)."""
     hs = HostSplit()
     s = sm.streamer
     hs.wrap(StreamedSwitchGLU, "__call__", "graph")
@@ -171,6 +178,9 @@ def _split(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
         hs.restore()
     calls = hs.calls["graph"]
     out = {f"{part}_cpu": 1e6 * t / calls for part, t in hs.cpu.items()}
+    for part in ("graph", "launch", "sync_wait", "cache_step", "deferred", "read_issue"):
+        out.setdefault(f"{part}_cpu", 0.0)
+    out.setdefault("lookahead_cpu", 0.0)
     out["host_cpu"] = sum(out.values())
     out["sync_wait_wall"] = 1e6 * hs.wall.get("sync_wait", 0.0) / calls
     out["misses"] = res.summary["misses"]
@@ -213,6 +223,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
     ref, tok = mlx_load(str(resolve(model)))
     prompt = tok.encode(PROMPT)
     cfg = DecodeConfig(max_tokens=tokens)
+    split_runs = min(repeats, 3)
     sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True)
     try:
         generate(sm, prompt, "none", cfg, stop_at_eos=False)  # first run: compile, caches
@@ -225,20 +236,22 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
             streamed.append(tps)
             cpu_s.append(cpu)
         layers = len(sm.main_moe_layers)
-        split = {"full_budget": _split(sm, prompt, tokens)}
+        split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
         sm.streamer.device_tables = False  # the synced path, for comparison
-        split["full_budget_synced"] = _split(sm, prompt, tokens)
+        split["full_budget_synced"] = _split(sm, prompt, tokens, split_runs)
     finally:
         sm.close()
     sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True, lookahead=2)
     try:
-        split["full_budget_lookahead_2"] = _split(sm, prompt, tokens)
+        split["full_budget_lookahead_2"] = _split(sm, prompt, tokens, split_runs)
     finally:
         sm.close()
     for d in (0, 2):
         sm = load(model, budget=lookahead_budget, io="buffered", with_mtp=False, lookahead=d)
         try:
-            split[f"budget_{lookahead_budget}_lookahead_{d}"] = _split(sm, prompt, tokens)
+            split[f"budget_{lookahead_budget}_lookahead_{d}"] = _split(
+                sm, prompt, tokens, split_runs
+            )
         finally:
             sm.close()
     glu = _glu_us(ref, prompt, tokens)
