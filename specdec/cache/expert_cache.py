@@ -205,7 +205,7 @@ class ExpertCache:
     def block_slots(self, base: int, n: int) -> np.ndarray | None:
         """[n] int32 slots of keys base..base+n-1 if every one is resident and none is a
         transient (static scratch) read freed at the next step; else None."""
-        slots = [self._slot_of.get(k) for k in range(base, base + n)]
+        slots = list(map(self._slot_of.get, range(base, base + n)))  # C-level: ~3 µs for 256
         if None in slots or any(base <= k < base + n for k in self._transient):
             return None
         return np.array(slots, dtype=np.int32)
