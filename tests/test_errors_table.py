@@ -180,6 +180,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "budget below one position's top-k": nothing,
     "budget below one position's top-k (simulate)": nothing,
     "budget that does not parse": nothing,
+    "--warm with a budget below every expert": nothing,
     "gamma below 1": nothing,
     "max tokens below 1": nothing,
     "reader threads below 1": nothing,
