@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from specdec.cache.bounds import Belady, knapsack_bound
+from specdec.cache.bounds import Belady, knapsack_bound, opt_bypass_hits
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import POLICIES, make_policy
 from specdec.cache.simulate import replay
@@ -130,3 +130,42 @@ def test_knapsack_takes_best_ratio_then_a_fraction():
     assert hits == 5 and read == 2 * 4
     hits, read = knapsack_bound(steps, 1.5, {0: 1, 1: 4, 2: 1, 3: 1})
     assert hits == 3.5 and read == 2 * 4 + 1 + 1 - 0.5  # key 0 and half of key 2
+
+
+def _optimum_bypass(steps, n, warm) -> int:
+    """Most hits of any cache of n slots whose misses may bypass it (exhaustive over contents):
+    after a step the cache may hold any n keys of (cache | step); warm: any n keys at first."""
+    keys = sorted({k for ks in steps for k in ks})
+
+    @cache
+    def best(i: int, resident: frozenset) -> int:
+        if i == len(steps):
+            return 0
+        s = frozenset(steps[i])
+        pool = sorted(resident | s)
+        nxt = [frozenset(c) for m in range(min(n, len(pool)) + 1) for c in combinations(pool, m)]
+        return len(s & resident) + max(best(i + 1, c) for c in nxt)
+
+    starts = (
+        [frozenset(c) for c in combinations(keys, min(n, len(keys)))] if warm else [frozenset()]
+    )
+    return max(best(0, c) for c in starts)
+
+
+@settings(max_examples=120, deadline=None)
+@given(steps=_step_lists(5, 3, 8), extra=st.integers(0, 2), warm=st.booleans())
+def test_opt_bypass_is_the_optimum(steps, extra, warm):
+    n = max(map(len, steps)) + extra
+    assert opt_bypass_hits(steps, n, warm)[0] == _optimum_bypass(steps, n, warm)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=_step_lists(15, 4, 60), extra=st.integers(0, 8), hot=st.permutations(range(16)))
+def test_opt_bypass_misses_least_of_every_policy(steps, extra, hot):
+    n = max(map(len, steps)) + extra
+    hits, _ = opt_bypass_hits(steps, n)
+    assert hits >= _hits(steps, n, Belady(n, steps))
+    assert hits >= knapsack_bound(steps, n)[0] - 1e-9  # equal sizes: pinnings are schedules
+    for name in POLICIES:
+        policy = make_policy(name, n, hotlist=list(hot), scratch=max(map(len, steps)))
+        assert hits >= _hits(steps, n, policy), name

@@ -121,6 +121,12 @@ def knapsack_bound(
     keys = list(counts)
     c = np.array([counts[k] for k in keys], dtype=np.float64)  # [K]
     b = np.array([1 if bytes_of is None else bytes_of[k] for k in keys], dtype=np.float64)  # [K]
+    return knapsack_counts(c, b, budget_bytes)
+
+
+def knapsack_counts(c: np.ndarray, b: np.ndarray, budget_bytes: float) -> tuple[float, float]:
+    """knapsack_bound from selections c [K] and bytes b [K] per key: (hits, bytes_read)."""
+    c, b = np.asarray(c, np.float64), np.asarray(b, np.float64)
     order = np.argsort(-c / b, kind="stable")
     c, b = c[order], b[order]
     full = np.cumsum(b) <= budget_bytes
@@ -206,3 +212,23 @@ def lru_curve_steps(
     hits = np.cumsum(first[:, :-1], axis=1) + extra  # [G, B]
     out = hits[:, [bidx[int(n)] for n in budgets]].T  # [len(budgets), G]
     return out[:, 0] if group_size is None else out
+
+
+def opt_bypass_hits(steps: Sequence[list[int]], n_slots: int, warm: bool = True) -> tuple[int, int]:
+    """(hits, keys preloaded) of the offline optimum with bypass, a bound for every policy.
+
+    A miss is read into scratch (outside the n_slots) and kept only if that pays: after each
+    step the cache holds the n_slots keys of (cache | step) used again soonest, which minimises
+    misses (the exchange argument of Belady's MIN, with a step as one instant; a test checks it
+    against an exhaustive search over cache contents). Every step-semantics policy at n_slots
+    (static's scratch slots inside them) is one of the schedules it ranges over, and warm (the
+    n_slots keys used first, preloaded for free) covers hotlist preloads, so its misses are at
+    most any policy's misses, and its hits at least the knapsack bound's with equal sizes.
+    """
+    from specdec.cache.kernels import bypass_opt_hits
+    from specdec.cache.replay import Access, first_used
+
+    acc = Access.from_steps([sorted(set(ks)) for ks in steps])
+    init = first_used(acc, n_slots) if warm else acc.keys[:0]
+    hit = bypass_opt_hits(acc.keys, acc.ptr, n_slots, acc.n_keys, init)
+    return int(hit.sum()), len(init)

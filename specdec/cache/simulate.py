@@ -1,42 +1,57 @@
 """`specdec simulate`: replay a routing trace through the runtime's cache policies and bounds.
 
-    specdec simulate runs/trace-x --policy lru,slru,hotness,lfu,static,belady,knapsack_bound \
+    specdec simulate runs/trace-x --policy lru,slru,hotness,lfu,static,belady,opt_bypass \
         --budget 96slots,2GB --json
+    specdec simulate runs/trace-x --gamma 1,2,3,4,8 --alpha 1,0.9,0.8,0.7 --policy lru,lcs:ARC
     specdec simulate runs/trace-x --policy hotness,static --budget 1GB --hotlist hot.txt
 
-Each position of the trace is one forward call of one position; its steps are the MoE layers in
-order (keys layer * n_experts + expert), then `tick(1)`: the same ExpertCache and policy classes
-the runtime uses. Byte budgets become slots of the largest expert of any layer. `lru` comes from
-the one-pass curve (specdec.cache.bounds), equal to a replay per budget; `belady` and
-`knapsack_bound` are the offline bounds. `static` pins the hotlist given (--hotlist or
+With --gamma 1 (default) each position of the trace is one forward call of one position: its
+steps are the MoE layers in order (keys layer * n_experts + expert), then `tick(1)`. --gamma G
+replays verify passes of G positions, one step per layer over the union of the pass's experts,
+with acceptance --alpha (specdec.cache.replay says how rejected positions route). Policies run
+as compiled loops equal to the runtime's ExpertCache and policy classes (specdec.cache.kernels,
+tested access by access); `lcs:NAME` runs libCacheSim's NAME on the same requests
+(specdec.cache.lcs). Byte budgets become slots of the largest expert of any layer. Offline:
+`belady` (MIN, every miss admitted), `opt_bypass` (the optimum when misses may bypass the
+cache, with a free warm start: a bound on the misses of every policy, static included) and
+`knapsack_bound` (any static pinning). `static` pins the hotlist given (--hotlist or
 --hotlist-trace), else the trace's own profile (hindsight, like knapsack_bound), and keeps the
 widest step as scratch. `hotness` is seeded and preloaded only from an explicit hotlist, and
-starts over (new_sequence) where prompt_ids.npy changes prompt. --lookahead D prefetches the
-trace's router predictions (lookahead.npy) for layer l + D after the step of layer l, as the
-runtime does. bytes_read counts misses and prefetches; hotlist preloads are preload_bytes.
+starts over (new_sequence) where prompt_ids.npy changes prompt. --lookahead D (γ = 1) prefetches
+the trace's router predictions (lookahead.npy) for layer l + D after the step of layer l, as
+the runtime does, through the Python classes. bytes_read counts misses and prefetches; hotlist
+preloads (and opt_bypass's warm start) are preload_bytes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from specdec.cache.bounds import Belady, knapsack_bound, lru_curve_steps
+from specdec.cache.bounds import knapsack_counts
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import POLICIES, make_policy
+from specdec.cache.replay import (
+    Access,
+    access_sequence,
+    check_distinct,
+    policy_hits,
+    prompt_starts,
+    score,
+)
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, load_trace, profile_hotlist, read_hotlist
 from specdec.units import format_bytes, parse_budget
 
-ALL = POLICIES + ("belady", "knapsack_bound")
+ALL = POLICIES + ("belady", "opt_bypass", "knapsack_bound")
 
 
 @dataclass
 class SimResult:
-    """One (policy, budget) row of `specdec simulate --json`."""
+    """One (γ, α, policy, budget) row of `specdec simulate --json`."""
 
     policy: str
     budget_slots: int
@@ -46,9 +61,13 @@ class SimResult:
     misses: float
     hit_rate: float
     bytes_read: float  # bytes read during the replay: misses, plus prefetches with lookahead
-    bytes_per_token: float  # bytes_read per position
-    preload_bytes: int  # hotlist preloads, read before the first position
-    positions: int
+    bytes_per_token: float  # bytes_read per committed position
+    positions: int  # positions the passes ran (rejected drafts included)
+    gamma: int = 1  # positions per verify pass
+    alpha: float = 1.0  # draft acceptance
+    committed: int = 0  # positions committed
+    mean_union: float = 0.0  # accesses per step: the mean per-layer union of a pass
+    preload_bytes: int = 0  # hotlist preloads (opt_bypass: its warm start), before the first step
     lookahead: int = 0  # router lookahead distance replayed (0: none)
     prefetch_bytes: float = 0.0  # part of bytes_read
     prefetch_hits: int = 0  # prefetched experts a later step used (counted as hits)
@@ -60,12 +79,8 @@ class SimResult:
 
 def trace_steps(trace: Trace, positions: int | None = None) -> list[list[list[int]]]:
     """[position][layer] -> sorted distinct keys: the steps of each one-position forward call."""
-    keys = np.sort(trace.keys()[:positions], axis=-1)  # [T, L, k]
-    if keys.shape[2] > 1 and (keys[..., 1:] == keys[..., :-1]).any():
-        raise SpecdecError(
-            "trace routes one expert twice at one position and layer: fix its writer"
-        )
-    return keys.tolist()
+    check_distinct(trace)
+    return np.sort(trace.keys()[:positions], axis=-1).tolist()  # [T, L, k]
 
 
 def lookahead_steps(trace: Trace, distance: int, positions: int | None = None):
@@ -115,61 +130,37 @@ def replay(
     return float(missed_bytes), float(prefetched_bytes)
 
 
-def lru_curve(trace: Trace, budgets: list[int], positions: int | None = None) -> np.ndarray:
-    """LRU hits of the trace at every budget (slots), from one pass; [len(budgets)]."""
-    flat = [ks for position in trace_steps(trace, positions) for ks in position]
-    return lru_curve_steps(flat, budgets)
-
-
 @dataclass
 class _Setup:
-    """What every (policy, budget) run of one trace shares."""
+    """What every (policy, budget) run of the Python path (router lookahead) shares."""
 
     trace: Trace
     steps: list[list[list[int]]]  # [position][layer] -> keys
-    flat: list[list[int]]  # one list of keys per step
     key_bytes: dict[int, int]
-    uniform: bool  # every layer's experts have the same size
-    widest: int
     hotlist: list[int] | None
-    hotlist_source: str  # SimResult.hotlist
-    ahead: list[list[list[int]]] | None  # lookahead prefetches, see lookahead_steps
-    lookahead: int
+    ahead: list[list[list[int]]]  # lookahead prefetches, see lookahead_steps
+    lookahead: int  # their distance
     starts: frozenset[int]  # positions where a new prompt begins
 
 
-def _run(setup: _Setup, policy: str, n: int, nbytes: int, lru_hits) -> SimResult:
-    trace, flat = setup.trace, setup.flat
-    accesses = sum(len(ks) for ks in flat)
-    n_pos, slot = len(setup.steps), trace.slot_bytes
-    extra = {}
-    if policy == "knapsack_bound":
-        hits, read = knapsack_bound(flat, nbytes, setup.key_bytes)
-    elif policy == "lru" and setup.ahead is None:
-        hits_by_layer = lru_hits[n]  # [L]
-        acc_by_layer = np.bincount(
-            [k // trace.n_experts for ks in flat for k in ks], minlength=trace.n_layers
-        )  # [L]
-        hits = int(hits_by_layer.sum())
-        read = float(((acc_by_layer - hits_by_layer) * trace.expert_bytes).sum())
-    else:
-        if policy == "belady":
-            pol = Belady(n, flat)
-        else:
-            pol = make_policy(policy, n, hotlist=setup.hotlist, scratch=setup.widest)
-        cache = ExpertCache(n, pol)
-        preload = sum(setup.key_bytes.get(k, slot) for k, _ in cache.preload())
-        by_key = None if setup.uniform else setup.key_bytes
-        missed, prefetched = replay(cache, setup.steps, by_key, setup.ahead, setup.starts)
-        if setup.uniform:
-            missed, prefetched = cache.misses * slot, cache.prefetch_reads * slot
-        hits, read = cache.hits, float(missed + prefetched)
-        extra = {
-            "preload_bytes": preload,
-            "prefetch_bytes": float(prefetched),
-            "prefetch_hits": cache.prefetch_hits,
-            "prefetch_wasted": cache.prefetch_wasted,
-        }
+def _run_lookahead(setup: _Setup, policy: str, n: int) -> tuple[int, float, dict]:
+    """Replay through ExpertCache with the trace's router-lookahead prefetches: (hits, read,
+    prefetch fields of SimResult). The compiled loops have no prefetch; this path keeps it."""
+    slot = setup.trace.slot_bytes
+    cache = ExpertCache(n, make_policy(policy, n, hotlist=setup.hotlist))
+    preload = sum(setup.key_bytes.get(k, slot) for k, _ in cache.preload())
+    missed, prefetched = replay(cache, setup.steps, setup.key_bytes, setup.ahead, setup.starts)
+    extra = {
+        "preload_bytes": preload,
+        "prefetch_bytes": prefetched,
+        "prefetch_hits": cache.prefetch_hits,
+        "prefetch_wasted": cache.prefetch_wasted,
+    }
+    return cache.hits, missed + prefetched, extra
+
+
+def _row(policy, n, nbytes, acc: Access, gamma, alpha, hits, read, **extra) -> SimResult:
+    accesses = len(acc.keys)
     return SimResult(
         policy=policy,
         budget_slots=n,
@@ -178,35 +169,21 @@ def _run(setup: _Setup, policy: str, n: int, nbytes: int, lru_hits) -> SimResult
         hits=hits,
         misses=accesses - hits,
         hit_rate=hits / accesses if accesses else 0.0,
-        bytes_read=read,
-        bytes_per_token=read / max(n_pos, 1),
-        preload_bytes=extra.pop("preload_bytes", 0),
-        positions=n_pos,
-        lookahead=setup.lookahead,
-        hotlist=setup.hotlist_source if policy in ("static", "hotness") else "",
+        bytes_read=float(read),
+        bytes_per_token=read / max(acc.committed, 1),
+        positions=int(acc.tick.sum()),
+        gamma=gamma,
+        alpha=alpha,
+        committed=acc.committed,
+        mean_union=accesses / max(len(acc.ptr) - 1, 1),
         **extra,
     )
 
 
-def simulate(
-    trace: Trace,
-    policies: list[str],
-    budgets: list[str],
-    hotlist: list[int] | None = None,
-    positions: int | None = None,
-    lookahead: int = 0,
-) -> list[SimResult]:
-    """Every (policy, budget) pair: policies outer, budgets in the order given. lookahead d > 0
-    prefetches the trace's layer l + d predictions after each step of layer l (static and the
-    bounds ignore it: they read nothing ahead)."""
-    unknown = [p for p in policies if p not in ALL]
-    if unknown:
-        raise SpecdecError(f"unknown policy {unknown[0]!r}: use one of {', '.join(ALL)}")
-    steps = trace_steps(trace, positions)
-    flat = [ks for position in steps for ks in position]
-    widest = max((len(ks) for ks in flat), default=1)
+def _budgets(trace: Trace, budgets: list[str], widest: int) -> list[tuple[int, int]]:
+    """(slots, bytes) per budget text; BudgetError below the widest step."""
     slot = trace.slot_bytes
-    sizes: list[tuple[int, int]] = []
+    sizes = []
     for text in budgets:
         b = parse_budget(text)
         n = b.to_slots(slot)
@@ -216,38 +193,74 @@ def simulate(
                 f"({widest} experts): use at least {widest}slots ({widest * slot} bytes)"
             )
         sizes.append((n, b.nbytes if b.nbytes is not None else n * slot))
-    E = trace.n_experts
-    key_bytes = {k: trace.expert_bytes[k // E] for k in {k for ks in flat for k in ks}}
+    return sizes
+
+
+def _check_policies(policies: list[str]) -> None:
+    for p in policies:
+        if p.startswith("lcs:"):
+            from specdec.cache.lcs import lcs_policy
+
+            lcs_policy(p[4:])  # raises naming the known ones
+        elif p not in ALL:
+            raise SpecdecError(f"unknown policy {p!r}: use one of {', '.join(ALL)}, or lcs:NAME")
+
+
+def simulate(
+    trace: Trace,
+    policies: list[str],
+    budgets: list[str],
+    hotlist: list[int] | None = None,
+    positions: int | None = None,
+    lookahead: int = 0,
+    gammas: list[int] = (1,),
+    alphas: list[float] = (1.0,),
+    seed: int = 0,
+) -> list[SimResult]:
+    """Every (γ, α, policy, budget): γ outermost, then α, policies, budgets in the order given.
+    γ > 1 replays verify passes (specdec.cache.replay); γ = 1 rows are the same for every α.
+    lookahead d > 0 (γ = 1 only) prefetches the trace's layer l + d predictions after each step
+    of layer l (static and the bounds ignore it: they read nothing ahead)."""
+    _check_policies(policies)
+    if lookahead and any(g != 1 for g in gammas):
+        raise SpecdecError("--lookahead replays plain decoding only: use --gamma 1 with it")
+    given = hotlist is not None
     if hotlist is None and "static" in policies:
         hotlist_static = hotlist_keys(trace, profile_hotlist(trace))
     else:
         hotlist_static = hotlist
-    lru_hits = {}
-    if "lru" in policies and not lookahead:  # with prefetches, LRU is replayed instead
-        curve = lru_curve_steps(flat, [n for n, _ in sizes], group_size=E)  # [B, G]
-        for (n, _), h in zip(sizes, curve, strict=True):
-            lru_hits[n] = np.pad(h, (0, trace.n_layers - len(h)))  # [L]
-    ahead = lookahead_steps(trace, lookahead, positions) if lookahead else None
-    starts = frozenset()
-    if trace.prompt_ids is not None:
-        pid = trace.prompt_ids[: len(steps)]
-        starts = frozenset((np.flatnonzero(pid[1:] != pid[:-1]) + 1).tolist())
-    out = []
-    for policy in policies:
+    setup = None
+    if lookahead:
+        steps = trace_steps(trace, positions)
+        E = trace.n_experts
         setup = _Setup(
             trace=trace,
             steps=steps,
-            flat=flat,
-            key_bytes=key_bytes,
-            uniform=len(set(trace.expert_bytes)) == 1,
-            widest=widest,
-            hotlist=hotlist_static if policy == "static" else hotlist,
-            hotlist_source="given" if hotlist is not None else "self" if policy == "static" else "",
-            ahead=ahead if policy in POLICIES and policy != "static" else None,
-            lookahead=lookahead if policy in POLICIES and policy != "static" else 0,
-            starts=starts,
+            key_bytes={k: trace.expert_bytes[k // E] for pos in steps for ks in pos for k in ks},
+            hotlist=hotlist,
+            ahead=lookahead_steps(trace, lookahead, positions),
+            lookahead=lookahead,
+            starts=frozenset(prompt_starts(trace, len(steps)).tolist()),
         )
-        out.extend(_run(setup, policy, n, nbytes, lru_hits) for n, nbytes in sizes)
+    out: list[SimResult] = []
+    for gamma in gammas:
+        plain: list[SimResult] = []
+        for alpha in alphas:
+            if gamma == 1 and plain:  # α changes nothing without drafts
+                out.extend(replace(r, alpha=alpha) for r in plain)
+                continue
+            acc = access_sequence(trace, gamma, alpha, seed, positions)
+            sizes = _budgets(trace, budgets, acc.widest)
+            rows = []
+            for policy in policies:
+                hot = hotlist_static if policy == "static" else hotlist
+                for n, nbytes in sizes:
+                    rows.append(
+                        _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given)
+                    )
+            if gamma == 1:
+                plain = rows
+            out.extend(rows)
     return out
 
 
@@ -269,12 +282,33 @@ def check_budgets(trace: Trace, budgets: list[str]) -> None:
             )
 
 
+def _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given) -> SimResult:
+    """One row: the compiled loops, the knapsack bound, or the Python lookahead path."""
+    extra: dict = {}
+    if policy == "static":
+        extra["hotlist"] = "given" if given else "self"
+    elif policy == "hotness" and given:
+        extra["hotlist"] = "given"
+    if policy == "knapsack_bound":
+        keys, counts = np.unique(acc.keys, return_counts=True)  # [K'], [K']
+        sizes = np.asarray(trace.expert_bytes, np.float64)[keys // trace.n_experts]  # [K']
+        hits, read = knapsack_counts(counts, sizes, nbytes)
+    elif setup is not None and policy in POLICIES and policy != "static":
+        hits, read, more = _run_lookahead(setup, policy, n)
+        extra.update(more, lookahead=setup.lookahead)
+    else:
+        hit, pre = policy_hits(policy, acc, n, hot)
+        r = score(policy, acc, n, trace, gamma, alpha, hit, pre)
+        hits, read, extra["preload_bytes"] = r.hits, r.bytes_read, r.preload_bytes
+    return _row(policy, n, nbytes, acc, gamma, alpha, hits, read, **extra)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="trace directory (see docs/trace-format.md)")
     parser.add_argument(
         "--policy",
-        default="lru,slru,hotness,lfu,static,belady,knapsack_bound",
-        help=f"comma-separated, from: {','.join(ALL)}",
+        default="lru,slru,hotness,lfu,static,belady,opt_bypass,knapsack_bound",
+        help=f"comma-separated, from: {','.join(ALL)}, or lcs:NAME (libCacheSim: lcs:ARC, ...)",
     )
     parser.add_argument("--budget", default="96slots", help="comma-separated: 96slots,2GB,512MiB")
     hot = parser.add_mutually_exclusive_group()
@@ -287,6 +321,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="prefetch the trace's router predictions D MoE layers ahead (needs lookahead.npy)",
     )
+    parser.add_argument("--gamma", default="1", help="positions per verify pass, e.g. 1,2,4,8")
+    parser.add_argument("--alpha", default="1", help="draft acceptance, e.g. 1,0.9,0.8")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the acceptance process")
     parser.add_argument("--json", action="store_true", help="print a JSON list of results")
 
 
@@ -304,7 +341,11 @@ def run(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     budgets = [b.strip() for b in args.budget.split(",") if b.strip()]
     check_budgets(trace, budgets)
-    results = simulate(trace, policies, budgets, hotlist, args.positions, args.lookahead)
+    gammas = _numbers(args.gamma, int, "--gamma")
+    alphas = _numbers(args.alpha, float, "--alpha")
+    results = simulate(
+        trace, policies, budgets, hotlist, args.positions, args.lookahead, gammas, alphas, args.seed
+    )
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))
         return 0
@@ -313,13 +354,21 @@ def run(args: argparse.Namespace) -> int:
         f"{trace.n_layers} layers x top-{trace.top_k} of {trace.n_experts}, "
         f"slot {format_bytes(trace.slot_bytes)}"
     )
-    head = (
-        f"{'policy':<15}{'slots':>7}{'budget':>10}{'hit rate':>10}{'misses':>12}{'read/token':>12}"
+    print(
+        f"{'policy':<15}{'gamma':>6}{'alpha':>6}{'slots':>7}{'budget':>10}{'union':>7}"
+        f"{'hit rate':>10}{'misses':>12}{'read/token':>12}"
     )
-    print(head)
     for r in results:
         print(
-            f"{r.policy:<15}{r.budget_slots:>7}{format_bytes(r.budget_bytes):>10}"
-            f"{r.hit_rate:>10.4f}{r.misses:>12.0f}{format_bytes(r.bytes_per_token):>12}"
+            f"{r.policy:<15}{r.gamma:>6}{r.alpha:>6.2f}{r.budget_slots:>7}"
+            f"{format_bytes(r.budget_bytes):>10}{r.mean_union:>7.2f}{r.hit_rate:>10.4f}"
+            f"{r.misses:>12.0f}{format_bytes(r.bytes_per_token):>12}"
         )
     return 0
+
+
+def _numbers(text: str, kind, flag: str) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecdecError(f"{flag} {text}: give comma-separated numbers, e.g. 1,2,4") from None
