@@ -1,14 +1,24 @@
-"""Speed of the cache layer: policy replays, runtime step overhead, one-pass LRU curve.
+"""Speed of the cache layer: `specdec simulate` at MiniMax scale, the Python policy classes
+(the runtime's), runtime step overhead, the one-pass LRU curve.
 
     python benchmarks/bench_policies.py            # writes benchmarks/results/policies.json
     python benchmarks/bench_policies.py --positions 1000 --repeats 1   # quick look
+    python benchmarks/bench_policies.py --sim-trace DIR   # simulate section on a given trace
 
-A synthetic trace shaped like a real one (16 MoE layers x 64 experts x top-8, skewed per-layer
-popularity, 35% of a position's experts reused by the next) is replayed through ExpertCache by
-every policy, exactly as `specdec simulate` does. Targets: >= 2 million expert accesses/s per
-policy, and the one-pass LRU curve over 64 budgets >= 5x faster than 64 replays (whose hits it
-must equal). Times are the best of --repeats runs (the machine is shared; the best run is the
-least disturbed one).
+`simulate`: a 62 MoE layers x 256 experts x top-8 trace of --sim-positions positions (random
+synthetic, skewed popularity and 35% reuse, unless --sim-trace gives one) is replayed by
+`specdec simulate TRACE --policy P --budget 1130slots --json`, each policy run over the whole
+trace and over one position, interleaved, --sim-repeats times; accesses/s = accesses / (median
+wall of the whole run - median wall of the one-position run), the one-position run being the
+process start (imports, loading the compiled loops), reported apart. Child CPU times are given
+beside walls: on a shared machine they move least. Targets: >= 5 M accesses/s for lru, slru,
+lfu, hotness, static, >= 2 M/s for belady and opt_bypass, process start < 1 s. Beside them,
+libCacheSim's LRU and Belady (its C loop over a binary oracleGeneral file of the same requests,
+one per key, its best configuration) and the hit rates of both on those requests.
+
+`replay`: a 16 x 64 x top-8 synthetic trace through ExpertCache and the Python classes (the
+runtime's own path), best of --repeats; the one-pass LRU curve over 64 budgets must equal 64
+replays and be >= 5x faster.
 """
 
 from __future__ import annotations
@@ -16,7 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,15 +39,103 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.cache.bounds import Belady, lru_curve_steps  # noqa: E402
 from specdec.cache.expert_cache import ExpertCache  # noqa: E402
+from specdec.cache.lcs import lcs_process, write_oracle_trace  # noqa: E402
 from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
+from specdec.cache.replay import access_sequence, policy_hits  # noqa: E402
 from specdec.cache.simulate import replay, trace_steps  # noqa: E402
 from specdec.machine import machine_info  # noqa: E402
 from specdec.store.files import durable_replace  # noqa: E402
-from specdec.trace.format import hotlist_keys, profile_hotlist  # noqa: E402
+from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, save_trace  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 
 TARGET_ACCESSES_PER_S = 2e6
 TARGET_CURVE_SPEEDUP = 5.0
+SIM_TARGETS = {"lru": 5e6, "slru": 5e6, "lfu": 5e6, "hotness": 5e6, "static": 5e6}
+SIM_TARGETS |= {"belady": 2e6, "opt_bypass": 2e6}
+SIM_SLOTS = 1130  # 9 GB of 7,962,624-byte 4-bit MiniMax experts
+TARGET_START_S = 1.0
+
+
+def _timed_cli(args: list[str]) -> tuple[float, float, list[dict]]:
+    """(wall s, child CPU s, JSON rows) of one `specdec simulate` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "specdec", "simulate", *args, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, json.loads(out.stdout)
+
+
+def bench_simulate(trace_dir: Path, repeats: int) -> dict:
+    """`specdec simulate` per policy, whole trace vs one position, interleaved; libCacheSim."""
+    rows = []
+    for name, target in SIM_TARGETS.items():
+        base = [str(trace_dir), f"--policy={name}", f"--budget={SIM_SLOTS}slots"]
+        full, one = [], []
+        for _ in range(repeats):  # interleaved: both see the same machine load
+            full.append(_timed_cli(base))
+            one.append(_timed_cli([*base, "--positions=1"]))
+        accesses = full[0][2][0]["accesses"]
+        wall = float(np.median([f[0] for f in full]) - np.median([o[0] for o in one]))
+        cpu = float(np.median([f[1] for f in full]) - np.median([o[1] for o in one]))
+        start_wall = float(np.median([o[0] for o in one]))
+        start_cpu = float(np.median([o[1] for o in one]))
+        rows.append(
+            {
+                "policy": name,
+                "accesses": accesses,
+                "hit_rate": round(full[0][2][0]["hit_rate"], 4),
+                "replay_wall_s": round(wall, 3),
+                "accesses_per_s_wall": round(accesses / max(wall, 1e-9)),
+                "accesses_per_s_cpu": round(accesses / max(cpu, 1e-9)),
+                "process_start_wall_s": round(start_wall, 3),
+                "process_start_cpu_s": round(start_cpu, 3),
+                "target": target,
+                "meets_target_wall": accesses / max(wall, 1e-9) >= target,
+                "meets_target_cpu": accesses / max(cpu, 1e-9) >= target,
+                "start_under_1s_wall": start_wall < TARGET_START_S,
+                "start_under_1s_cpu": start_cpu < TARGET_START_S,
+            }
+        )
+        print(
+            f"simulate {name:10} {accesses / max(wall, 1e-9) / 1e6:7.2f} M/s wall "
+            f"{accesses / max(cpu, 1e-9) / 1e6:7.2f} cpu; start {start_wall:.2f} s wall "
+            f"{start_cpu:.2f} cpu"
+        )
+    trace = load_trace(trace_dir)
+    acc = access_sequence(trace)
+    peers = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "requests.oracleGeneral"
+        write_oracle_trace(acc.keys, path)
+        for ours, theirs in (("lru", "LRU"), ("belady", "Belady")):
+            times, miss = [], 0.0
+            for _ in range(repeats):
+                t = time.perf_counter()
+                miss = lcs_process(theirs, path, SIM_SLOTS, acc.n_keys)
+                times.append(time.perf_counter() - t)
+            step = float(policy_hits(ours, acc, SIM_SLOTS)[0].mean())
+            wall = float(np.median(times))
+            peers.append(
+                {
+                    "peer": f"libCacheSim {theirs} (process_trace, C loop, in-process)",
+                    "requests": len(acc.keys),
+                    "requests_per_s_wall": round(len(acc.keys) / wall),
+                    "hit_rate_requests": round(1 - miss, 4),
+                    f"hit_rate_specdec_{ours}_steps": round(step, 4),
+                }
+            )
+            print(
+                f"libCacheSim {theirs:7} {len(acc.keys) / wall / 1e6:7.2f} M/s; hit rate "
+                f"{1 - miss:.4f} on requests vs {step:.4f} ours on steps"
+            )
+    return {"trace": str(trace_dir), "slots": SIM_SLOTS, "policies": rows, "peers": peers}
 
 
 def best_time(fn, repeats: int) -> tuple[float, float, object]:
@@ -150,18 +251,31 @@ def main() -> int:
     ap.add_argument("--positions", type=int, default=4000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "policies.json"))
+    ap.add_argument("--sim-trace", type=Path, help="trace for the simulate section")
+    ap.add_argument("--sim-positions", type=int, default=2000)
+    ap.add_argument("--sim-repeats", type=int, default=5)
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        sim_trace = args.sim_trace
+        if sim_trace is None:
+            sim_trace = Path(tmp) / "trace"
+            big = synthetic_trace(args.sim_positions, 62, 256, 8, expert_bytes=7962624, seed=0)
+            save_trace(big, sim_trace)
+        sim = bench_simulate(sim_trace, args.sim_repeats)
     trace = synthetic_trace(args.positions, n_layers=16, n_experts=64, top_k=8, seed=0)
     steps = trace_steps(trace)
     flat = [ks for position in steps for ks in position]
     hot = hotlist_keys(trace, profile_hotlist(trace))
     result = {
         "machine": machine_info(),
+        "load_average_1m_at_start": round(load0, 2),
         "trace": {"positions": args.positions, "layers": 16, "experts": 64, "top_k": 8},
         "targets": {
             "accesses_per_s": TARGET_ACCESSES_PER_S,
             "curve_speedup": TARGET_CURVE_SPEEDUP,
         },
+        "simulate": sim,
         "replay": bench_replays(steps, flat, hot, (256, 512), args.repeats),
         "step_overhead": bench_step_overhead(trace, args.repeats),
         "lru_curve": bench_curve(flat, 64, args.repeats),

@@ -90,17 +90,16 @@ def prompt_starts(trace: Trace, T: int) -> np.ndarray:
 
 def plan_passes(T: int, gamma: int, alpha: float, seed: int, starts: np.ndarray) -> np.ndarray:
     """[P, 3] (first position, positions in the pass, accepted drafts) of every verify pass."""
-    ends = np.append(starts, T)  # a pass stops at the next prompt boundary
-    rng = np.random.default_rng(seed)
+    ends = [*starts.tolist(), T]  # a pass stops at the next prompt boundary
+    # accepted drafts of pass i: successes before the first failure (capped at n - 1 below)
+    geo = np.random.default_rng(seed).geometric(1.0 - alpha, T) - 1 if alpha < 1 else None
     rows, t, e = [], 0, 0
+    draws = geo.tolist() if geo is not None else None
     while t < T:
         while ends[e] <= t:
             e += 1
-        n = min(gamma, int(ends[e]) - t)
-        if alpha >= 1.0:
-            a = n - 1
-        else:  # accepted drafts: successes before the first failure, at most n - 1
-            a = min(int(rng.geometric(1.0 - alpha)) - 1, n - 1)
+        n = min(gamma, ends[e] - t)
+        a = n - 1 if draws is None else min(draws[len(rows)], n - 1)
         rows.append((t, n, a))
         t += a + 1
     return np.array(rows, dtype=np.int64).reshape(-1, 3)
@@ -138,19 +137,10 @@ def rejected_routing(
     return out
 
 
-def access_sequence(
-    trace: Trace, gamma: int = 1, alpha: float = 1.0, seed: int = 0, positions: int | None = None
-) -> Access:
-    """The flat access sequence of replaying `trace` in verify passes of `gamma` positions."""
-    if gamma < 1:
-        raise SpecdecError(f"gamma {gamma}: give gamma >= 1 (1 is plain decoding)")
-    if not 0.0 <= alpha <= 1.0:
-        raise SpecdecError(f"alpha {alpha}: give an acceptance rate in [0, 1]")
-    check_distinct(trace)
-    e = trace.experts[:positions].astype(np.int64)  # [T, L, k]
+def _union_steps(trace: Trace, e: np.ndarray, plan: np.ndarray, gamma: int, seed: int):
+    """(keys, ptr, counts) of passes of γ positions: one step per layer over their union."""
     T, L, k = e.shape
     E = trace.n_experts
-    plan = plan_passes(T, gamma, alpha, seed, prompt_starts(trace, T))  # [P, 3]
     P = len(plan)
     j = np.arange(gamma)
     pos = plan[:, :1] + j  # [P, γ]
@@ -174,18 +164,41 @@ def access_sequence(
     real = keys < big
     step, keys, counts = step[real], keys[real], counts[real]
     ptr = np.r_[0, np.cumsum(np.bincount(step, minlength=P * L))].astype(np.int64)
+    return keys.astype(np.int64), ptr, counts.astype(np.int64)
+
+
+def access_sequence(
+    trace: Trace, gamma: int = 1, alpha: float = 1.0, seed: int = 0, positions: int | None = None
+) -> Access:
+    """The flat access sequence of replaying `trace` in verify passes of `gamma` positions."""
+    if gamma < 1:
+        raise SpecdecError(f"gamma {gamma}: give gamma >= 1 (1 is plain decoding)")
+    if not 0.0 <= alpha <= 1.0:
+        raise SpecdecError(f"alpha {alpha}: give an acceptance rate in [0, 1]")
+    check_distinct(trace)
+    e = trace.experts[:positions].astype(np.int64)  # [T, L, k]
+    T, L, k = e.shape
+    E = trace.n_experts
+    plan = plan_passes(T, gamma, alpha, seed, prompt_starts(trace, T))  # [P, 3]
+    P = len(plan)
+    if gamma == 1:  # one position per call: its steps are its own experts
+        keys = np.sort(e + np.arange(L)[:, None] * E, axis=-1).ravel()  # [T·L·k]
+        ptr = np.arange(P * L + 1, dtype=np.int64) * k
+        counts = np.ones(len(keys), np.int64)
+    else:
+        keys, ptr, counts = _union_steps(trace, e, plan, gamma, seed)
     tick = np.zeros(P * L, np.int64)
     tick[L - 1 :: L] = plan[:, 1]
     new_seq = np.zeros(P * L, bool)
     starts = set(prompt_starts(trace, T).tolist())
     new_seq[::L] = [t in starts for t in plan[:, 0].tolist()]
     return Access(
-        keys=keys.astype(np.int64),
+        keys=keys,
         ptr=ptr,
-        counts=counts.astype(np.int64),
+        counts=counts,
         tick=tick,
         new_seq=new_seq,
-        n_keys=big,
+        n_keys=L * E,
         committed=int(plan[:, 2].sum() + P),
         passes=P,
     )
