@@ -104,7 +104,7 @@ def lookahead_steps(trace: Trace, distance: int, positions: int | None = None):
 def replay(
     cache: ExpertCache,
     steps: list[list[list[int]]],
-    key_bytes: dict[int, int] | None = None,
+    key_bytes: dict[int, int] | list[int] | None = None,
     ahead: list[list[list[int]]] | None = None,
     starts: frozenset[int] = frozenset(),
 ) -> tuple[float, float]:
@@ -136,7 +136,7 @@ class _Setup:
 
     trace: Trace
     steps: list[list[list[int]]]  # [position][layer] -> keys
-    key_bytes: dict[int, int]
+    key_bytes: list[int]
     hotlist: list[int] | None
     ahead: list[list[list[int]]]  # lookahead prefetches, see lookahead_steps
     lookahead: int  # their distance
@@ -146,9 +146,8 @@ class _Setup:
 def _run_lookahead(setup: _Setup, policy: str, n: int) -> tuple[int, float, dict]:
     """Replay through ExpertCache with the trace's router-lookahead prefetches: (hits, read,
     prefetch fields of SimResult). The compiled loops have no prefetch; this path keeps it."""
-    slot = setup.trace.slot_bytes
     cache = ExpertCache(n, make_policy(policy, n, hotlist=setup.hotlist))
-    preload = sum(setup.key_bytes.get(k, slot) for k, _ in cache.preload())
+    preload = sum(setup.key_bytes[k] for k, _ in cache.preload())
     missed, prefetched = replay(cache, setup.steps, setup.key_bytes, setup.ahead, setup.starts)
     extra = {
         "preload_bytes": preload,
@@ -236,7 +235,7 @@ def simulate(
         setup = _Setup(
             trace=trace,
             steps=steps,
-            key_bytes={k: trace.expert_bytes[k // E] for pos in steps for ks in pos for k in ks},
+            key_bytes=np.repeat(trace.expert_bytes, E).tolist(),  # key -> its expert's bytes
             hotlist=hotlist,
             ahead=lookahead_steps(trace, lookahead, positions),
             lookahead=lookahead,

@@ -9,7 +9,9 @@ Policies, all replayed through the runtime's own ExpertCache by specdec.cache.si
 `hotness` (ds4's key: route hotness first, recency breaks ties; counters seeded and the cache
 preloaded from the hotlist), `lru`, `slru`, `lfu`, `static` (pins the hotlist), and the offline
 bounds `knapsack_bound` (fractional knapsack over the evaluated trace's own hit counts: no static
-pinning can beat it) and `belady` (MIN: no policy at all can beat it, for equal-size experts).
+pinning can beat it), `belady` (MIN with every miss admitted) and `opt_bypass` (the optimum when
+a miss may bypass the cache, warm-started: no policy at all, static included, can beat it, for
+equal-size experts).
 The hotlist comes from a DIFFERENT trace (the profile prompts), as ds4's compiled hotlist does:
 profiling on the evaluated prompts would flatter static and hotness.
 
@@ -31,12 +33,13 @@ from specdec.cache.simulate import simulate
 from specdec.errors import SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
-POLICIES = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady"]
+POLICIES = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady", "opt_bypass"]
 LABELS = {
     "hotness": "hotness-first (ds4)",
     "static": "static (profiled hotlist)",
     "knapsack_bound": "static bound (knapsack)",
     "belady": "Belady (MIN)",
+    "opt_bypass": "optimum with bypass (bound)",
 }
 
 
@@ -137,7 +140,7 @@ def write_eviction(rows: list[dict], out_dir: str | Path, title: str = "") -> di
     for p in dict.fromkeys(r["policy"] for r in rows):
         rs = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["budget_slots"])
         x = [100 * r["budget_share"] for r in rs]
-        style = "--" if p in ("knapsack_bound", "belady") else "-"
+        style = "--" if p in ("knapsack_bound", "belady", "opt_bypass") else "-"
         a1.plot(x, [100 * r["hit_rate"] for r in rs], style, marker="o", label=LABELS.get(p, p))
         a2.plot(
             x, [r["bytes_per_token"] / 2**20 for r in rs], style, marker="o", label=LABELS.get(p, p)
