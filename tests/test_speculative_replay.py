@@ -143,3 +143,47 @@ def test_simulate_rows_carry_gamma_alpha_and_union(trace):
     assert by[(4, 0.5, "lru")].positions > by[(4, 0.5, "lru")].committed == 96
     for g, a in ((4, 1.0), (4, 0.5)):
         assert by[(g, a, "opt_bypass")].misses <= by[(g, a, "lru")].misses
+
+
+def test_recorded_rejections_replace_the_model():
+    t = synthetic_trace(40, n_layers=2, n_experts=8, top_k=2, seed=1)
+    t.n_experts = 16  # committed positions route to experts 0..7 only
+    t.rejected = np.full_like(t.experts, -1)
+    t.rejected[1::2] = 8 + np.arange(2)  # rejected drafts recorded at odd positions: 8 and 9
+    acc = access_sequence(t, 4, 0.5, seed=2)
+    plan = plan_passes(40, 4, 0.5, 2, np.zeros(0, np.int64))
+    rejected_at = {int(p + i) for p, n, a in plan for i in range(a + 1, n)}
+    keys = np.split(acc.keys % 16, acc.ptr[1:-1])
+    for (p, n, a), layer0 in zip(plan, keys[::2], strict=True):
+        rej = [p + i for i in range(a + 1, n)]
+        if any(r % 2 for r in rej):  # recorded there: experts 8 and 9 join the union
+            assert {8, 9} <= set(layer0.tolist())
+    assert any(r % 2 for r in rejected_at) and any(r % 2 == 0 for r in rejected_at)
+
+
+def test_generate_records_carry_every_positions_routing(tmp_path):
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.records import read_records, records_trace
+    from specdec.decode.run import generate
+    from specdec.model.loader import load
+    from tests.helpers import random_checkpoint
+
+    sm = load(random_checkpoint(tmp_path, "deepseek_v3", None), budget="30%")
+    gamma = 4
+    generate(
+        sm, [1, 2, 3, 4], "oracle:0.5", DecodeConfig(gamma=gamma, max_tokens=24),
+        records_path=tmp_path / "r.jsonl", stop_at_eos=False,
+    )  # fmt: skip
+    rows = read_records(tmp_path / "r.jsonl")
+    k = sm.config["num_experts_per_tok"]
+    for r in rows:
+        assert set(r["routing"]) == set(r["union"])  # every MoE layer of the verify pass
+        for lid, pos in r["routing"].items():
+            assert len(pos) == 1 + r["drafted"] and all(len(x) == k for x in pos)
+            assert len({e for x in pos for e in x}) == r["union"][lid]
+    assert any(r["accepted"] < r["drafted"] for r in rows)  # some drafts were rejected
+    t = records_trace(rows, sm.config["n_routed_experts"], 1000)
+    # positions fed and kept: each pass's first token and its accepted drafts
+    assert t.n_positions == sum(1 + r["accepted"] for r in rows)
+    assert (t.rejected >= 0).all(axis=(1, 2)).sum() > 0
+    sm.close()

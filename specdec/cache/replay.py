@@ -9,9 +9,11 @@ the pass's experts at that layer (counts = positions selecting each key), then t
 streamed runtime does with a forward call of γ positions. α = 1: pass p covers trace positions
 [pγ, pγ + γ). α < 1: each of the γ − 1 drafts is accepted with probability α until the first
 rejection (seeded); a pass at t commits 1 + accepted positions and the next starts after them.
-Its rejected positions route as `rejected_routing` models them: each expert of the previous
-position of the pass is kept with the trace's own next-token overlap at that layer, the rest
-drawn without replacement from the layer's expert popularity in the trace. γ = 1 is today's
+Its rejected positions route as the trace recorded a rejected draft there (rejected.npy, from
+`specdec generate --records`, see specdec.decode.records.records_trace) or else as
+`rejected_routing` models them: each expert of the previous position of the pass is kept with
+the trace's own next-token overlap at that layer, the rest drawn without replacement from the
+layer's expert popularity in the trace. γ = 1 is today's
 plain replay (one position per forward call). Passes never cross a prompt boundary
 (prompt_ids.npy); new_sequence() precedes the first pass of every prompt after the first.
 
@@ -150,9 +152,15 @@ def _union_steps(trace: Trace, e: np.ndarray, plan: np.ndarray, gamma: int, seed
     routes[true] = e[pos[true]]
     rng = np.random.default_rng([seed, 1])
     rho, logp = routing_model(trace) if (~true & live).any() else (None, None)
-    for i in range(1, gamma):  # rejected positions, each conditioned on the one before
-        rej = live[:, i] & ~true[:, i]
-        if rej.any():
+    recorded = trace.rejected
+    for i in range(1, gamma):  # rejected positions: recorded, else modelled on the one before
+        rej = np.flatnonzero(live[:, i] & ~true[:, i])
+        if recorded is not None and len(rej):
+            rec = recorded[pos[rej, i]]  # [R, L, k]
+            have = (rec >= 0).all(axis=(1, 2))
+            routes[rej[have], i] = rec[have]
+            rej = rej[~have]
+        if len(rej):
             routes[rej, i] = rejected_routing(routes[rej, i - 1], rho, logp, rng)
     big = L * E
     x = np.where(routes >= 0, routes + np.arange(L)[:, None] * E, big)  # [P, γ, L, k]

@@ -5,6 +5,11 @@ rejects at most one draft and drafts after a rejection are never judged; union =
 experts selected by the γ positions of one verify pass, per MoE layer (rejected drafts
 included); bytes read = bytes actually read from experts.bin for misses.
 
+`routing` carries the verify forward's experts, per MoE layer id, one row of k experts per
+position in pass order: the last committed token, then the drafts; rows past 1 + accepted are
+rejected drafts (docs/trace-format.md). `records_trace` turns a record file into a routing trace
+whose rejected.npy holds them, so `specdec simulate --alpha` replays recorded rejections.
+
 Record files are written a line at a time, one write(2) each, so a killed run leaves whole lines;
 `read_records` skips a torn final line and says so (tests/test_interrupt.py).
 """
@@ -57,6 +62,7 @@ class PassRecord:
     # 1: compute × compute_scale + serial reads (records before the device model; no parts);
     # 2: specdec.clock's device model (docs/device-model.md)
     modeled_version: int = 1
+    routing: dict[str, list[list[int]]] = field(default_factory=dict)  # verify: [γ][k] per layer
 
     @classmethod
     def build(
@@ -181,6 +187,58 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
             if all(name in r.modeled_parts for r in records):
                 out[f"modeled_{part}/{name}"] = sum(r.modeled_parts[name][part] for r in records)
     return out
+
+
+class RoutingTap:
+    """A streamer recorder keeping the verify phase's routing until `take()` (one pass)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[list[int]]] = {}
+
+    def __call__(self, layer: int, idx: np.ndarray, phase: str) -> None:
+        if phase == "verify":
+            self.rows.setdefault(str(layer), []).extend(idx.reshape(-1, idx.shape[-1]).tolist())
+
+    def take(self) -> dict[str, list[list[int]]]:
+        rows, self.rows = self.rows, {}
+        return rows
+
+
+def records_trace(rows: list[dict], n_experts: int, expert_bytes: int | list[int], model=""):
+    """A routing trace from records with `routing`: committed positions (each pass's first
+    1 + accepted rows) in experts.npy, each pass's rejected rows at their positions in
+    rejected.npy (-1 where no pass rejected a draft there; the first pass wins)."""
+    from specdec.trace.format import Trace
+
+    rows = [r for r in rows if r.get("routing")]
+    if not rows:
+        raise SpecdecError(
+            "records carry no routing: rerun `specdec generate --records` with this version"
+        )
+    layers = sorted(rows[0]["routing"], key=int)
+    passes = [np.array([r["routing"][lid] for lid in layers]) for r in rows]  # [L, γ, k] each
+    keep = [1 + r["accepted"] for r in rows]
+    experts = np.concatenate(
+        [p[:, :n].transpose(1, 0, 2) for p, n in zip(passes, keep, strict=True)]
+    )
+    rejected = np.full((len(experts) + max(p.shape[1] for p in passes),) + experts.shape[1:], -1)
+    t = 0
+    for p, n in zip(passes, keep, strict=True):
+        rej = p[:, n:].transpose(1, 0, 2)  # [γ - n, L, k]
+        free = (rejected[t + n : t + n + len(rej)] < 0).all(axis=(1, 2))
+        rejected[t + n : t + n + len(rej)][free] = rej[free]
+        t += n
+    return Trace(
+        experts=experts.astype(np.int32),
+        n_experts=n_experts,
+        expert_bytes=[expert_bytes] * len(layers)
+        if isinstance(expert_bytes, int)
+        else expert_bytes,
+        model=model,
+        source=f"specdec records (gamma {rows[0]['gamma']})",
+        layer_ids=[int(lid) for lid in layers],
+        rejected=rejected[: len(experts)].astype(np.int32),
+    )
 
 
 class RecordWriter:

@@ -15,7 +15,7 @@ from pathlib import Path
 from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import make_drafter
 from specdec.decode.loop import Decode, DecodeConfig
-from specdec.decode.records import PassRecord, RecordWriter, summarize
+from specdec.decode.records import PassRecord, RecordWriter, RoutingTap, summarize
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
 
@@ -105,14 +105,19 @@ def generate(
             writer.close()
         raise
     records: list[PassRecord] = []
+    tap = sm.streamer.recorder = RoutingTap() if records_path else None  # routing per pass
     try:
         for rec in run.passes():
+            if tap:
+                rec.routing = tap.take()
             records.append(rec)
             if writer:
                 writer.write(rec)
             if on_pass:
                 on_pass(rec)
     finally:
+        if tap:
+            sm.streamer.recorder = None
         if writer:
             writer.close()
     summary = summarize(records, [p.name for p in profiles])

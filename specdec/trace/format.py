@@ -15,6 +15,8 @@ The directory format (documented for other engines in docs/trace-format.md):
   phase.npy      optional integer [T]: 0 where the position was prefilled, 1 where decoded
   lookahead.npy  optional integer [D, T, L, k]: layer l's router applied to the MoE input of layer
                  l - d (d = lookahead_distances[i]); -1 where l - d < 0
+  rejected.npy   optional integer [T, L, k]: a rejected draft's routing at position t (recorded
+                 verify passes); -1 where none
 
 Also the ds4 hotlist format (`# ds4 expert hotlist v1`, lines `layer expert hits weight`,
 priority order) and `profile_hotlist`, which makes one from a trace.
@@ -44,7 +46,7 @@ from specdec.store.files import (
 HOTLIST_HEADER = "# ds4 expert hotlist v1"
 MAX_EXPERTS = 1 << 31  # per layer; keeps cache keys (layer * n_experts + expert) inside int64
 TRACE_KIND = "trace"  # the ownership marker's kind (store/files.py)
-_OPTIONAL = ("gates", "tokens", "prompt_ids", "phase", "lookahead")
+_OPTIONAL = ("gates", "tokens", "prompt_ids", "phase", "lookahead", "rejected")
 
 
 class TraceError(SpecdecError):
@@ -67,6 +69,7 @@ class Trace:
     phase: np.ndarray | None = None  # [T] 0 prefill, 1 decode
     lookahead: np.ndarray | None = None  # [D, T, L, k]
     lookahead_distances: list[int] = field(default_factory=list)
+    rejected: np.ndarray | None = None  # [T, L, k] a rejected draft's routing at t; -1: none
 
     @property
     def n_positions(self) -> int:
@@ -121,21 +124,23 @@ class Trace:
         if self.layer_ids is not None and len(self.layer_ids) != L:
             raise TraceError(f"{where}: layer_ids has {len(self.layer_ids)} entries, need {L}")
         shapes = {"gates": (T, L, e.shape[2]), "tokens": (T,), "prompt_ids": (T,), "phase": (T,)}
+        shapes["rejected"] = e.shape
         if self.lookahead is not None:
             shapes["lookahead"] = (len(self.lookahead_distances), T, L, e.shape[2])
         for name, shape in shapes.items():
             a = getattr(self, name)
             if a is not None and a.shape != shape:
                 raise TraceError(f"{where}: {name} has shape {a.shape}, expected {shape}")
-        for name in ("tokens", "prompt_ids", "phase", "lookahead"):
+        for name in ("tokens", "prompt_ids", "phase", "lookahead", "rejected"):
             a = getattr(self, name)
             if a is not None and not np.issubdtype(a.dtype, np.integer):
                 raise TraceError(f"{where}: {name} must be integers, got {a.dtype}")
-        la = self.lookahead
-        if la is not None and la.size and (la.min() < -1 or la.max() >= self.n_experts):
-            raise TraceError(
-                f"{where}: lookahead range {la.min()}..{la.max()} outside -1..{self.n_experts - 1}"
-            )
+        for name in ("lookahead", "rejected"):
+            a = getattr(self, name)
+            if a is not None and a.size and (a.min() < -1 or a.max() >= self.n_experts):
+                raise TraceError(
+                    f"{where}: {name} range {a.min()}..{a.max()} outside -1..{self.n_experts - 1}"
+                )
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
