@@ -270,8 +270,8 @@ class ReplayResult:
     gamma: int
     alpha: float
     accesses: int  # sum of the steps' union sizes
-    hits: int
-    misses: int
+    hits: float  # an int except for knapsack_bound (simulate), whose last key is fractional
+    misses: float
     hit_rate: float
     bytes_read: float  # misses' expert bytes
     committed: int  # positions committed
@@ -281,15 +281,11 @@ class ReplayResult:
     passes: int
 
 
-def score(
-    name: str, acc: Access, n_slots: int, trace: Trace, gamma: int, alpha: float, hit, preload
+def result(
+    name: str, acc: Access, n_slots: int, gamma: int, alpha: float, hits, read, preload_bytes=0
 ) -> ReplayResult:
-    """A ReplayResult from a policy's hits over `acc`."""
-    E = trace.n_experts
-    layer_bytes = np.asarray(trace.expert_bytes, np.int64)
-    key_bytes = layer_bytes[acc.keys // E]  # [N]
-    hits, n = int(hit.sum()), len(acc.keys)
-    read = float(key_bytes[~hit].sum())
+    """A ReplayResult from hits and bytes read over `acc`."""
+    n = len(acc.keys)
     return ReplayResult(
         policy=name,
         budget_slots=n_slots,
@@ -299,13 +295,24 @@ def score(
         hits=hits,
         misses=n - hits,
         hit_rate=hits / n if n else 0.0,
-        bytes_read=read,
+        bytes_read=float(read),
         committed=acc.committed,
         bytes_per_token=read / max(acc.committed, 1),
         mean_union=n / max(len(acc.ptr) - 1, 1),
-        preload_bytes=int(layer_bytes[preload // E].sum()),
+        preload_bytes=preload_bytes,
         passes=acc.passes,
     )
+
+
+def score(
+    name: str, acc: Access, n_slots: int, trace: Trace, gamma: int, alpha: float, hit, preload
+) -> ReplayResult:
+    """A ReplayResult from a policy's hit [N] and preloaded keys over `acc`."""
+    layer_bytes = np.asarray(trace.expert_bytes, np.int64)
+    E = trace.n_experts
+    read = float(layer_bytes[acc.keys[~hit] // E].sum())
+    preloaded = int(layer_bytes[preload // E].sum())
+    return result(name, acc, n_slots, gamma, alpha, int(hit.sum()), read, preloaded)
 
 
 def replay_trace(

@@ -36,10 +36,12 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import POLICIES, make_policy
 from specdec.cache.replay import (
     Access,
+    ReplayResult,
     access_sequence,
     check_distinct,
     policy_hits,
     prompt_starts,
+    result,
     score,
 )
 from specdec.errors import BudgetError, SpecdecError
@@ -158,25 +160,10 @@ def _run_lookahead(setup: _Setup, policy: str, n: int) -> tuple[int, float, dict
     return cache.hits, missed + prefetched, extra
 
 
-def _row(policy, n, nbytes, acc: Access, gamma, alpha, hits, read, **extra) -> SimResult:
-    accesses = len(acc.keys)
-    return SimResult(
-        policy=policy,
-        budget_slots=n,
-        budget_bytes=nbytes,
-        accesses=accesses,
-        hits=hits,
-        misses=accesses - hits,
-        hit_rate=hits / accesses if accesses else 0.0,
-        bytes_read=float(read),
-        bytes_per_token=read / max(acc.committed, 1),
-        positions=int(acc.tick.sum()),
-        gamma=gamma,
-        alpha=alpha,
-        committed=acc.committed,
-        mean_union=accesses / max(len(acc.ptr) - 1, 1),
-        **extra,
-    )
+def _row(r: ReplayResult, nbytes: int, acc: Access, **extra) -> SimResult:
+    row = {k: v for k, v in asdict(r).items() if k != "passes"}
+    row.update(extra, budget_bytes=nbytes, positions=int(acc.tick.sum()))
+    return SimResult(**row)
 
 
 def _budgets(trace: Trace, budgets: list[str], widest: int) -> list[tuple[int, int]]:
@@ -291,15 +278,15 @@ def _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given) -> SimR
     if policy == "knapsack_bound":
         keys, counts = np.unique(acc.keys, return_counts=True)  # [K'], [K']
         sizes = np.asarray(trace.expert_bytes, np.float64)[keys // trace.n_experts]  # [K']
-        hits, read = knapsack_counts(counts, sizes, nbytes)
+        r = result(policy, acc, n, gamma, alpha, *knapsack_counts(counts, sizes, nbytes))
     elif setup is not None and policy in POLICIES and policy != "static":
         hits, read, more = _run_lookahead(setup, policy, n)
+        r = result(policy, acc, n, gamma, alpha, hits, read)
         extra.update(more, lookahead=setup.lookahead)
     else:
         hit, pre = policy_hits(policy, acc, n, hot)
         r = score(policy, acc, n, trace, gamma, alpha, hit, pre)
-        hits, read, extra["preload_bytes"] = r.hits, r.bytes_read, r.preload_bytes
-    return _row(policy, n, nbytes, acc, gamma, alpha, hits, read, **extra)
+    return _row(r, nbytes, acc, **extra)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
