@@ -187,3 +187,37 @@ def test_generate_records_carry_every_positions_routing(tmp_path):
     assert t.n_positions == sum(1 + r["accepted"] for r in rows)
     assert (t.rejected >= 0).all(axis=(1, 2)).sum() > 0
     sm.close()
+
+
+def test_cli_speculative_rows_and_errors(trace, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from specdec.trace.format import save_trace
+
+    save_trace(trace, tmp_path / "tr")
+
+    def cli(*args):
+        env = dict(os.environ, SPECDEC_BLAS="reference")
+        cmd = [sys.executable, "-m", "specdec", "simulate", str(tmp_path / "tr"), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+    out = cli(
+        "--gamma=1,4", "--alpha=1,0.8", "--policy=lru,opt_bypass", "--budget=16slots", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    want = {"policy", "budget_slots", "gamma", "alpha", "accesses", "hits", "misses"}
+    want |= {"hit_rate", "bytes_read", "committed", "bytes_per_token", "mean_union"}
+    assert len(rows) == 8 and all(want <= set(r) for r in rows)
+    for args, message in (
+        (["--gamma=0"], "gamma 0: give gamma >= 1"),
+        (["--alpha=1.5", "--gamma=2"], "alpha 1.5: give an acceptance rate in [0, 1]"),
+        (["--gamma=2,x"], "--gamma 2,x: give comma-separated numbers"),
+        (["--policy=lcs:S3FIFO", "--budget=8slots"], "lcs:S3FIFO needs at least 20 slots"),
+    ):
+        out = cli(*args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
