@@ -136,7 +136,9 @@ def bench_simulate(trace_dir: Path, repeats: int) -> dict:
                 f"libCacheSim {theirs:7} {len(acc.keys) / wall / 1e6:7.2f} M/s; hit rate "
                 f"{1 - miss:.4f} on requests vs {step:.4f} ours on steps"
             )
-    return {"trace": str(trace_dir), "slots": SIM_SLOTS, "policies": rows, "peers": peers}
+    shape = f"{trace.n_positions} x {trace.n_layers} x {trace.n_experts} x top-{trace.top_k}"
+    where = {"trace_source": trace.source, "trace_model": trace.model, "trace_shape": shape}
+    return {**where, "slots": SIM_SLOTS, "policies": rows, "peers": peers}
 
 
 def best_time(fn, repeats: int) -> tuple[float, float, object]:
@@ -281,7 +283,10 @@ def main() -> int:
         "step_overhead": bench_step_overhead(trace, args.repeats),
         "lru_curve": bench_curve(flat, 64, args.repeats),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        "command": " ".join(["python", *sys.argv]),
+        # the trace's path names this machine: TRACE stands for it
+        "command": " ".join(
+            ["python", *(a if a != str(args.sim_trace) else "TRACE" for a in sys.argv)]
+        ),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     out = Path(args.out)
