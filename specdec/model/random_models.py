@@ -27,8 +27,8 @@ import io
 import json
 import os
 import sysconfig
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -244,14 +244,21 @@ def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
 
 
 def make_random(
-    family: str, out_dir: str | Path, bits: int | None = None, seed: int = 0, force: bool = False
+    family: str,
+    out_dir: str | Path,
+    bits: int | None = None,
+    seed: int = 0,
+    force: bool = False,
+    overrides: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a tiny random checkpoint of `family` to out_dir (see writing_checkpoint)."""
+    """Write a tiny random checkpoint of `family` to out_dir (see writing_checkpoint).
+
+    overrides: config.json entries to change (tests: e.g. a huge expert width, few experts)."""
     import importlib
 
     from mlx_lm.utils import save_config, save_model
 
-    config = family_config(family)
+    config = {**family_config(family), **(overrides or {})}
     module = importlib.import_module(f"mlx_lm.models.{family}")
     args = module.ModelArgs.from_dict(config)
     model = module.Model(args)

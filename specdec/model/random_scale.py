@@ -37,7 +37,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_map_with_path
 
 from specdec.model.presets import like_config
 from specdec.model.random_models import GROUP_SIZE, VOCAB, write_tokenizer, writing_checkpoint
@@ -47,6 +47,7 @@ CHUNK = 32 << 20  # bytes of packed codes drawn at a time
 SHARD_BYTES = 4 << 30
 _ST = {mx.uint32: "U32", mx.bfloat16: "BF16", mx.float32: "F32", mx.float16: "F16"}
 
+_NP_FLOAT = {"F32": np.float32, "F16": np.float16}
 Tensor = tuple[str, str, tuple[int, ...]]  # (name, safetensors dtype, shape)
 
 
@@ -77,15 +78,16 @@ class _Writer:
         if nbytes % 8:  # uint32 tensors of odd length
             f.write(_rng(self.seed, name, -1).bytes(nbytes % 8))
 
-    def scales(self, prefix: str, want_bias: bool) -> np.ndarray:
+    def scales(self, prefix: str, want_bias: bool, f) -> None:
+        """Scales (or biases) of one quantized module, one expert (or the matrix) at a time."""
         w, s = self.shapes[prefix + ".weight"], self.shapes[prefix + ".scales"]
         fan_in = s[-1] * GROUP_SIZE
-        bits = w[-1] * 32 // fan_in
-        levels = 2**bits
-        scale = (
-            fan_in**-0.5 / (levels / 12**0.5) * _rng(self.seed, prefix, 1).uniform(0.75, 1.25, s)
-        )
-        return _bf16(-scale * (levels - 1) / 2 if want_bias else scale)
+        levels = 2 ** (w[-1] * 32 // fan_in)  # 2^bits
+        base = np.float32(fan_in**-0.5 / (levels / 12**0.5))
+        for i in range(int(np.prod(s[:-2], dtype=np.int64))):
+            u = _rng(self.seed, prefix, i + 1).random(s[-2:], dtype=np.float32)  # [out, groups]
+            scale = (0.75 + 0.5 * u) * base
+            f.write(_bf16(scale * np.float32(-(levels - 1) / 2) if want_bias else scale))
 
     def floats(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         r = _rng(self.seed, name)
@@ -101,10 +103,10 @@ class _Writer:
         if dtype == "U32":
             self.codes(name, 4 * int(np.prod(shape, dtype=np.int64)), f)
         elif kind in ("scales", "biases") and prefix + ".weight" in self.shapes:
-            f.write(self.scales(prefix, kind == "biases"))
+            self.scales(prefix, kind == "biases", f)
         else:
             x = self.floats(name, shape)
-            f.write(_bf16(x) if dtype == "BF16" else x.astype(np.dtype(dtype.lower())))
+            f.write(_bf16(x) if dtype == "BF16" else x.astype(_NP_FLOAT[dtype]))
 
 
 def _nbytes(t: Tensor) -> int:
@@ -124,7 +126,12 @@ def _quantized_tensors(module: nn.Module, config: dict, bits: int) -> tuple[list
     """Names, dtypes and shapes `mlx_lm.convert -q` gives `module`, found lazily."""
     from mlx_lm.utils import quantize_model
 
-    module.set_dtype(mx.bfloat16, getattr(module, "cast_predicate", None) or (lambda k: True))
+    keep = getattr(module, "cast_predicate", lambda _: True)  # as mlx_lm.convert casts
+
+    def cast(name: str, v: mx.array) -> mx.array:
+        return v.astype(mx.bfloat16) if keep(name) and mx.issubdtype(v.dtype, mx.floating) else v
+
+    module.update(tree_map_with_path(cast, module.parameters()))
     with contextlib.redirect_stdout(io.StringIO()):  # quantize_model prints bits per weight
         _, config = quantize_model(module, config, GROUP_SIZE, bits, mode="affine")
     params = tree_flatten(module.parameters())

@@ -53,7 +53,8 @@ def verify(
     resident, _ = read_safetensors_header(packed_dir / RESIDENT)  # checks truncation too
     if (packed_dir / MTP_FILE).is_file():
         resident += read_safetensors_header(packed_dir / MTP_FILE)[0]
-    batch = max(1, min(BATCH, BATCH_BYTES // index.slot_bytes))
+    widest = max(ly.n_experts for ly in index.layers.values())
+    batch = max(1, min(BATCH, BATCH_BYTES // index.slot_bytes, widest))
     arena = Arena(batch, index.slot_bytes)
     total = 0
     with ExpertReader(packed_dir, index, arena, io=io, threads=threads) as reader:

@@ -1,0 +1,219 @@
+"""Real-scale benchmark: real-shape checkpoints decode losslessly at every budget; where time goes.
+
+Run (from the repo root; needs ~45 GB of free disk under ROOT with --big-layers 8, ~10 GB
+without; on a shared 2-core CPU it takes ~1-2 h, almost all of it MLX compute):
+
+    python benchmarks/bench_scale.py --root /big/disk/scale [--tokens 6] [--big-layers 8]
+
+Steps, each in a fresh process (so every peak RSS is that run's own):
+  1. `specdec make-random --like minimax-m2.5 --layers 2` (~4 GB) and `specdec pack`; the peak RSS
+     of both, and the next-token routing overlap the random routers give.
+  2. mlx-lm's own greedy tokens on that checkpoint (resident), then `specdec generate` at budgets
+     5%, 25%, 3GB and 100% and every drafter (self, lookup, oracle:0.9, draft:<tiny random
+     minimax>) at gamma 2 and 4 on 25%: tokens must equal mlx-lm's.
+  3. With --big-layers N: the N-layer MiniMax shape (~2 GB per layer: more than mlx-lm can hold
+     resident next to a 9 GB cache in 24 GB). Packed, then its source deleted (disk). Streamed at
+     9GB and 3GB, lookup at gamma 4 and self at gamma 2 on 9GB: tokens compared across all of them
+     (no resident reference fits), with the time split per token.
+  4. `specdec bench read` at the checkpoint's block size: the read path's own GB/s, to set the
+     misses' effective GB/s against.
+Writes benchmarks/results/scale.json (with the machine and its load: the machine is shared).
+Checks, per run: peak RSS <= arena + resident weights + 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specdec.blas import ensure_fast_blas  # noqa: E402
+from specdec.machine import machine_info  # noqa: E402
+
+RESULT = Path(__file__).resolve().parent / "results" / "scale.json"
+PROMPT = "def f(x):"
+SPECDEC = [sys.executable, "-m", "specdec"]
+
+
+def child(argv: list[str]) -> tuple[str, int]:
+    """Run argv in a fresh process: (its stdout, its own peak RSS in bytes, from wait4)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(argv)[:300]} failed:\n{err.read()[-2000:]}")
+        peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        return out.read(), peak
+
+
+def specdec(*args: str) -> tuple[str, int]:
+    return child([*SPECDEC, *args])
+
+
+def python(code: str) -> tuple[str, int]:
+    return child([sys.executable, "-c", code])
+
+
+def resident_bytes(packed: Path) -> int:
+    return sum(f.stat().st_size for f in packed.glob("model*.safetensors"))
+
+
+def generate(packed: Path, budget: str, tokens: int, drafter: str = "none", gamma: int = 1):
+    out, peak = specdec(
+        "generate", "--model", str(packed), "--budget", budget, "--prompt", PROMPT,
+        "--max-tokens", str(tokens), "--drafter", drafter, "--gamma", str(gamma), "--json",
+    )  # fmt: skip
+    res = json.loads(out.splitlines()[-1])
+    s = res["stats"]
+    limit = s["arena_bytes"] + resident_bytes(packed) + 2**30
+    row = {
+        "budget": budget,
+        "drafter": drafter,
+        "gamma": gamma,
+        "tokens": res["tokens"],
+        "peak_rss_gib": round(peak / 2**30, 2),
+        "rss_limit_gib": round(limit / 2**30, 2),
+        "rss_ok": peak <= limit,
+        **{k: s.get(k) for k in ("cache_slots", "holds_all_experts", "hit_rate", "tokens_per_s")},
+        "bytes_per_token_mb": round(s["bytes_per_token"] / 1e6, 1),
+        "per_token_ms": {k: round(v, 1) for k, v in s["per_token_ms"].items()},
+        "miss_gb_per_s": s["miss_gb_per_s"] and round(s["miss_gb_per_s"], 2),
+        "acceptance": s.get("acceptance"),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+REFERENCE = """
+import json, mlx.core as mx
+from mlx_lm.generate import generate_step
+from mlx_lm.utils import load
+model, tok = load({src!r})
+prompt = tok.encode({prompt!r}, add_special_tokens=False)
+print(json.dumps([int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens={n})]))
+"""
+
+OVERLAP = """
+import json, numpy as np
+from specdec.model.loader import load
+from specdec.decode.run import generate
+from specdec.decode.loop import DecodeConfig
+sm = load({packed!r}, budget="100%")
+seen = {{}}
+sm.streamer.recorder = lambda layer, idx, phase: phase == "verify" and seen.setdefault(layer, []).append(set(idx.reshape(-1).tolist()))
+generate(sm, sm.encode({prompt!r}), "none", DecodeConfig(1, {n}))
+k, e = sm.top_k, sm.streamer.index.layers[sm.main_moe_layers[0]].n_experts
+pairs = [len(a & b) / k for rows in seen.values() for a, b in zip(rows, rows[1:])]
+print(json.dumps({{"next_token_overlap": float(np.mean(pairs)), "random": k / e, "pairs": len(pairs)}}))
+"""
+
+
+def read_bench(root: Path, block_bytes: int) -> dict:
+    out, _ = specdec(
+        "bench", "read", "--json", "--dir", str(root), "--block-bytes", str(block_bytes),
+        "--file-bytes", str(2 << 30), "--threads", "1", "8", "--rounds", "3",
+    )  # fmt: skip
+    rows = json.loads(out)
+    best = {
+        f"threads_{r['threads']}": r["gbps"]
+        for r in rows["paths"]
+        if r["name"] == "preadv_direct_arena"
+    }
+    return {"block_bytes": block_bytes, "preadv_direct_arena_gb_per_s": best, "raw": rows}
+
+
+def small_model(root: Path, tokens: int) -> dict:
+    src, packed, draft = root / "mm2", root / "mm2.packed", root / "draft-minimax"
+    out = {}
+    _, peak = specdec("make-random", "--like", "minimax-m2.5", "--layers", "2", str(src))
+    out["make_random_peak_rss_mb"] = peak // 2**20
+    _, peak = specdec("pack", str(src), str(packed), "--force")
+    out["pack_peak_rss_mb"] = peak // 2**20
+    specdec("make-random", "minimax", str(draft), "--quantize", "4")
+    ref_out, ref_peak = python(REFERENCE.format(src=str(src), prompt=PROMPT, n=tokens))
+    ref = json.loads(ref_out.splitlines()[-1])
+    out["mlx_lm"] = {"tokens": ref, "peak_rss_gib": round(ref_peak / 2**30, 2)}
+    print("mlx-lm:", ref, flush=True)
+    ov, _ = python(OVERLAP.format(packed=str(packed), prompt=PROMPT, n=max(tokens, 16)))
+    out["routing"] = json.loads(ov.splitlines()[-1])
+    runs = [generate(packed, b, tokens) for b in ("5%", "25%", "3GB", "100%")]
+    for gamma in (2, 4):
+        for d in ("self", "lookup", "oracle:0.9", f"draft:{draft}"):
+            runs.append(generate(packed, "25%", tokens, d, gamma))
+    for r in runs:
+        r["equals_mlx_lm"] = r["tokens"] == ref
+    out["runs"] = runs
+    out["block_bytes"] = json.loads((packed / "experts.json").read_text())["slot_bytes"]
+    return out
+
+
+def big_model(root: Path, layers: int, tokens: int) -> dict:
+    src, packed = root / f"mm{layers}", root / f"mm{layers}.packed"
+    out = {"layers": layers}
+    _, peak = specdec("make-random", "--like", "minimax-m2.5", "--layers", str(layers), str(src))
+    out["make_random_peak_rss_mb"] = peak // 2**20
+    out["source_gb"] = round(sum(f.stat().st_size for f in src.iterdir()) / 1e9, 1)
+    _, peak = specdec("pack", str(src), str(packed), "--force")
+    out["pack_peak_rss_mb"] = peak // 2**20
+    shutil.rmtree(src)  # disk: the packed copy holds everything decode needs
+    runs = [generate(packed, b, tokens) for b in ("9GB", "3GB")]
+    runs += [
+        generate(packed, "9GB", tokens, "lookup", 4),
+        generate(packed, "9GB", tokens, "self", 2),
+    ]
+    for r in runs:
+        r["equals_9gb_plain"] = r["tokens"] == runs[0]["tokens"]
+    out["runs"] = runs
+    return out
+
+
+def save(result: dict) -> None:
+    """Write what is measured so far (merged into the file: --big-only adds to a full run)."""
+    old = json.loads(RESULT.read_text()) if RESULT.exists() else {}
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({**old, **result}, indent=1) + "\n")
+    os.replace(tmp, RESULT)
+
+
+def main() -> int:
+    ensure_fast_blas()  # children inherit it: mlx-lm and specdec compute under the same BLAS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True, help="scratch dir for checkpoints")
+    parser.add_argument("--tokens", type=int, default=6, help="greedy tokens per run")
+    parser.add_argument("--big-layers", type=int, default=0, help="0: skip the big model")
+    parser.add_argument("--big-only", action="store_true", help="only step 3 (added to the file)")
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoints under --root")
+    args = parser.parse_args()
+    args.root.mkdir(parents=True, exist_ok=True)
+    result = {"prompt": PROMPT, "tokens": args.tokens, "machine": machine_info()}
+    try:
+        if not args.big_only:
+            result["small"] = small_model(args.root, args.tokens)
+            save(result)
+            result["read_bench"] = read_bench(args.root, result["small"]["block_bytes"])
+            save(result)
+        if args.big_layers:
+            result["big"] = big_model(args.root, args.big_layers, args.tokens)
+            save(result)
+    finally:
+        if not args.keep:
+            for p in args.root.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+    runs = [r for part in ("small", "big") if part in result for r in result[part]["runs"]]
+    ok = [r.get("equals_mlx_lm", r.get("equals_9gb_plain")) and r["rss_ok"] for r in runs]
+    print(f"{sum(ok)}/{len(ok)} runs lossless within their RSS bound; wrote {RESULT}")
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
