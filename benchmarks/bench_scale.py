@@ -1,9 +1,11 @@
 """Real-scale benchmark: real-shape checkpoints decode losslessly at every budget; where time goes.
 
-Run (from the repo root; needs ~45 GB of free disk under ROOT with --big-layers 8, ~10 GB
-without; on a shared 2-core CPU it takes ~1-2 h, almost all of it MLX compute):
+Run (from the repo root; needs ~10 GB of free disk under ROOT, plus 4.1 GB per --big-layers
+layer at the peak (source + packed copy); on a shared 2-core CPU each decoded token takes
+seconds per MoE layer, almost all of it MLX's bf16 quantized matmuls):
 
-    python benchmarks/bench_scale.py --root /big/disk/scale [--tokens 6] [--big-layers 8]
+    python benchmarks/bench_scale.py --root /big/disk/scale --tokens 6
+    python benchmarks/bench_scale.py --root /big/disk/scale --tokens 4 --big-layers 6 --big-only
 
 Steps, each in a fresh process (so every peak RSS is that run's own):
   1. `specdec make-random --like minimax-m2.5 --layers 2` (~4 GB) and `specdec pack`; the peak RSS
@@ -11,10 +13,11 @@ Steps, each in a fresh process (so every peak RSS is that run's own):
   2. mlx-lm's own greedy tokens on that checkpoint (resident), then `specdec generate` at budgets
      5%, 25%, 3GB and 100% and every drafter (self, lookup, oracle:0.9, draft:<tiny random
      minimax>) at gamma 2 and 4 on 25%: tokens must equal mlx-lm's.
-  3. With --big-layers N: the N-layer MiniMax shape (~2 GB per layer: more than mlx-lm can hold
-     resident next to a 9 GB cache in 24 GB). Packed, then its source deleted (disk). Streamed at
-     9GB and 3GB, lookup at gamma 4 and self at gamma 2 on 9GB: tokens compared across all of them
-     (no resident reference fits), with the time split per token.
+  3. With --big-layers N: the N-layer MiniMax shape (~2 GB per layer: with 6 layers, more than a
+     9 GB cache holds). Packed, then its source deleted (disk). Streamed at
+     9GB and 3GB (and 3GB with router lookahead 1, whose reads overlap compute), lookup at
+     gamma 4 and self at gamma 2 on 9GB: tokens compared across all of them (mlx-lm is not
+     run here: the point is a model larger than the cache), with the time split per token.
   4. `specdec bench read` at the checkpoint's block size: the read path's own GB/s, to set the
      misses' effective GB/s against.
 Writes benchmarks/results/scale.json (with the machine and its load: the machine is shared).
@@ -67,10 +70,13 @@ def resident_bytes(packed: Path) -> int:
     return sum(f.stat().st_size for f in packed.glob("model*.safetensors"))
 
 
-def generate(packed: Path, budget: str, tokens: int, drafter: str = "none", gamma: int = 1):
+def generate(
+    packed: Path, budget: str, tokens: int, drafter: str = "none", gamma: int = 1, ahead: int = 0
+) -> dict:
     out, peak = specdec(
         "generate", "--model", str(packed), "--budget", budget, "--prompt", PROMPT,
         "--max-tokens", str(tokens), "--drafter", drafter, "--gamma", str(gamma), "--json",
+        "--lookahead", str(ahead),
     )  # fmt: skip
     res = json.loads(out.splitlines()[-1])
     s = res["stats"]
@@ -79,6 +85,7 @@ def generate(packed: Path, budget: str, tokens: int, drafter: str = "none", gamm
         "budget": budget,
         "drafter": drafter,
         "gamma": gamma,
+        "lookahead": ahead,
         "tokens": res["tokens"],
         "peak_rss_gib": round(peak / 2**30, 2),
         "rss_limit_gib": round(limit / 2**30, 2),
@@ -165,7 +172,8 @@ def big_model(root: Path, layers: int, tokens: int) -> dict:
     _, peak = specdec("pack", str(src), str(packed), "--force")
     out["pack_peak_rss_mb"] = peak // 2**20
     shutil.rmtree(src)  # disk: the packed copy holds everything decode needs
-    runs = [generate(packed, b, tokens) for b in ("9GB", "3GB")]
+    runs = [generate(packed, "9GB", tokens), generate(packed, "3GB", tokens)]
+    runs.append(generate(packed, "3GB", tokens, ahead=1))  # reads overlapped with compute
     runs += [
         generate(packed, "9GB", tokens, "lookup", 4),
         generate(packed, "9GB", tokens, "self", 2),

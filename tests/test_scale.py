@@ -162,7 +162,7 @@ def test_make_like_writes_what_mlx_lm_convert_writes(tmp_path):
     assert w["model.layers.0.mlp.switch_mlp.gate_proj.scales"].dtype == mx.bfloat16
     model, tok = mlx_lm.load(str(out))
     ids = tok.encode("for i in range(10): print(i)")
-    logits = model(mx.array([ids]))
+    logits = model(mx.array([ids[:3]]))  # bf16 quantized matmuls crawl on CPU: few tokens
     assert bool(mx.isfinite(logits).all())
     layer = model.model.layers[0]
     h = layer.post_attention_layernorm(model.model.embed_tokens(mx.array(ids)))
