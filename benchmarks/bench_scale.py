@@ -140,7 +140,7 @@ def read_bench(root: Path, block_bytes: int) -> dict:
 
 def small_model(root: Path, tokens: int) -> dict:
     src, packed, draft = root / "mm2", root / "mm2.packed", root / "draft-minimax"
-    out = {}
+    out = {"max_tokens": tokens}
     _, peak = specdec("make-random", "--like", "minimax-m2.5", "--layers", "2", str(src))
     out["make_random_peak_rss_mb"] = peak // 2**20
     _, peak = specdec("pack", str(src), str(packed), "--force")
@@ -165,7 +165,7 @@ def small_model(root: Path, tokens: int) -> dict:
 
 def big_model(root: Path, layers: int, tokens: int) -> dict:
     src, packed = root / f"mm{layers}", root / f"mm{layers}.packed"
-    out = {"layers": layers}
+    out = {"layers": layers, "max_tokens": tokens, "machine": machine_info()}
     _, peak = specdec("make-random", "--like", "minimax-m2.5", "--layers", str(layers), str(src))
     out["make_random_peak_rss_mb"] = peak // 2**20
     out["source_gb"] = round(sum(f.stat().st_size for f in src.iterdir()) / 1e9, 1)
@@ -203,7 +203,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints under --root")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
-    result = {"prompt": PROMPT, "tokens": args.tokens, "machine": machine_info()}
+    result = {"prompt": PROMPT, "machine": machine_info()}
     try:
         if not args.big_only:
             result["small"] = small_model(args.root, args.tokens)
