@@ -4,8 +4,8 @@ Run (from the repo root; needs ~10 GB of free disk under ROOT, plus 4.1 GB per -
 layer at the peak (source + packed copy); on a shared 2-core CPU each decoded token takes
 seconds per MoE layer, almost all of it MLX's bf16 quantized matmuls):
 
-    python benchmarks/bench_scale.py --root /big/disk/scale --tokens 6
-    python benchmarks/bench_scale.py --root /big/disk/scale --tokens 4 --big-layers 6 --big-only
+    python benchmarks/bench_scale.py --root /big/disk/scale --tokens 6 --steps view,small
+    python benchmarks/bench_scale.py --root /big/disk/scale --tokens 4 --steps big --big-layers 6
 
 Steps, each in a fresh process (so every peak RSS is that run's own):
   1. `specdec make-random --like minimax-m2.5 --layers 2` (~4 GB) and `specdec pack`; the peak RSS
@@ -13,13 +13,14 @@ Steps, each in a fresh process (so every peak RSS is that run's own):
   2. mlx-lm's own greedy tokens on that checkpoint (resident), then `specdec generate` at budgets
      5%, 25%, 3GB and 100% and every drafter (self, lookup, oracle:0.9, draft:<tiny random
      minimax>) at gamma 2 and 4 on 25%: tokens must equal mlx-lm's.
-  3. With --big-layers N: the N-layer MiniMax shape (~2 GB per layer: with 6 layers, more than a
+  3. The --big-layers N-layer MiniMax shape (~2 GB per layer: with 6 layers, more than a
      9 GB cache holds). Packed, then its source deleted (disk). Streamed at
      9GB and 3GB (and 3GB with router lookahead 1, whose reads overlap compute), lookup at
      gamma 4 and self at gamma 2 on 9GB: tokens compared across all of them (mlx-lm is not
      run here: the point is a model larger than the cache), with the time split per token.
   4. `specdec bench read` at the checkpoint's block size: the read path's own GB/s, to set the
      misses' effective GB/s against.
+  0. gather_qmm on the arena's row views vs the flat as_strided views it used to build.
 Writes benchmarks/results/scale.json (with the machine and its load: the machine is shared).
 Checks, per run: peak RSS <= arena + resident weights + 1 GB.
 """
@@ -33,7 +34,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -138,6 +142,69 @@ def read_bench(root: Path, block_bytes: int) -> dict:
     return {"block_bytes": block_bytes, "preadv_direct_arena_gb_per_s": best, "raw": rows}
 
 
+def view_cost(repeats: int = 7, calls: int = 10) -> dict:
+    """gather_qmm on the arena's row views vs on the flat `as_strided` views the arena used to
+    build (which cap it at 2 GiB), interleaved: one MiniMax gate projection, 8 of 32 slots."""
+    import mlx.core as mx
+
+    from specdec.store.arena import Arena
+    from specdec.store.layout import ALIGN, TensorSpec
+
+    h, i, n = 3072, 1536, 32
+    specs = [
+        TensorSpec("g.weight", "U32", (i, h // 8), 0, i * h // 2),
+        TensorSpec("g.scales", "BF16", (i, h // 64), i * h // 2, i * h // 32),
+        TensorSpec("g.biases", "BF16", (i, h // 64), i * h // 2 + i * h // 32, i * h // 32),
+    ]
+    slot = -(-(i * h // 2 + i * h // 16) // ALIGN) * ALIGN
+    arena = Arena(n, slot)
+    rows = [arena.tensor_view(t) for t in specs]
+    flat_buf = mx.zeros((n * slot + ALIGN,), dtype=mx.uint8)
+    mx.eval(flat_buf)
+    base = (-np.array(flat_buf, copy=False).ctypes.data) % ALIGN
+    flat = []
+    for t in specs:
+        inner = [int(np.prod(t.shape[j + 1 :])) for j in range(len(t.shape))]
+        dt = mx.uint32 if t.dtype == "U32" else mx.bfloat16
+        v = mx.as_strided(
+            flat_buf.view(dt),
+            (n, *t.shape),
+            [slot // t.itemsize, *inner],
+            (base + t.offset) // t.itemsize,
+        )
+        flat.append(v)
+    rng = np.random.default_rng(0)
+    scale = np.array(mx.full((i * h // 64,), 0.01, mx.bfloat16).view(mx.uint8))
+    bias = np.array(mx.full((i * h // 64,), -0.08, mx.bfloat16).view(mx.uint8))
+    codes = rng.integers(0, 256, i * h // 2, dtype=np.uint8)
+    flat_np = np.array(flat_buf, copy=False)
+    for s in range(n):
+        for dest in (arena.slot_np(s), flat_np[base + s * slot : base + (s + 1) * slot]):
+            dest[: i * h // 2], dest[i * h // 2 : i * h // 2 + i * h // 32] = codes, scale
+            dest[i * h // 2 + i * h // 32 : i * h // 2 + i * h // 16] = bias
+    idx = mx.array(rng.choice(n, 8, replace=False).reshape(1, 1, 8))
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        x = mx.array(rng.standard_normal((1, 1, 8, 1, h)), dtype=getattr(mx, dtype))
+        ts: dict[str, list[float]] = {"rows": [], "flat": []}
+        for _ in range(repeats):
+            for name, v in (("rows", rows), ("flat", flat)):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    mx.eval(
+                        mx.gather_qmm(x, *v, rhs_indices=idx, transpose=True, group_size=64, bits=4)
+                    )
+                ts[name].append((time.perf_counter() - t0) / calls)
+        r, f = float(np.median(ts["rows"])), float(np.median(ts["flat"]))
+        out[dtype] = {
+            "rows_ms": round(1e3 * r, 2),
+            "flat_ms": round(1e3 * f, 2),
+            "ratio": round(r / f, 3),
+        }
+    print("view cost:", json.dumps(out), flush=True)
+    return out
+
+
 def small_model(root: Path, tokens: int) -> dict:
     src, packed, draft = root / "mm2", root / "mm2.packed", root / "draft-minimax"
     out = {"max_tokens": tokens}
@@ -185,7 +252,7 @@ def big_model(root: Path, layers: int, tokens: int) -> dict:
 
 
 def save(result: dict) -> None:
-    """Write what is measured so far (merged into the file: --big-only adds to a full run)."""
+    """Write what is measured so far (merged into the file: each --steps run adds its parts)."""
     old = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
@@ -198,19 +265,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, required=True, help="scratch dir for checkpoints")
     parser.add_argument("--tokens", type=int, default=6, help="greedy tokens per run")
-    parser.add_argument("--big-layers", type=int, default=0, help="0: skip the big model")
-    parser.add_argument("--big-only", action="store_true", help="only step 3 (added to the file)")
+    parser.add_argument("--big-layers", type=int, default=6, help="layers of the big model")
+    parser.add_argument(
+        "--steps", default="view,small,big", help="which of view, small, big (merged into the file)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints under --root")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     result = {"prompt": PROMPT, "machine": machine_info()}
     try:
-        if not args.big_only:
+        steps = args.steps.split(",")
+        if "view" in steps:
+            result["view_cost"] = view_cost()
+            save(result)
+        if "small" in steps:
             result["small"] = small_model(args.root, args.tokens)
             save(result)
             result["read_bench"] = read_bench(args.root, result["small"]["block_bytes"])
             save(result)
-        if args.big_layers:
+        if "big" in steps:
             result["big"] = big_model(args.root, args.big_layers, args.tokens)
             save(result)
     finally:
