@@ -251,12 +251,14 @@ def big_model(root: Path, layers: int, tokens: int) -> dict:
     return out
 
 
-def save(result: dict) -> None:
-    """Write what is measured so far (merged into the file: each --steps run adds its parts)."""
+def save(result: dict, root: Path) -> None:
+    """Write what is measured so far (merged into the file: each --steps run adds its parts).
+    Paths under --root are written as ROOT: results never name the machine's directories."""
     old = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULT.with_name(RESULT.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({**old, **result}, indent=1) + "\n")
+    text = json.dumps({**old, **result}, indent=1).replace(str(root.resolve()), "ROOT")
+    tmp.write_text(text.replace(str(root), "ROOT") + "\n")
     os.replace(tmp, RESULT)
 
 
@@ -277,15 +279,15 @@ def main() -> int:
         steps = args.steps.split(",")
         if "view" in steps:
             result["view_cost"] = view_cost()
-            save(result)
+            save(result, args.root)
         if "small" in steps:
             result["small"] = small_model(args.root, args.tokens)
-            save(result)
+            save(result, args.root)
             result["read_bench"] = read_bench(args.root, result["small"]["block_bytes"])
-            save(result)
+            save(result, args.root)
         if "big" in steps:
             result["big"] = big_model(args.root, args.big_layers, args.tokens)
-            save(result)
+            save(result, args.root)
     finally:
         if not args.keep:
             for p in args.root.iterdir():
