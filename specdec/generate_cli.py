@@ -6,8 +6,9 @@
 `--model` takes a bundled name, an mlx-lm model directory (packed into the cache on first use)
 or a packed directory. With --json the last stdout line is one JSON object:
 {"tokens", "text", "stats": {bytes_read, hits, misses, hit_rate, blocked_s, tokens_per_s,
-acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_read, ...}}
-where tokens_per_s is decode speed (prefill excluded).
+acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_read,
+cache_slots, holds_all_experts, peak_rss_bytes, per_token_ms {compute, blocked_on_reads,
+reads_overlapped}, miss_gb_per_s, ...}} where tokens_per_s is decode speed (prefill excluded).
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
         print(args.prompt + res.text)
         print(
             f"\n[{len(res.tokens)} tokens, {s.get('tokens_per_s') or 0:.1f} tok/s decode, "
-            f"hit rate {s.get('hit_rate') or 0:.3f}, {s.get('bytes_read', 0) / 2**20:.1f} MiB read]"
+            f"hit rate {s.get('hit_rate') or 0:.3f}, {s.get('bytes_read', 0) / 2**20:.1f} MiB read"
+            + (
+                f", cache holds all {s['cache_slots']} experts"
+                if s.get("holds_all_experts")
+                else ""
+            )
+            + f", peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB]"
         )
     return 0

@@ -36,6 +36,7 @@ from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
+from specdec.store.budget import peak_rss_bytes
 
 
 @dataclass(frozen=True)
@@ -194,15 +195,22 @@ class Decode:
             if can_trim_prompt_cache(st.cache):
                 trim_prompt_cache(st.cache, 1)
 
-    def _clocks(self) -> tuple[float, float, int, int]:
-        """Where a pass starts: time, blocked time, reads, positions in the KV cache (all but y)."""
+    def _clocks(self) -> tuple[float, float, int, int, float]:
+        """Where a pass starts: time, blocked time, reads, positions in the KV cache (all but y),
+        time with reads in flight."""
         stats = self.sm.streamer.reader.stats
-        return time.perf_counter(), stats.blocked_s, stats.reads, len(self.st.tokens) - 1
+        return (
+            time.perf_counter(),
+            stats.blocked_s,
+            stats.reads,
+            len(self.st.tokens) - 1,
+            stats.read_s,
+        )
 
     def _record(self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start):
         """The pass's record; `start`: `_clocks()` when the pass began."""
         stats = self.sm.streamer.reader.stats
-        t0, blocked0, reads0, context = start
+        t0, blocked0, reads0, context, read_s0 = start
         wall = time.perf_counter() - t0
         blocked, reads = stats.blocked_s - blocked0, stats.reads - reads0
         modeled = {
@@ -228,4 +236,6 @@ class Decode:
             blocked_s=blocked,
             reads=reads,
             modeled=modeled,
+            read_s=stats.read_s - read_s0,
+            peak_rss_bytes=peak_rss_bytes(),
         )

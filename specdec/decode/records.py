@@ -62,6 +62,8 @@ class PassRecord:
     # 1: compute × compute_scale + serial reads (records before the device model; no parts);
     # 2: specdec.clock's device model (docs/device-model.md)
     modeled_version: int = 1
+    read_s: float = 0.0  # wall time with a read in flight (overlapped with compute or blocked)
+    peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the pass
     routing: dict[str, list[list[int]]] = field(default_factory=dict)  # verify: [γ][k] per layer
 
     @classmethod
@@ -79,6 +81,8 @@ class PassRecord:
         blocked_s: float,
         reads: int,
         modeled: dict[str, ModeledTime],
+        read_s: float = 0.0,
+        peak_rss_bytes: int = 0,
     ) -> PassRecord:
         steps = draft_steps + verify_steps
         misses = sum(s.misses for s in steps)
@@ -109,6 +113,8 @@ class PassRecord:
                 for name, m in modeled.items()
             },
             modeled_version=MODELED_VERSION,
+            read_s=read_s,
+            peak_rss_bytes=peak_rss_bytes,
         )
 
     @property
@@ -179,6 +185,7 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
         "compute_s": sum(r.compute_s for r in records),
         "wall_s": wall,
         "tokens_per_s": committed / wall if wall > 0 else None,
+        **_time_split(records, committed, total_bytes),
     }
     for name in profiles:
         t = sum(r.modeled_s[name] for r in records)
@@ -187,6 +194,25 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
             if all(name in r.modeled_parts for r in records):
                 out[f"modeled_{part}/{name}"] = sum(r.modeled_parts[name][part] for r in records)
     return out
+
+
+def _time_split(records: list[PassRecord], committed: int, total_bytes: int) -> dict:
+    """Where decode time goes, per committed token: compute (everything but waiting on reads),
+    blocked on reads, and reads that ran while the host computed (in flight, not waited on);
+    the misses' effective read rate is their bytes over the time reads were in flight."""
+    blocked = sum(r.blocked_s for r in records)
+    in_flight = sum(r.read_s for r in records)
+    return {
+        "read_s": in_flight,
+        "overlapped_s": max(0.0, in_flight - blocked),
+        "per_token_ms": {
+            "compute": 1e3 * sum(r.compute_s for r in records) / committed,
+            "blocked_on_reads": 1e3 * blocked / committed,
+            "reads_overlapped": 1e3 * max(0.0, in_flight - blocked) / committed,
+        },
+        "miss_gb_per_s": total_bytes / in_flight / 1e9 if in_flight > 0 else None,
+        "peak_rss_bytes": max(r.peak_rss_bytes for r in records),
+    }
 
 
 class RoutingTap:

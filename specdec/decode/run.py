@@ -18,6 +18,7 @@ from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, RoutingTap, summarize
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
+from specdec.store.budget import peak_rss_bytes
 
 
 @dataclass
@@ -123,5 +124,7 @@ def generate(
     summary = summarize(records, [p.name for p in profiles])
     summary["drafter"] = drafter
     summary["prefill_s"] = run.prefill_s
+    summary.update(sm.plan.stats())
+    summary["peak_rss_bytes"] = peak_rss_bytes()  # prefill and load included
     text = sm.tokenizer.decode(run.generated)
     return GenerationResult(list(run.generated), text, records, summary, run.prefill_s)

@@ -28,15 +28,15 @@ from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.errors import BudgetError, SpecdecError, StoreError
+from specdec.errors import SpecdecError, StoreError
 from specdec.model.families import Family, get_family, moe_blocks
 from specdec.model.streamed import StreamedSwitchGLU, Streamer
 from specdec.store.arena import Arena
-from specdec.store.layout import ExpertIndex, read_safetensors_header
+from specdec.store.budget import SlotPlan, plan_slots
+from specdec.store.layout import MTP_FILE, ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
 from specdec.store.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.reader import ExpertReader
-from specdec.units import format_bytes, parse_budget, parse_percent
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -52,6 +52,7 @@ class StreamedModel:
     config: dict
     family: Family
     path: Path  # the packed directory
+    plan: SlotPlan  # what the budget bought: slots, arena bytes, whether it holds every expert
     policy: str = "lru"
     policy_options: dict | None = None
     in_use_lock: int | None = None  # fd of the shared lock on a cached pack (packed_cache.py)
@@ -214,14 +215,13 @@ def _load_packed(
     n_main = len(model.layers)
     _check_layers(packed, sorted(blocks), n_main, index)
 
-    n_slots = _budget_slots(budget, index)
     k = _top_k(config)
-    if n_slots < k:
-        raise BudgetError(
-            f"budget {budget} holds {n_slots} expert slots of {format_bytes(index.slot_bytes)}, "
-            f"but one position selects top-k = {k}: use at least {k * index.slot_bytes} bytes "
-            f"({k}slots)"
-        )
+    resident = [*packed.glob("model*.safetensors"), *([packed / MTP_FILE] if with_mtp else [])]
+    streamed = [lid for lid in index.layer_ids if lid < n_main or with_mtp]
+    plan = plan_slots(
+        budget, index, k, sum(f.stat().st_size for f in resident if f.is_file()), streamed
+    )
+    n_slots = plan.n_slots
     arena = Arena(n_slots, index.slot_bytes)
     reader = ExpertReader(
         packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums
@@ -254,7 +254,7 @@ def _load_packed(
     mtp = _load_streamed_mtp(model, packed, streamer, family, n_main, index) if with_mtp else None
     mx.eval(model.parameters())
     return StreamedModel(
-        model, tokenizer, streamer, mtp, config, family, packed, policy, policy_options
+        model, tokenizer, streamer, mtp, config, family, packed, plan, policy, policy_options
     )
 
 
@@ -296,14 +296,6 @@ def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int
     if opts.get("hotlist"):
         opts["hotlist"] = [int(layer) * key_stride + int(e) for layer, e in opts["hotlist"]]
     return ExpertCache(n_slots, make_policy(policy, n_slots, **opts))
-
-
-def _budget_slots(budget: str | int, index: ExpertIndex) -> int:
-    text = str(budget).strip()
-    if text.endswith("%"):
-        total = sum(index.layers[lid].n_experts for lid in index.layer_ids)
-        return int(total * parse_percent(text) / 100)
-    return parse_budget(text).to_slots(index.slot_bytes)
 
 
 def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None:

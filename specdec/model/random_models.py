@@ -13,7 +13,8 @@ DeepSeek-V3 checkpoints also get `mtp.safetensors`: one random MTP layer stored 
 decoder layer with stacked `mlp.switch_mlp` experts), as in the Hugging Face checkpoint.
 mlx-lm's loader ignores the file (it only reads model*.safetensors); `specdec pack` packs it.
 
-Python: `make_random("qwen3_moe", "/tmp/q", bits=4)`.
+Python: `make_random("qwen3_moe", "/tmp/q", bits=4)`. Real dimensions (`--like PRESET`):
+specdec.model.random_scale.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import io
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,18 +215,13 @@ def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
     return mtp.checkpoint_weights()
 
 
-def make_random(
-    family: str, out_dir: str | Path, bits: int | None = None, seed: int = 0, force: bool = False
-) -> Path:
-    """Write a tiny random checkpoint of `family` to out_dir.
+@contextlib.contextmanager
+def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
+    """A fresh marked directory to write a checkpoint into, swapped in for out_dir on success.
 
     An existing non-empty out_dir is refused; with force=True one that make-random wrote (its
     `.specdec-random` marker) is replaced, anything else still refused.
     """
-    import importlib
-
-    from mlx_lm.utils import save_config, save_model
-
     out_dir = Path(out_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise SpecdecError(
@@ -232,7 +229,36 @@ def make_random(
             "replace a checkpoint make-random wrote"
         )
     check_replaceable(out_dir, RANDOM_KIND, None, "`specdec make-random`", "--force")
-    config = family_config(family)
+    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
+    if tmp.exists():
+        remove_leftover(tmp, RANDOM_KIND)
+    tmp.mkdir(parents=True)
+    mark(tmp, RANDOM_KIND)
+    yield tmp
+    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
+    if out_dir.exists():
+        os.replace(out_dir, old)
+    durable_replace(tmp, out_dir)
+    if old.exists():
+        remove_leftover(old, RANDOM_KIND)
+
+
+def make_random(
+    family: str,
+    out_dir: str | Path,
+    bits: int | None = None,
+    seed: int = 0,
+    force: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> Path:
+    """Write a tiny random checkpoint of `family` to out_dir (see writing_checkpoint).
+
+    overrides: config.json entries to change (tests: e.g. a huge expert width, few experts)."""
+    import importlib
+
+    from mlx_lm.utils import save_config, save_model
+
+    config = {**family_config(family), **(overrides or {})}
     module = importlib.import_module(f"mlx_lm.models.{family}")
     args = module.ModelArgs.from_dict(config)
     model = module.Model(args)
@@ -243,37 +269,47 @@ def make_random(
         config = _quantize(model, config, bits)
     mx.eval(model.parameters())
 
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        remove_leftover(tmp, RANDOM_KIND)
-    tmp.mkdir(parents=True)
-    mark(tmp, RANDOM_KIND)
-    save_model(tmp, model)
-    if family in MTP_FAMILIES:
-        mtp = _mtp_weights(args, config, k_mtp, bits)
-        mx.save_safetensors(str(tmp / "mtp.safetensors"), mtp, metadata={"format": "mlx"})
-    save_config(copy.deepcopy(config), tmp / "config.json")
-    write_tokenizer(tmp)
-    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    durable_replace(tmp, out_dir)
-    if old.exists():
-        remove_leftover(old, RANDOM_KIND)
-    return out_dir
+    with writing_checkpoint(out_dir, force) as tmp:
+        save_model(tmp, model)
+        if family in MTP_FAMILIES:
+            mtp = _mtp_weights(args, config, k_mtp, bits)
+            mx.save_safetensors(str(tmp / "mtp.safetensors"), mtp, metadata={"format": "mlx"})
+        save_config(copy.deepcopy(config), tmp / "config.json")
+        write_tokenizer(tmp)
+    return Path(out_dir)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("family", help=f"one of: {', '.join(sorted(FAMILIES))}")
+    from specdec.model.presets import PRESETS
+
+    parser.add_argument("family", nargs="?", help=f"one of: {', '.join(sorted(FAMILIES))}")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--quantize", type=int, metavar="BITS", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--force", action="store_true", help="replace a checkpoint make-random wrote there"
     )
+    parser.add_argument(
+        "--like", metavar="PRESET", help=f"real dimensions of: {', '.join(sorted(PRESETS))}"
+    )
+    parser.add_argument("--layers", type=int, help="with --like: layers (default: the model's)")
+    parser.add_argument("--experts", type=int, help="with --like: routed experts per layer")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.like:
+        from specdec.model.random_scale import make_like
+
+        if args.family:
+            raise SpecdecError("give either FAMILY or --like PRESET, not both")
+        bits = 4 if args.quantize is None else args.quantize
+        out = make_like(
+            args.like, args.out_dir, args.layers, args.experts, bits, args.seed, force=args.force
+        )
+        print(f"wrote {args.like}-shaped random checkpoint ({bits}-bit) to {out}")
+        return 0
+    if not args.family:
+        raise SpecdecError("give a FAMILY (tiny checkpoint) or --like PRESET (real dimensions)")
     out = make_random(
         args.family, args.out_dir, bits=args.quantize, seed=args.seed, force=args.force
     )

@@ -1,11 +1,19 @@
-"""The expert arena: one MLX buffer cut into equal slots that reads land in and MLX computes on.
+"""The expert arena: one MLX buffer of equal slots that reads land in and MLX computes on.
 
-`Arena(n_slots, slot_bytes)` allocates a single uint8 MLX array. `slot_np(i)` is a writable numpy
-view of slot i (4096-aligned, so O_DIRECT `preadv` can fill it); `tensor_view(spec)` is an MLX
-array [n_slots, *spec.shape] over the same memory (made with `mx.as_strided`), so
-`mx.gather_qmm(x, w_view, ..., rhs_indices=slot_ids)` computes on the bytes a read just wrote,
-without any copy. Views are evaluated once and cached: MLX then holds them as strided arrays that
+`Arena(n_slots, slot_bytes)` allocates one uint8 MLX array of shape [n_slots, row_bytes], one
+row per slot (row_bytes = slot_bytes + ALIGN: MLX's allocation is not page-aligned, so each slot
+starts `base` bytes into its row, at a 4096-aligned address). `slot_np(i)` is a writable numpy
+view of slot i (O_DIRECT `preadv` fills it); `tensor_view(spec)` is an MLX array
+[n_slots, *spec.shape] over the same memory, made by slicing the rows and splitting the slice
+(no copy), so `mx.gather_qmm(x, w_view, ..., rhs_indices=slot_ids)` computes on the bytes a
+read just wrote. Views are evaluated once and cached: MLX then holds them as strided arrays that
 share the arena's buffer, and reads the memory afresh at every later evaluation that uses them.
+
+Why rows: MLX shapes are 32-bit, so no array dimension may pass 2^31 elements, and
+`mx.as_strided` flattens its input to one dimension. A flat buffer (or a view built with
+as_strided) therefore caps the arena at 2 GiB (uint8), or 4 GiB for a bf16 view; rows of one
+slot each keep every dimension at most one slot long, so the arena can be as large as memory,
+and any block under 2 GiB fits a slot. The cost is ALIGN bytes per slot (0.05% of an 8 MB slot).
 
 On Linux the arena asks for transparent huge pages (madvise MADV_HUGEPAGE, then MADV_COLLAPSE,
 since MLX has already touched the memory): an O_DIRECT read pins its destination pages, and
@@ -29,6 +37,7 @@ from specdec.store.layout import ALIGN, TensorSpec, mx_dtype
 MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25  # Linux >= 6.1: make existing pages huge now, contents kept
 HUGE = 2 << 20
+MAX_DIM = 2**31 - 1  # MLX shape dimensions are int32
 
 
 def advise_huge_pages(addr: int, nbytes: int) -> bool:
@@ -46,22 +55,32 @@ def advise_huge_pages(addr: int, nbytes: int) -> bool:
     return libc.madvise(start, length, MADV_COLLAPSE) == 0
 
 
+def arena_bytes(n_slots: int, slot_bytes: int) -> int:
+    """Memory an Arena(n_slots, slot_bytes) allocates: one row of slot_bytes + ALIGN per slot."""
+    return n_slots * (slot_bytes + ALIGN)
+
+
 class Arena:
-    """n_slots slots of slot_bytes each, in one MLX buffer, each slot ALIGN-aligned."""
+    """n_slots slots of slot_bytes each, one row per slot of one MLX buffer, ALIGN-aligned."""
 
     def __init__(self, n_slots: int, slot_bytes: int, huge_pages: bool = True) -> None:
         if n_slots <= 0:
             raise StoreError(f"arena needs at least one slot, got {n_slots}; raise the budget")
         if slot_bytes <= 0 or slot_bytes % ALIGN:
             raise StoreError(f"slot_bytes {slot_bytes} must be a positive multiple of {ALIGN}")
+        if slot_bytes + ALIGN > MAX_DIM or n_slots > MAX_DIM:
+            raise StoreError(
+                f"an expert block of {slot_bytes} bytes is too large for one MLX array row "
+                f"(MLX dimensions stop at 2^31 elements); split the model's experts"
+            )
         self.n_slots = n_slots
         self.slot_bytes = slot_bytes
-        # MLX aligns allocations to less than a page: over-allocate by ALIGN and shift.
-        self.buffer = mx.zeros((n_slots * slot_bytes + ALIGN,), dtype=mx.uint8)
+        self.row_bytes = slot_bytes + ALIGN  # room to shift each slot onto an ALIGN boundary
+        self.buffer = mx.zeros((n_slots, self.row_bytes), dtype=mx.uint8)  # [n_slots, row]
         mx.eval(self.buffer)
         self._np = np.array(self.buffer, copy=False)  # shares memory with self.buffer
         addr = self._np.ctypes.data
-        self.base = (-addr) % ALIGN
+        self.base = (-addr) % ALIGN  # same in every row: row_bytes is a multiple of ALIGN
         if self.base % 8:
             # element offsets of every dtype (up to 8 bytes) must be whole numbers
             raise StoreError(f"MLX buffer at {addr:#x} is not 8-byte aligned; cannot build arena")
@@ -76,24 +95,20 @@ class Arena:
         """Writable uint8 view [slot_bytes] of one slot, ALIGN-aligned (O_DIRECT-ready)."""
         if not 0 <= slot < self.n_slots:
             raise IndexError(f"slot {slot} out of range [0, {self.n_slots})")
-        start = self.base + slot * self.slot_bytes
-        return self._np[start : start + self.slot_bytes]
+        return self._np[slot, self.base : self.base + self.slot_bytes]
 
     def tensor_view(self, spec: TensorSpec) -> mx.array:
         """MLX array [n_slots, *spec.shape] of `spec` inside every slot (no copy, cached)."""
         view = self._views.get(spec)
         if view is None:
             itemsize = spec.itemsize
-            offset = self.base + spec.offset
-            if offset % itemsize or self.slot_bytes % itemsize:
+            start = self.base + spec.offset
+            if start % itemsize or spec.nbytes % itemsize:
                 raise StoreError(f"tensor {spec.name} is not aligned to its dtype in the arena")
-            # element strides: slot stride, then row-major inside the slot
-            inner = [
-                int(np.prod(spec.shape[i + 1 :], dtype=np.int64)) for i in range(len(spec.shape))
-            ]
-            strides = [self.slot_bytes // itemsize, *inner]
-            typed = self.buffer.view(mx_dtype(spec.dtype))
-            view = mx.as_strided(typed, (self.n_slots, *spec.shape), strides, offset // itemsize)
+            rows = self.buffer.view(mx_dtype(spec.dtype))  # [n_slots, row_bytes / itemsize]
+            first, n = start // itemsize, spec.nbytes // itemsize
+            # a slice of contiguous columns split into the tensor's shape: strides, not a copy
+            view = rows[:, first : first + n].reshape(self.n_slots, *spec.shape)
             mx.eval(view)
             self._views[spec] = view
         return view

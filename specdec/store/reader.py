@@ -191,26 +191,26 @@ class ExpertReader:
         ]
         # A few workers drain the batch rather than one pool task per part: one thread wake-up
         # per worker, not per read, which matters when other processes hold the CPUs.
-        todo, errors = iter(parts), []
+        todo, errors = iter(enumerate(parts)), []
         remaining = [min(self.threads, len(parts))]
 
         def worker() -> None:
             while True:
                 with self._lock:
-                    item = next(todo, None)
+                    i, item = next(todo, (None, None))
                 if item is None:
                     break
                 try:
                     self._read_part(*item)
                 except BaseException as e:  # the batch fails; the other parts are still read
-                    errors.append(e)
+                    errors.append((i, e))
             with self._lock:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
             self._batch_finished()
-            if errors:
-                done.set_exception(errors[0])
+            if errors:  # the first failing part in request order, whatever finished first
+                done.set_exception(min(errors, key=lambda ie: ie[0])[1])
             else:
                 done.set_result(None)
 

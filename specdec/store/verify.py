@@ -1,8 +1,8 @@
 """`specdec verify PACKED_DIR`: check a packed directory end to end.
 
 Loads and validates experts.json, checks that experts.bin, model.safetensors and (if present)
-mtp.safetensors are as long as their headers say, then reads every expert block (in 64-block
-batches; `--io direct` by default, so a damaged disk is not masked by a good copy in the page
+mtp.safetensors are as long as their headers say, then reads every expert block (in batches of
+up to 64 blocks and 256 MiB, so blocks of any size fit; `--io direct` by default, so a damaged disk is not masked by a good copy in the page
 cache) and compares its crc32 with the index. Exit 0 with one `ok:` line, or exit 2 with one
 line naming the first problem (missing file, truncation, the layer and expert of a corrupt
 block) and the fix. Resident weights carry no checksums: only their length is checked.
@@ -21,6 +21,7 @@ from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex, read_safetenso
 from specdec.store.reader import IO_MODES, ExpertReader
 
 BATCH = 64
+BATCH_BYTES = 256 << 20  # the arena verify reads into: small next to memory, whatever the blocks
 
 
 @dataclass(frozen=True)
@@ -52,14 +53,16 @@ def verify(
     resident, _ = read_safetensors_header(packed_dir / RESIDENT)  # checks truncation too
     if (packed_dir / MTP_FILE).is_file():
         resident += read_safetensors_header(packed_dir / MTP_FILE)[0]
-    arena = Arena(BATCH, index.slot_bytes)
+    widest = max(ly.n_experts for ly in index.layers.values())
+    batch = max(1, min(BATCH, BATCH_BYTES // index.slot_bytes, widest))
+    arena = Arena(batch, index.slot_bytes)
     total = 0
     with ExpertReader(packed_dir, index, arena, io=io, threads=threads) as reader:
         for lid in index.layer_ids:
             layout = index.layers[lid]
             chosen = _sampled(layout.n_experts, sample)
-            for first in range(0, len(chosen), BATCH):
-                experts = chosen[first : first + BATCH]
+            for first in range(0, len(chosen), batch):
+                experts = chosen[first : first + batch]
                 reader.read([(lid, e, i) for i, e in enumerate(experts)])
                 for i, e in enumerate(experts):
                     if zlib.crc32(arena.slot_np(i)[: layout.block_bytes]) != layout.crc32[e]:
