@@ -137,3 +137,14 @@ def like_config(
             cfg["n_group"] = cfg["topk_group"] = 1
     cfg["vocab_size"] = vocab
     return cfg
+
+
+def routed_shape(preset: str) -> tuple[list[int], int, int, int, int]:
+    """(MoE layer ids, routed experts, top-k, hidden, expert intermediate) of a preset model:
+    what a routing trace of it holds (specdec.trace.presets takes its shapes from here)."""
+    cfg = PRESETS[preset]
+    dense = cfg.get("first_k_dense_replace", 0)
+    layers = list(range(dense, cfg["num_hidden_layers"]))
+    experts = next(cfg[k] for k in _EXPERT_COUNT if k in cfg)
+    inter = cfg.get("moe_intermediate_size", cfg["intermediate_size"])
+    return layers, experts, cfg["num_experts_per_tok"], cfg["hidden_size"], inter

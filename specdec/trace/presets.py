@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.errors import SpecdecError
+from specdec.model.presets import routed_shape
 from specdec.trace.fit import Targets
 from specdec.trace.synthetic import SynthParams, TraceShape
 from specdec.units import parse_budget
@@ -56,36 +57,33 @@ MINIMAX_TARGETS = Targets(
 # specdec trace fit --like minimax-m2.5 --seed 0
 MINIMAX_PARAMS = SynthParams(skew=0.9168, reuse=0.1181, history=0.2769, window=3.0)
 
+_BORROWED = "MiniMax-M2.5's routing parameters"
+
+
+def _shape(model: str) -> TraceShape:
+    """A preset model's trace shape, from the same dimensions `make-random --like` builds."""
+    layers, experts, top_k, hidden, inter = routed_shape(model)
+    ids = tuple(layers) if layers[0] else None  # dense-first models keep their layer ids
+    return TraceShape(len(layers), experts, top_k, mlx_4bit_expert_bytes(hidden, inter), ids)
+
+
 PRESETS: dict[str, Preset] = {
     "minimax-m2.5": Preset(
-        TraceShape(62, 256, 8, mlx_4bit_expert_bytes(3072, 1536)),
+        _shape("minimax-m2.5"),
         MINIMAX_PARAMS,
         MINIMAX_TARGETS,
         "9GB",
         "seed question: MiniMax-M2.5 on a 24 GB M4 (LRU and static bound at 9 GB, unions over "
         "64 decode tokens)",
     ),
-    "deepseek-v3": Preset(
-        TraceShape(58, 256, 8, mlx_4bit_expert_bytes(7168, 2048), tuple(range(3, 61))),
-        MINIMAX_PARAMS,
-        None,
-        None,
-        "shape only: DeepSeek-V3 (layers 0-2 dense), MiniMax-M2.5's routing parameters",
-    ),
-    "qwen3-30b-a3b": Preset(
-        TraceShape(48, 128, 8, mlx_4bit_expert_bytes(2048, 768)),
-        MINIMAX_PARAMS,
-        None,
-        None,
-        "shape only: Qwen3-30B-A3B, MiniMax-M2.5's routing parameters",
-    ),
-    "mixtral-8x7b": Preset(
-        TraceShape(32, 8, 2, mlx_4bit_expert_bytes(4096, 14336)),
-        MINIMAX_PARAMS,
-        None,
-        None,
-        "shape only: Mixtral-8x7B, MiniMax-M2.5's routing parameters",
-    ),
+    **{
+        name: Preset(_shape(name), MINIMAX_PARAMS, None, None, f"shape only: {label}, " + _BORROWED)
+        for name, label in [
+            ("deepseek-v3", "DeepSeek-V3 (layers 0-2 dense)"),
+            ("qwen3-30b-a3b", "Qwen3-30B-A3B"),
+            ("mixtral-8x7b", "Mixtral-8x7B"),
+        ]
+    },
 }
 
 
