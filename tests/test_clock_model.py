@@ -74,6 +74,29 @@ def test_router_sync_is_per_moe_layer_per_forward():
     fwd = Forward(1, 10, tuple(range(5)), {i: 2 for i in range(1, 5)})
     assert forward_time(small_profile(router_sync_s=6e-4), s, fwd).sync_s == pytest.approx(4 * 6e-4)
     assert forward_time(small_profile(router_sync_s=0.0), s, fwd).sync_s == 0.0
+    # layers that ran on device slot tables (all resident, replayed after the token) skip it
+    steps = tuple(ReadStep(i, 0, 0, synced=i != 2) for i in range(1, 5))
+    fwd = Forward(1, 10, tuple(range(5)), {i: 2 for i in range(1, 5)}, steps)
+    assert forward_time(small_profile(router_sync_s=6e-4), s, fwd).sync_s == pytest.approx(3 * 6e-4)
+
+
+def test_a_decode_wholly_resident_is_charged_no_router_sync(tmp_path, monkeypatch):
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from specdec.clock.passes import read_steps
+    from specdec.model.loader import load
+    from specdec.model.random_models import make_random
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    src = make_random("qwen3_moe", tmp_path / "m", bits=4, seed=0)
+    sm = load(src, budget="100%", io="buffered", with_mtp=False, warm=True)
+    try:
+        mx.eval(sm.model(mx.array([[1, 2, 3]]), cache=make_prompt_cache(sm.model)))
+        steps = read_steps(sm.streamer.drain())  # the deferred host steps, replayed
+    finally:
+        sm.close()
+    assert steps and not any(s.synced for s in steps)
 
 
 def test_reads_wait_for_the_router_and_overlap_where_the_runtime_overlaps():

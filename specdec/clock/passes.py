@@ -33,7 +33,10 @@ from specdec.clock.shapes import ModelShape
 def read_steps(steps: Sequence) -> tuple[ReadStep, ...]:
     """The clock's view of the streamer's LayerSteps."""
     return tuple(
-        ReadStep(s.layer, s.misses, s.bytes_read, getattr(s, "prefetched", 0)) for s in steps
+        ReadStep(
+            s.layer, s.misses, s.bytes_read, getattr(s, "prefetched", 0), getattr(s, "synced", True)
+        )
+        for s in steps
     )
 
 

@@ -41,6 +41,7 @@ class ReadStep:
     misses: int
     bytes_read: int
     prefetched: int = 0  # > 0: a lookahead batch for `layer`, issued by the layer before it
+    synced: bool = True  # False: the layer ran on device slot tables, no router sync (all hit)
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,10 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         if layer not in shape.moe_layers:
             t += mlp
             continue
-        t += profile.router_sync_s
-        out.sync_s += profile.router_sync_s
+        steps = demand.get(layer, ())
+        if not steps or any(s.synced for s in steps):  # a wholly resident layer skips the sync
+            t += profile.router_sync_s
+            out.sync_s += profile.router_sync_s
         misses = sum(s.misses for s in demand.get(layer, ()))
         nbytes = sum(s.bytes_read for s in demand.get(layer, ()))
         done = t

@@ -54,6 +54,7 @@ class LayerStep:
     bytes_read: int  # misses and lookahead prefetches started by this step
     phase: str  # "verify", "draft" or "prefill"
     prefetched: int = 0  # blocks this step started reading for a later layer (lookahead)
+    synced: bool = True  # False: replayed after the token (device slot tables, no host sync)
 
 
 @dataclass
@@ -198,7 +199,7 @@ class Streamer:
         if replay:
             if self.cache.access(keys, counts):
                 raise AssertionError("a deferred step missed: residency moved under it")
-            self.log.append(LayerStep(layer, len(keys), 0, 0, self.phase))
+            self.log.append(LayerStep(layer, len(keys), 0, 0, self.phase, synced=False))
             return None
         if self.inflight:  # lookahead reads into keys about to hit must land (or fail) first
             self._settle(self.cache.slot_of(k) for k in keys)
