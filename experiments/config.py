@@ -10,11 +10,13 @@ annotations at class creation.
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from specdec.decode.drafters import DrafterSpec
 from specdec.errors import SpecdecError
 
 
@@ -25,24 +27,6 @@ class ModelConfig:
     bits: int | None = 4  # random:FAMILY only: quantization of the generated checkpoint
     io: str = "direct"  # direct | buffered | mmap
     threads: int = 8
-
-
-@dataclass
-class DrafterConfig:
-    name: str = "none"  # none | mtp | self | lookup | oracle | draft
-    alpha: float | None = None  # oracle: per-draft acceptance
-    path: str | None = None  # draft: the draft model's directory
-
-    @property
-    def spec(self) -> str:
-        """The decode library's drafter spec: `oracle:0.9`, `draft:PATH`, `mtp`, ..."""
-        if self.name == "oracle":
-            return f"oracle:{self.alpha}"
-        if self.name == "draft":
-            if not self.path:
-                raise SpecdecError("drafter=draft needs the draft model: add drafter.path=DIR")
-            return f"draft:{self.path}"
-        return self.name
 
 
 @dataclass
@@ -78,7 +62,9 @@ class TaskConfig:
 @dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
-    drafter: DrafterConfig = field(default_factory=DrafterConfig)
+    # the drafter group: `name` plus the options of that drafter's Options dataclass (registry
+    # of specdec/decode/drafters/), checked when the spec is made in to_config
+    drafter: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
     cache: CacheConfig = field(default_factory=CacheConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -91,6 +77,11 @@ class Config:
     stop_at_eos: bool = False  # False: every run decodes exactly max_tokens, so runs compare
     sweep: str = "adhoc"  # sweep name: the wandb group and the folder under runs/
     progress: bool = True  # tqdm bars on stderr
+
+    @cached_property
+    def drafter_spec(self) -> DrafterSpec:
+        """The decode library's drafter spec, made once from the `drafter` group."""
+        return DrafterSpec.from_fields(self.drafter)
 
 
 def register() -> None:
@@ -109,6 +100,7 @@ def to_config(cfg: DictConfig) -> Config:
             "(conf/ leaves it to you)"
         )
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
+    typed.drafter_spec  # noqa: B018 -- a bad drafter option fails here, before any job starts
     bad = [g for g in typed.task.trace_gammas if g < 1]
     if bad:
         raise SpecdecError(

@@ -81,13 +81,13 @@ def _run_locked(cfg: DictConfig, run_dir: Path) -> float | None:
     sink = WandbSink(
         c.logger.mode,
         run_dir,
-        name=f"{c.task.name} {c.drafter.spec} γ={c.gamma}",
+        name=f"{c.task.name} {c.drafter_spec} γ={c.gamma}",
         group=c.sweep,
         job_type=c.task.name,
         tags=[
             c.task.name,
             c.model.name,
-            c.drafter.name,
+            c.drafter_spec.name,
             f"gamma={c.gamma}",
             c.device.profile,
             *c.logger.tags,

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from specdec.clock.profiles import get_profile
+from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.errors import SpecdecError
@@ -68,6 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
+    drafter = DrafterSpec.parse(args.drafter)
     sm = load(
         args.model,
         budget=args.budget,
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         io=args.io,
         threads=args.threads,
         verify_checksums=args.verify_checksums,
-        with_mtp=args.drafter == "mtp",
+        with_mtp=drafter.needs_mtp,
         lookahead=args.lookahead,
         warm=args.warm,
     )
@@ -94,9 +96,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = DecodeConfig(
             gamma=args.gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed
         )
-        res = generate(
-            sm, list(prompt), args.drafter, cfg, profiles, args.records, append=args.append
-        )
+        res = generate(sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append)
     finally:
         sm.close()
     s = res.summary

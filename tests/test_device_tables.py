@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specdec.decode.drafters import make_drafter
+from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.errors import BudgetError
 from specdec.model.loader import load
@@ -44,7 +44,7 @@ def _decode(sm, prompt, drafter="none", gamma=1, n=24, eos=frozenset()):
     """Tokens, records (steps and counts) and recorder calls of one decode."""
     seen = []
     sm.streamer.recorder = lambda layer, idx, phase: seen.append((layer, idx.tolist(), phase))
-    run = Decode(sm, prompt, make_drafter(drafter, sm), DecodeConfig(gamma, n), (), eos)
+    run = Decode(sm, prompt, DrafterSpec.parse(drafter).build(sm), DecodeConfig(gamma, n), (), eos)
     keep = ("tokens", "union", "misses", "draft_union", "accesses", "hits", "reads")
     recs = [[getattr(r, k) for k in keep] + [r.verify_bytes_read] for r in run.passes()]
     sm.streamer.recorder = None

@@ -131,9 +131,9 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
     """The MTP drafter's incremental state (catch-up, chaining, trims) matches a fresh pass."""
     sm, prompt, _, _ = target
     proposed = []
-    from specdec.decode import drafters
+    from specdec.decode.drafters.mtp import MTPDrafter
 
-    original = drafters.MTPDrafter.propose
+    original = MTPDrafter.propose
 
     def spy(self, st, n):
         out = original(self, st, n)
@@ -141,11 +141,11 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
             proposed.append((len(st.tokens), out[0][0]))
         return out
 
-    drafters.MTPDrafter.propose = spy
+    MTPDrafter.propose = spy
     try:
         res = _run(sm, prompt, "mtp", 3, max_tokens=40)
     finally:
-        drafters.MTPDrafter.propose = original
+        MTPDrafter.propose = original
     tokens = prompt + res.tokens
     model = sm.model
     with sm.streamer.phase_of("check"):

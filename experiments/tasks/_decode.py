@@ -52,7 +52,7 @@ def loaded_model(cfg) -> Iterator[StreamedModel]:
         policy=cfg.cache.policy,
         io=cfg.model.io,
         threads=cfg.model.threads,
-        with_mtp=cfg.drafter.name == "mtp",
+        with_mtp=cfg.drafter_spec.needs_mtp,
         lookahead=cfg.cache.lookahead,
     )
     try:
@@ -90,7 +90,7 @@ def decode(cfg, sm: StreamedModel, run_dir: Path) -> GenerationResult:
         return generate(
             sm,
             sm.encode(cfg.prompt),
-            cfg.drafter.spec,
+            cfg.drafter_spec,
             dcfg,
             (profile,),
             run_dir / RECORDS,
@@ -107,7 +107,7 @@ def _progress(cfg):
         return None
     from tqdm import tqdm
 
-    label = f"{cfg.drafter.spec} γ={cfg.gamma}"
+    label = f"{cfg.drafter_spec} γ={cfg.gamma}"
     return tqdm(total=cfg.max_tokens, desc=label, unit="tok", file=sys.stderr, leave=False)
 
 

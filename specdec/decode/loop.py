@@ -33,7 +33,7 @@ from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
 from specdec.decode.sampling import judge
-from specdec.decode.state import DecodeState
+from specdec.decode.state import DecodeState, forward
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
 from specdec.store.budget import peak_rss_bytes
@@ -53,18 +53,6 @@ def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
     nxt = mx.argmax(logits[0, -1].astype(mx.float32)).reshape(1, 1)
     mx.async_eval(nxt)
     return nxt
-
-
-def forward(st: DecodeState, tokens: list[int], want_hidden: bool) -> np.ndarray:
-    """One main-model call on `tokens` (appended to the KV cache); returns logits [T, V]."""
-    x = mx.array([tokens])  # [1, T]
-    model = st.sm.model
-    if want_hidden:
-        st.hidden = model.model(x, st.cache)  # [1, T, H], after the final norm
-        logits = model.lm_head(st.hidden)
-    else:
-        logits = model(x, cache=st.cache)
-    return np.array(logits[0].astype(mx.float32))  # [T, V]
 
 
 PREFILL_STEP = 2048  # mlx-lm generate_step's prefill_step_size

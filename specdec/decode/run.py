@@ -1,4 +1,4 @@
-"""One generation run from a drafter spec: decode, write records, summarise.
+"""One generation run from a `DrafterSpec`: decode, write records, summarise.
 
 Used by `specdec generate` and the experiments; the oracle drafter gets its reference (the plain
 greedy continuation) from a plain run on a fresh cache, and the cache is reset after it so the
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.clock.profiles import DeviceProfile
-from specdec.decode.drafters import make_drafter
+from specdec.decode.drafters import Drafter, DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, RoutingTap, summarize
 from specdec.errors import SpecdecError
@@ -63,7 +63,7 @@ def plain_greedy(
     run = Decode(
         sm,
         prompt,
-        make_drafter("none", sm),
+        Drafter(),
         DecodeConfig(1, max_tokens),
         (),
         eos_ids(sm) if stop_at_eos else frozenset(),
@@ -77,7 +77,7 @@ def plain_greedy(
 def generate(
     sm: StreamedModel,
     prompt: list[int],
-    drafter: str = "none",
+    drafter: DrafterSpec | str = "none",
     cfg: DecodeConfig | None = None,
     profiles: tuple[DeviceProfile, ...] = (),
     records_path: Path | None = None,
@@ -87,19 +87,20 @@ def generate(
 ) -> GenerationResult:
     """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress).
 
+    `drafter` is the spec parsed at the edge; a string (`oracle:0.9`, for scripts and tests) is
+    parsed here, once.
     An existing records file is refused unless `append`.
     """
     cfg = cfg or DecodeConfig()
+    spec = DrafterSpec.parse(drafter) if isinstance(drafter, str) else drafter
     check_context(sm, len(prompt), cfg.max_tokens)
     eos = eos_ids(sm) if stop_at_eos else frozenset()
     writer = RecordWriter(records_path, append) if records_path else None
     try:
         reference = (
-            plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
-            if drafter.startswith("oracle")
-            else None
+            plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos) if spec.needs_reference else None
         )
-        draft = make_drafter(drafter, sm, reference, cfg.seed)
+        draft = spec.build(sm, reference, cfg.seed)
         run = Decode(sm, prompt, draft, cfg, profiles, eos)
     except BaseException:
         if writer:
@@ -122,7 +123,7 @@ def generate(
         if writer:
             writer.close()
     summary = summarize(records, [p.name for p in profiles])
-    summary["drafter"] = drafter
+    summary["drafter"] = str(spec)
     summary["prefill_s"] = run.prefill_s
     summary.update(sm.plan.stats())
     summary["peak_rss_bytes"] = peak_rss_bytes()  # prefill and load included

@@ -1,4 +1,5 @@
-"""What a drafter sees of the decode: the model, the main KV cache and the committed tokens."""
+"""What a drafter sees of the decode: the model, the main KV cache, the committed tokens, and
+`forward` (one main-model call), which the loop and the self-drafter share."""
 
 from __future__ import annotations
 
@@ -32,3 +33,15 @@ class DecodeState:
             return int(logits.argmax()), None
         q = probs(logits, self.temp)
         return sample(q, self.rng), q
+
+
+def forward(st: DecodeState, tokens: list[int], want_hidden: bool) -> np.ndarray:
+    """One main-model call on `tokens` (appended to the KV cache); returns logits [T, V]."""
+    x = mx.array([tokens])  # [1, T]
+    model = st.sm.model
+    if want_hidden:
+        st.hidden = model.model(x, st.cache)  # [1, T, H], after the final norm
+        logits = model.lm_head(st.hidden)
+    else:
+        logits = model(x, cache=st.cache)
+    return np.array(logits[0].astype(mx.float32))  # [T, V]

@@ -57,7 +57,7 @@ def record_trace(
     model_name: str = "",
 ) -> Recording:
     """Run plain greedy decoding on each prompt (token ids) and record its routing."""
-    from specdec.decode.drafters import make_drafter
+    from specdec.decode.drafters import Drafter
     from specdec.decode.loop import Decode, DecodeConfig
     from specdec.decode.run import eos_ids
     from specdec.probes.capture import MoETap
@@ -76,7 +76,7 @@ def record_trace(
                 run = Decode(
                     sm,
                     prompt,
-                    make_drafter("none", sm),
+                    Drafter(),
                     DecodeConfig(1, max_tokens),
                     (),
                     eos_ids(sm),

@@ -1,0 +1,36 @@
+"""Drafters: each proposes γ−1 tokens per pass (with their distributions when sampling).
+
+    none         γ = 1, plain decoding                                          (none.py)
+    mtp          DeepSeek-V3 MTP module, chained for γ−1 > 1; its experts stream  (mtp.py)
+    self         the target restricted to resident experts; reads nothing        (self_draft.py)
+    draft:PATH   a small resident mlx-lm model with the same tokenizer            (draft_model.py)
+    lookup       prompt / n-gram lookup, no model                                (lookup.py)
+    oracle:α     the target's greedy token with probability α, another otherwise (oracle.py)
+
+    spec = DrafterSpec.parse("oracle:0.9")   # at the edge, once
+    drafter = spec.build(sm, reference, seed)
+
+Every module of this package is imported here, so a drafter registers itself by being a file in
+it (registry.py says what the file holds).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from specdec.decode.drafters.registry import (
+    DRAFTERS,
+    DraftContext,
+    Drafter,
+    DrafterSpec,
+    NoOptions,
+    register,
+    stack_q,
+)
+
+for _m in pkgutil.iter_modules(__path__):
+    if _m.name != "registry":
+        importlib.import_module(f"{__name__}.{_m.name}")
+
+__all__ = ["DRAFTERS", "DraftContext", "Drafter", "DrafterSpec", "NoOptions", "register", "stack_q"]

@@ -1,0 +1,76 @@
+"""`mtp`: DeepSeek-V3's multi-token-prediction module as the drafter (its experts stream)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, register, stack_q
+from specdec.decode.sampling import Verdict
+from specdec.decode.state import DecodeState
+from specdec.errors import SpecdecError
+
+
+@register
+class MTPDrafter(Drafter):
+    """DeepSeek-V3 MTP: position i's hidden state and token i+1 predict token i+2.
+
+    After each pass the module first catches up on the newly committed positions (hidden states
+    of the verify pass, rows 0..accepted), which gives the first draft; further drafts chain the
+    module on its own output hidden state, as DeepSeek-V3 inference reuses its one module. Those
+    chained positions are trimmed from its KV cache before the next catch-up. All of its expert
+    reads land in the draft phase.
+    """
+
+    name = "mtp"
+    needs_mtp = True
+    needs_hidden = True
+
+    def __init__(self, mtp, model):
+        self.mtp = mtp
+        self.embed, self.head = model.model.embed_tokens, model.lm_head  # shared, as in DeepSeek-V3
+        self.cache = None
+        self.pending: tuple[mx.array, list[int]] | None = None  # (hidden [1,T,H], next tokens)
+        self.chained = 0
+
+    @classmethod
+    def build(cls, options: NoOptions, ctx: DraftContext) -> MTPDrafter:
+        sm = ctx.sm
+        if sm.mtp is None:
+            raise SpecdecError(
+                f"drafter mtp: {sm.path} has no MTP weights (mtp.safetensors); use a model with an "
+                "MTP module (specdec extract-mtp HF_DIR OUT) or another drafter (self, lookup)"
+            )
+        return cls(sm.mtp, sm.model)
+
+    def start(self, st: DecodeState) -> None:
+        self.cache = self.mtp.make_cache()
+        self.pending = (st.hidden, st.tokens[1:])  # prompt positions 0..P-1 -> tokens 1..P
+
+    def _run(self, hidden: mx.array, tokens: list[int]) -> tuple[np.ndarray, mx.array]:
+        logits, h = self.mtp(
+            hidden, mx.array([tokens]), cache=self.cache, embed=self.embed, head=self.head
+        )
+        return np.array(logits[0, -1].astype(mx.float32)), h[:, -1:]
+
+    def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
+        if n == 0:
+            self.chained = 0
+            return [], None
+        hidden, toks = self.pending
+        logits, h = self._run(hidden, toks)
+        drafts, qs = [], []
+        for j in range(n):
+            tok, q = st.pick(logits)
+            drafts.append(tok)
+            qs.append(q)
+            if j < n - 1:
+                logits, h = self._run(h, [tok])
+        self.chained = n - 1
+        return drafts, stack_q(qs)
+
+    def commit(self, st: DecodeState, drafts: list[int], verdict: Verdict) -> None:
+        if self.chained:
+            self.cache.trim(self.chained)  # one KVCache: the module has one attention layer
+        n = verdict.accepted
+        self.pending = (st.hidden[:, : n + 1], verdict.tokens)  # rows y, d1..dn -> d1..dn, t

@@ -1,0 +1,27 @@
+"""`self`: cache-only self-draft, the target with each MoE layer limited to resident experts."""
+
+from __future__ import annotations
+
+import numpy as np
+from mlx_lm.models.cache import trim_prompt_cache
+
+from specdec.decode.drafters.registry import Drafter, register, stack_q
+from specdec.decode.state import DecodeState, forward
+
+
+@register
+class SelfDrafter(Drafter):
+    """Drafts with the resident experts only (gates renormalised); reads nothing."""
+
+    name = "self"
+
+    def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
+        drafts, qs, tok = [], [], st.tokens[-1]
+        with st.sm.streamer.phase_of("draft", resident_only=True):
+            for _ in range(n):
+                tok, q = st.pick(forward(st, [tok], False)[-1])
+                drafts.append(tok)
+                qs.append(q)
+        if n:
+            trim_prompt_cache(st.cache, n)  # draft KV was computed without the missing experts
+        return drafts, stack_q(qs)
