@@ -25,7 +25,7 @@ class SweepReport(Callback):
         self._lock: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from experiments.jobs import SWEEP_LOCK
+        from specdec.rundir import SWEEP_LOCK
         from specdec.store.files import acquire
 
         sweep = Path(config.hydra.sweep.dir)

@@ -8,7 +8,7 @@
     specdec-exp --cfg job              # print the composed config and exit (Hydra's flags)
 
 Without `python -m` inside a checkout: `python -m experiments.run ...`. Each job writes into
-its run directory (runs/single/... or runs/sweeps/SWEEP/JOB/) what experiments/jobs.py lists,
+its run directory (runs/single/... or runs/sweeps/SWEEP/JOB/) what specdec/rundir.py lists,
 logs to wandb (offline by default, under the run directory), always finishes the wandb run, and
 returns its headline metric for sweepers. A sweep run again skips the jobs that finished; at
 the end of a sweep `specdec report` runs on the sweep directory (experiments/callbacks.py).
@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments import jobs
 from experiments.config import register, to_config
 from experiments.tasks import get_task
+from specdec import rundir
 from specdec.blas import ensure_fast_blas
 from specdec.decode.records import read_records
 from specdec.errors import SpecdecError
@@ -60,7 +61,7 @@ def run_job(cfg: DictConfig) -> float | None:
 def _run(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     # one process per job directory: two identical runs would interleave one records.jsonl
-    with locked(run_dir / jobs.JOB_LOCK, wait=False, what=f"job directory {run_dir}"):
+    with locked(run_dir / rundir.JOB_LOCK, wait=False, what=f"job directory {run_dir}"):
         return _run_locked(cfg, run_dir)
 
 
@@ -68,15 +69,13 @@ def _run_locked(cfg: DictConfig, run_dir: Path) -> float | None:
     c = to_config(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     key = jobs.config_hash(resolved)
-    done = jobs.finished(run_dir, key)
+    done = rundir.finished(run_dir, key)
     if done:
         log.info("%s: finished before, skipped", run_dir)
         return done["headline"]["value"]
-    jobs.clear(run_dir)
+    rundir.clear(run_dir)
     overrides = list(HydraConfig.get().overrides.task)
-    jobs.write_json(
-        run_dir / "config.json", {"config": resolved, "meta": jobs.meta(c, key, overrides)}
-    )
+    rundir.write_card(run_dir, resolved, jobs.meta(c, key, overrides), jobs.card(c, resolved))
     task = get_task(c.task.name)
     sink = WandbSink(
         c.logger.mode,
@@ -101,8 +100,8 @@ def _run_locked(cfg: DictConfig, run_dir: Path) -> float | None:
         t0 = time.perf_counter()
         result = task(c, run_dir)
         wall_s = time.perf_counter() - t0
-        jobs.write_outputs(run_dir, result)
-        records = run_dir / "records.jsonl"
+        rundir.write_outputs(run_dir, result)
+        records = run_dir / rundir.RECORDS
         if records.exists():
             sink.log_steps(read_records(records), "pass_idx")
         sink.log_tables(result.tables)
@@ -111,7 +110,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path) -> float | None:
     finally:
         wandb_dir = sink.dir
         sink.finish(ok)
-    jobs.mark_done(run_dir, key, result, wall_s)  # last: local files and wandb are complete
+    rundir.mark_done(run_dir, key, result, wall_s)  # last: local files and wandb are complete
     log.info("%s = %s  (%s)", result.headline_name, result.headline, run_dir)
     if wandb_dir:
         log.info("wandb run: %s  (upload: wandb sync %s)", wandb_dir, wandb_dir)

@@ -309,8 +309,8 @@ def test_report_shows_tasks_without_records(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from experiments import jobs
     from experiments.tasks import TaskResult
+    from specdec import rundir
     from specdec.report import build_report
 
     run_dir = tmp_path / "sweep" / "task.options.budgets=[0.1]"
@@ -322,11 +322,11 @@ def test_report_shows_tasks_without_records(tmp_path):
     result = TaskResult(
         "hit_rate", 0.53, {"rows": 1}, {"eviction": rows}, [run_dir / "eviction.png"]
     )
-    config = {"task": {"name": "eviction"}, "drafter": {"name": "none"}, "gamma": 1}
+    card = rundir.JobCard("eviction", "none", 1, "m4-24gb", {"model": "tiny"}, "tiny")
     meta = {"config_hash": "abc", "sweep": "probe", "versions": {}}
-    jobs.write_json(run_dir / "config.json", {"config": config, "meta": meta})
-    jobs.write_outputs(run_dir, result)
-    jobs.mark_done(run_dir, "abc", result, 1.0)
+    rundir.write_card(run_dir, {"opaque": "harness config"}, meta, card)
+    rundir.write_outputs(run_dir, result)
+    rundir.mark_done(run_dir, "abc", result, 1.0)
 
     report = build_report(tmp_path / "sweep", wandb_mode="disabled")
     md = report.markdown.read_text()

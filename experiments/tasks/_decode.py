@@ -23,9 +23,8 @@ from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel, cache_root, load
+from specdec.rundir import RECORDS
 from specdec.store.files import durable_replace
-
-RECORDS = "records.jsonl"
 
 
 def model_dir(path: str, bits: int | None) -> str:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.jobs import write_json
 from experiments.tasks import TaskResult
 from experiments.tasks._decode import decode, loaded_model, model_info, per_layer_union
 from specdec.decode.trace_union import consecutive_overlap, trace_union
-
-TRACE = "trace_union.json"
+from specdec.rundir import write_trace_union
 
 
 def run(cfg, run_dir: Path) -> TaskResult:
@@ -37,7 +35,7 @@ def run(cfg, run_dir: Path) -> TaskResult:
             sm.reset_cache()
             trace = trace_union(sm, prompt, cfg.max_tokens, list(cfg.task.trace_gammas))
             rho = consecutive_overlap(sm, prompt, cfg.max_tokens)
-            write_json(run_dir / TRACE, {"consecutive_overlap": rho, "union": trace})
+            write_trace_union(run_dir, rho, trace)
             summary["consecutive_overlap"] = rho
             tables["trace_union"] = [
                 {"gamma": int(g), "mean_union": t["mean"], "windows": t["windows"]}

@@ -59,11 +59,7 @@ def _labels(settings: list[list]) -> list[str]:
     flat = [dict(_flatten(c)) for c in configs]
     differing = [k for k in flat[0] if len({json.dumps(f.get(k)) for f in flat}) > 1]
     if not differing:
-        c = configs[0]
-        return [
-            f"{c['model']['name']}, cache {c['cache']['policy']} {c['cache']['budget']}, "
-            f"{c['max_tokens']} tokens"
-        ]
+        return [settings[0][0].card.title]
     return [", ".join(f"{k}={f.get(k)}" for k in differing) for f in flat]
 
 
@@ -89,7 +85,7 @@ def build_report(
         groups.setdefault(j.setting, []).append(j)
     grouped = list(groups.values())
     if alphas is None:
-        alphas = sorted({a for j in jobs for a in j.config["task"].get("alphas", [])})
+        alphas = sorted({a for j in jobs for a in j.card.alphas})
     settings = [
         build_setting(lab, g, alphas) for lab, g in zip(_labels(grouped), grouped, strict=True)
     ]

@@ -53,7 +53,7 @@ def render(root: Path, report) -> str:
     if report.others:
         parts.append("## Other tasks\n")
     for j in report.others:
-        parts.append(f"### {j.config['task']['name']}: `{j.dir.name}`\n")
+        parts.append(f"### {j.task}: `{j.dir.name}`\n")
         for name, rows in j.tables.items():
             parts.append(f"{name}:\n\n" + table(rows))
         for plot in j.plots:
