@@ -1,0 +1,71 @@
+"""The analysis scripts regenerate the README's tables: each named in the README, each run on
+real run directories (a specdec-exp sweep, probe rows from real traces, the read bench JSON).
+
+    pytest tests/test_analysis.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis import eviction, read_path, speculation, union_cost
+from specdec.probes.eviction import eviction_table
+from specdec.trace.synthetic import synthetic_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_every_script_is_named_in_the_readme():
+    scripts = sorted(p.stem for p in (ROOT / "analysis").glob("*.py") if not p.stem.startswith("_"))
+    assert scripts and all(f"analysis.{s}" in README for s in scripts)
+
+
+def test_union_cost_reproduces_the_readme_table(capsys):
+    assert union_cost.main([]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert len(rows) == 4 and all(r in README for r in rows)
+
+
+def test_eviction_table_from_a_probe_directory(tmp_path, capsys):
+    evaluated, profile = (
+        synthetic_trace(n_positions=60, n_layers=4, n_experts=32, top_k=4, seed=s) for s in (1, 2)
+    )
+    rows = eviction_table(evaluated, profile, [0.1, 0.5])
+    (tmp_path / "eviction.json").write_text(json.dumps(rows))
+    assert eviction.main([str(tmp_path)]) == 0
+    out = _rows(capsys.readouterr().out)
+    assert out[0] == "| policy | 10% | 50% |"
+    assert out[1].startswith("| lru | ") and any(r.startswith("| Belady (MIN) | ") for r in out)
+
+
+def test_read_path_from_the_bench_json(capsys):
+    assert read_path.main([str(ROOT / "benchmarks" / "results" / "read.json")]) == 0
+    out = _rows(capsys.readouterr().out)
+    assert len(out) > 2 and all(len(r.split("|")) == len(out[0].split("|")) for r in out)
+
+
+def test_speculation_table_from_a_sweep(tmp_path, capsys):
+    env = {**os.environ, "SPECDEC_CACHE": str(tmp_path / "cache"), "WANDB_SILENT": "true"}
+    sweep = tmp_path / "sweep"
+    args = ["model=random_deepseek_v3", "gamma=1,2", "drafter=self,oracle", "max_tokens=12"]
+    cmd = [sys.executable, "-m", "experiments.run", "-m", *args, "logger=disabled"]
+    cmd += ["progress=false", f"hydra.sweep.dir={sweep}", "hydra.callbacks={}"]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert speculation.main([str(sweep), "--drafters", "self,oracle:0.9"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert [r.split(" | ")[0:2] for r in rows[1:]] == [
+        ["| none", "1"],
+        ["| self", "2"],
+        ["| oracle:0.9", "2"],
+    ]
+    assert " 1.00x | 1.00x |" not in rows[2]  # γ = 2 is measured against the γ = 1 jobs
