@@ -202,3 +202,33 @@ def test_prefetch_evicted_first_and_counted_wasted():
     got = c.prefetch(np.array([5, 6]), exclude=np.array([2, 4]))  # the runtime passes arrays
     assert got == [(5, c.slot_of(5))] and c.resident_keys() == [2, 4, 5]  # 1 was oldest
     assert all(type(k) is int for k in c.resident_keys())
+
+
+def test_policies_are_found_by_name_with_their_options():
+    """Every conf/cache option names a registered policy; a new policy is one registered class."""
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from specdec.cache.policies import REGISTRY, register
+    from specdec.cache.policies.lru import LRU
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "cache"
+    assert {p.stem for p in conf.glob("*.yaml")} <= set(POLICIES) == set(REGISTRY)
+    assert make_policy("slru", 10, protected=4, hotlist=[1]).protected_cap == 4  # others ignored
+
+    @dataclass(frozen=True)
+    class FifoOptions:
+        pass
+
+    @register
+    class Fifo(LRU):
+        name = "fifo-test"
+        Options = FifoOptions
+
+        def hit(self, keys):
+            pass  # arrival order only
+
+    try:
+        assert isinstance(make_policy("fifo-test", 4), Fifo)
+    finally:
+        del REGISTRY["fifo-test"]

@@ -1,0 +1,108 @@
+"""The policy interface (see the package docstring), the registry, and `make_policy`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, deque
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from specdec.errors import BudgetError, SpecdecError
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Policies without settings."""
+
+
+class Policy:
+    """Base of every policy: the hooks `ExpertCache` calls; see the module docstring."""
+
+    name = "base"
+    Options: type = NoOptions
+    listed = 100  # where messages list it (built-in policies first, in the README's order)
+    uses_select = False  # the cache skips select() unless set: one call fewer per step
+    prefetchable = True  # static is not: it keeps only pinned keys, whatever is read ahead
+
+    def __init__(self, n_slots: int):
+        if n_slots < 1:
+            raise BudgetError(f"a cache needs at least 1 slot, got {n_slots}: raise the budget")
+        self.n_slots = n_slots
+
+    @classmethod
+    def build(cls, n_slots: int, options) -> Policy:
+        return cls(
+            n_slots, **{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        )
+
+    def max_step(self) -> int:
+        """The most distinct keys one step may select."""
+        return self.n_slots
+
+    def select(self, keys: list[int], counts: list[int] | None) -> None:
+        pass
+
+    def hit(self, keys: list[int]) -> None:
+        raise NotImplementedError
+
+    def admit(self, keys: list[int]) -> Sequence[int]:
+        raise NotImplementedError
+
+    def victims(self, n: int, exclude: Collection[int], in_step: bool = False) -> list[int]:
+        raise NotImplementedError
+
+    def remove(self, keys: list[int]) -> None:
+        raise NotImplementedError
+
+    def tick(self, n_positions: int) -> None:
+        pass
+
+    def new_sequence(self) -> None:
+        pass
+
+    def preload_keys(self) -> list[int]:
+        """Keys to read before the first step, in order (hotlist seeding); [] by default."""
+        return []
+
+
+_consume = deque(maxlen=0).extend  # runs an iterator to its end in C: a loop without bytecode
+
+
+def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[int]) -> None:
+    """Move up to n keys not in `exclude` from the old end of `order` into `out`."""
+    if n <= 0:
+        return
+    taken = []
+    for k in order:
+        if k not in exclude:
+            taken.append(k)
+            if len(taken) == n:
+                break
+    for k in taken:
+        del order[k]
+    out.extend(taken)
+
+
+REGISTRY: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make the policy findable by its `name`."""
+    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+        raise ValueError(f"two cache policies named {cls.name!r}")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(sorted(REGISTRY, key=lambda n: (REGISTRY[n].listed, n)))
+
+
+def make_policy(name: str, n_slots: int, **opts) -> Policy:
+    """Build a policy by name with the options its `Options` dataclass has; the others are
+    ignored, so one option dict (hotlist, scratch, ...) can drive every policy of a sweep."""
+    if name not in REGISTRY:
+        raise SpecdecError(f"unknown cache policy {name!r}: use one of {', '.join(policy_names())}")
+    cls = REGISTRY[name]
+    known = {f.name for f in dataclasses.fields(cls.Options)}
+    return cls.build(n_slots, cls.Options(**{k: v for k, v in opts.items() if k in known}))
