@@ -38,6 +38,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny", help="bundled name, mlx-lm dir or packed dir")
     p.add_argument("--budget", default="25%", help="expert cache: 512MiB, 2GB, 96slots or 25%%")
     p.add_argument("--policy", default="lru", help="lru, slru, hotness, lfu or static")
+    p.add_argument(
+        "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"
+    )
     p.add_argument("--io", default="direct", choices=["direct", "buffered", "mmap"])
     p.add_argument("--threads", type=int, default=8, help="reader threads")
     p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")
@@ -45,6 +48,22 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warm", action="store_true", help="read every expert at load (budget must hold all)"
     )
+
+
+def policy_options(policy: str, hotlist: Path | None) -> dict | None:
+    """The policy's options from the command line: the hotlist's (layer, expert) pairs."""
+    from specdec.cache.policies import REGISTRY
+
+    if hotlist is None:
+        if policy in REGISTRY and REGISTRY[policy].needs_hotlist:
+            raise SpecdecError(
+                f"--policy {policy} pins a hotlist: pass --hotlist FILE (a ds4 hotlist, e.g. "
+                "from `specdec trace hotlist TRACE --out FILE`)"
+            )
+        return None
+    from specdec.trace.format import read_hotlist
+
+    return {"hotlist": [(e.layer, e.expert) for e in read_hotlist(hotlist)]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         budget=args.budget,
         policy=args.policy,
+        policy_options=policy_options(args.policy, args.hotlist),
         io=args.io,
         threads=args.threads,
         verify_checksums=args.verify_checksums,

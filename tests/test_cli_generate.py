@@ -106,3 +106,34 @@ def test_unknown_family_lists_the_supported_ones(ckpt, tmp_path):
     proc = specdec("generate", "--model", other, env_cache=tmp_path, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "unknown model family 'olmoe'" in proc.stderr and "deepseek_v3" in proc.stderr
+
+
+def test_a_hotlist_seeds_static_and_hotness(ckpt, tmp_path, monkeypatch):
+    """--hotlist FILE pins for static (none: a one-line error); hotness takes it as its seed."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    layers = range(cfg.get("first_k_dense_replace", 0), cfg["num_hidden_layers"])
+    pairs = [(ly, e) for ly in layers for e in range(cfg["n_routed_experts"])]
+    hot = tmp_path / "hot.txt"
+    hot.write_text("# ds4 expert hotlist v1\n" + "".join(f"{ly} {e} 1 1\n" for ly, e in pairs))
+    base = ["generate", "--model", ckpt, "--max-tokens", 6, "--budget", "100%", "--json"]
+    for policy in ("static", "hotness"):
+        out = specdec(*base, "--policy", policy, "--hotlist", hot, env_cache=tmp_path)
+        assert json.loads(out.stdout.splitlines()[-1])["stats"]["passes"] > 0, policy
+    bare = specdec(*base, "--policy", "static", env_cache=tmp_path, check=False)
+    assert bare.returncode == 2 and "pins a hotlist: pass --hotlist FILE" in bare.stderr
+    hot.write_text("# ds4 expert hotlist v1\n0 999 1 1\n")
+    bad = specdec(*base, "--policy", "static", "--hotlist", hot, env_cache=tmp_path, check=False)
+    assert bad.returncode == 2 and "is not a routed expert of this model" in bad.stderr
+    # what the hotlist buys: static pins it (a scratch of one position's top-k leaves room)
+    from specdec.decode.run import generate
+    from specdec.model.loader import load
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    k = cfg["num_experts_per_tok"]
+    for options, hits in (({"hotlist": pairs, "scratch": k}, True), ({"scratch": k}, False)):
+        sm = load(ckpt, budget="100%", policy="static", policy_options=options, with_mtp=False)
+        try:
+            res = generate(sm, sm.encode("def f(x):"), "none", stop_at_eos=False)
+        finally:
+            sm.close()
+        assert (res.summary["hit_rate"] > 0) == hits, options

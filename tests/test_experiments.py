@@ -32,6 +32,7 @@ CONF = ROOT / "conf"
 REQUIRED = {
     "model/path": ["model.path=/models/x"],
     "drafter/draft": ["drafter.path=/models/small"],
+    "cache/static": ["cache.hotlist=/profiles/hot.txt"],
     "device/file": ["device.profile=/profiles/mac.yaml"],
 }
 SWEEP = ["model=random_deepseek_v3", "gamma=1,2", "drafter=self,oracle", "max_tokens=16"]

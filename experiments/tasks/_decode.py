@@ -22,6 +22,7 @@ from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
 from specdec.errors import SpecdecError
+from specdec.generate_cli import policy_options
 from specdec.model.loader import StreamedModel, cache_root, load
 from specdec.rundir import RECORDS
 from specdec.store.files import durable_replace
@@ -49,6 +50,9 @@ def loaded_model(cfg) -> Iterator[StreamedModel]:
         model_dir(cfg.model.path, cfg.model.bits),
         budget=cfg.cache.budget,
         policy=cfg.cache.policy,
+        policy_options=policy_options(
+            cfg.cache.policy, cfg.cache.hotlist and Path(cfg.cache.hotlist)
+        ),
         io=cfg.model.io,
         threads=cfg.model.threads,
         with_mtp=cfg.drafter_spec.needs_mtp,

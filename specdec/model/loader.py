@@ -228,6 +228,7 @@ def _load_packed(
     )
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
     policy_options = {"scratch": 8 * k, **(policy_options or {})}
+    _check_hotlist(policy_options.get("hotlist") or (), index)
     cache = build_cache(policy, n_slots, policy_options, key_stride)
     order = sorted(blocks)
     streamer = Streamer(
@@ -288,6 +289,16 @@ def _load_tokenizer(packed: Path):
             f"{packed}: cannot load the tokenizer ({first}); copy the tokenizer files "
             "(tokenizer.json, tokenizer_config.json) from the original model"
         ) from None
+
+
+def _check_hotlist(pairs, index: ExpertIndex) -> None:
+    """Every (layer, expert) of a hotlist must be one of the packed model's routed experts."""
+    for layer, expert in pairs:
+        if layer not in index.layers or not 0 <= expert < index.layers[layer].n_experts:
+            raise SpecdecError(
+                f"hotlist entry (layer {layer}, expert {expert}) is not a routed expert of this "
+                f"model (MoE layers {index.layer_ids}): use a hotlist profiled on this model"
+            )
 
 
 def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:

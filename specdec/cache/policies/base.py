@@ -21,6 +21,7 @@ class Policy:
     name = "base"
     Options: type = NoOptions
     listed = 100  # where messages list it (built-in policies first, in the README's order)
+    needs_hotlist = False  # useless without one (static pins it): the edges ask for one
     uses_select = False  # the cache skips select() unless set: one call fewer per step
     prefetchable = True  # static is not: it keeps only pinned keys, whatever is read ahead
 

@@ -31,6 +31,7 @@ class Static(Policy):
     name = "static"
     Options = StaticOptions
     listed = 4
+    needs_hotlist = True
     prefetchable = False
 
     def __init__(
