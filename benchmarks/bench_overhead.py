@@ -1,7 +1,7 @@
 """Host-overhead benchmark: writes benchmarks/results/overhead[-NAME].json (with the machine).
 
 Run from the repo root: `python benchmarks/bench_overhead.py [--model tiny] [--tokens 128]
-[--pairs 7] [--name NAME]` (specdec.overhead says what is measured). It times decode: other work
+[--pairs 7] [--name NAME]` (specdec.model.overhead says what is measured). It times decode: other work
 on the cores distorts it, so pairs are interleaved and medians with ranges reported; the load
 average is recorded. Targets (issue 13): at full budget, `specdec generate` >= 0.95x
 `python -m mlx_lm generate` in fresh processes (median of >= 7 pairs, 128 tokens, same BLAS), on
@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec import overhead  # noqa: E402
 from specdec.blas import ensure_fast_blas  # noqa: E402
 from specdec.machine import machine_info  # noqa: E402
+from specdec.model import overhead  # noqa: E402
 from specdec.store.files import durable_replace  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

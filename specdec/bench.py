@@ -3,7 +3,7 @@
     specdec bench read [--json]     read paths: pread->heap, fresh buffer, arena (direct,
                                     buffered), mmap, against fio (specdec/store/readbench.py)
     specdec bench overhead [--json] streamed decode vs mlx-lm's decode, host µs per MoE layer
-                                    (specdec/overhead.py)
+                                    (specdec/model/overhead.py)
 
 Each bench lives in the module that owns what it measures and exposes `add_arguments(parser)`
 and `run(args) -> int`; add a row to BENCHES to add one. Scripts in benchmarks/ call these and
@@ -17,7 +17,10 @@ import importlib
 
 BENCHES: dict[str, tuple[str, str]] = {
     "read": ("specdec.store.readbench", "throughput of the read paths into MLX, vs fio"),
-    "overhead": ("specdec.overhead", "streamed vs resident decode speed, host µs per MoE layer"),
+    "overhead": (
+        "specdec.model.overhead",
+        "streamed vs resident decode speed, host µs per MoE layer",
+    ),
 }
 
 

@@ -15,7 +15,7 @@ from specdec.blas import ensure_fast_blas
 from specdec.errors import SpecdecError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "generate": ("specdec.generate_cli", "generate text with routed experts streamed from disk"),
+    "generate": ("specdec.decode.cli", "generate text with routed experts streamed from disk"),
     "pack": ("specdec.store.pack", "pack an mlx-lm model directory for streaming"),
     "verify": ("specdec.store.verify", "check every expert block of a packed directory"),
     "make-random": ("specdec.model.random_models", "write a tiny random-weight checkpoint"),

@@ -17,7 +17,7 @@ from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.errors import BudgetError
 from specdec.model.loader import load
-from specdec.model.streamed import Streamer
+from specdec.model.streamer import Streamer
 from tests.helpers import random_checkpoint, resident_logits
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from specdec.clock.profiles import get_profile
+from specdec.decode.cli import policy_options
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
 from specdec.errors import SpecdecError
-from specdec.generate_cli import policy_options
 from specdec.model.loader import StreamedModel, cache_root, load
 from specdec.rundir import RECORDS
 from specdec.store.files import durable_replace

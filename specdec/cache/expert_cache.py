@@ -25,7 +25,7 @@ block is never handed out as a hit; the next access reads the block again.
 Residency: `version` changes whenever a key enters or leaves a slot; `block_slots(base, n)` gives
 the slots of keys base..base+n-1 when all are resident and none is transient. While the version
 stands, a step over those keys is all hits and moves nothing, so a caller may compute on those
-slots first and run the step later (specdec.model.streamed's device slot tables).
+slots first and run the step later (specdec.model.streamer's device slot tables).
 """
 
 from __future__ import annotations

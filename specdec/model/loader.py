@@ -30,7 +30,8 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.errors import SpecdecError, StoreError
 from specdec.model.families import Family, get_family, moe_blocks
-from specdec.model.streamed import StreamedSwitchGLU, Streamer
+from specdec.model.streamed import StreamedSwitchGLU
+from specdec.model.streamer import Streamer
 from specdec.store.arena import Arena
 from specdec.store.budget import SlotPlan, plan_slots
 from specdec.store.layout import MTP_FILE, ExpertIndex, read_safetensors_header

@@ -45,7 +45,8 @@ from specdec.blas import find_fast_blas
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.model.loader import StreamedModel, load, resolve
-from specdec.model.streamed import StreamedSwitchGLU, Streamer
+from specdec.model.streamed import StreamedSwitchGLU
+from specdec.model.streamer import Streamer
 
 PROMPT = "import os\nimport sys\n\n\ndef main():\n    "
 _MLX_RATE = re.compile(r"Generation: (\d+) tokens, ([\d.]+) tokens-per-sec")
