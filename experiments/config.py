@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from specdec.decode.drafters import DrafterSpec
 from specdec.errors import SpecdecError
+from specdec.units import DEFAULT_BUDGET
 
 
 @dataclass
@@ -32,7 +33,7 @@ class ModelConfig:
 @dataclass
 class CacheConfig:
     policy: str = "lru"  # lru | slru | hotness | lfu | static
-    budget: str = "25%"  # 512MiB, 2GB, 96slots or N% of all experts
+    budget: str = DEFAULT_BUDGET  # 512MiB, 2GB, 96slots or N% of all experts
     lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on will want
     hotlist: str | None = None  # a ds4 hotlist: seeds hotness, pinned by static (required)
 

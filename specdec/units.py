@@ -21,6 +21,7 @@ _UNITS = {
 }
 _BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _PERCENT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+DEFAULT_BUDGET = "25%"  # of all routed experts: the one default of every entry point
 MAX_BUDGET = 1 << 62  # beyond any machine; keeps slot and byte counts inside int64
 
 

@@ -23,6 +23,7 @@ from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import load
+from specdec.units import DEFAULT_BUDGET
 
 
 def check_text(option: str, text: str) -> None:
@@ -36,7 +37,11 @@ def check_text(option: str, text: str) -> None:
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that loads a streamed model."""
     p.add_argument("--model", default="tiny", help="bundled name, mlx-lm dir or packed dir")
-    p.add_argument("--budget", default="25%", help="expert cache: 512MiB, 2GB, 96slots or 25%%")
+    p.add_argument(
+        "--budget",
+        default=DEFAULT_BUDGET,
+        help="expert cache: 512MiB, 2GB, 96slots or N%% of experts",
+    )
     p.add_argument("--policy", default="lru", help="lru, slru, hotness, lfu or static")
     p.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"

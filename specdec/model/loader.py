@@ -38,6 +38,7 @@ from specdec.store.layout import MTP_FILE, ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
 from specdec.store.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.reader import ExpertReader
+from specdec.units import DEFAULT_BUDGET
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -140,7 +141,7 @@ def _top_k(config: dict) -> int:
 
 def load(
     path: str | Path = "tiny",
-    budget: str | int = "25%",
+    budget: str | int = DEFAULT_BUDGET,
     policy: str = "lru",
     io: str = "direct",
     threads: int = 8,
