@@ -6,15 +6,17 @@ A run directory is either what `specdec probe NAME --out DIR` writes (DIR/NAME.j
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from specdec.errors import SpecdecError
 from specdec.probes.report import md_table
 from specdec.report.collect import Job, collect_jobs
 
-__all__ = ["decoding_jobs", "fail", "md_table", "probe_rows"]
+__all__ = ["decoding_jobs", "fail", "md_table", "probe_rows", "probe_table_main"]
 
 
 def probe_rows(run_dir: str | Path, name: str) -> list[dict]:
@@ -40,3 +42,15 @@ def decoding_jobs(run_dir: str | Path) -> list[Job]:
 def fail(e: SpecdecError) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
+
+
+def probe_table_main(doc: str, name: str, table: Callable[[list[dict]], str], argv) -> int:
+    """The command line of a script that tabulates probe `name` from one run directory."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("run_dir", help="probe output directory or specdec-exp run directory")
+    args = p.parse_args(argv)
+    try:
+        print(table(probe_rows(args.run_dir, name)), end="")
+    except SpecdecError as e:
+        return fail(e)
+    return 0

@@ -6,11 +6,9 @@ python -m analysis.eviction runs/probes      # or a specdec-exp experiment=evict
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from analysis._runs import fail, md_table, probe_rows
-from specdec.errors import SpecdecError
+from analysis._runs import md_table, probe_table_main
 
 
 def table(rows: list[dict]) -> str:
@@ -28,14 +26,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", help="probe output directory or specdec-exp run directory")
-    args = p.parse_args(argv)
-    try:
-        print(table(probe_rows(args.run_dir, "eviction")), end="")
-    except SpecdecError as e:
-        return fail(e)
-    return 0
+    return probe_table_main(__doc__, "eviction", table, argv)
 
 
 if __name__ == "__main__":

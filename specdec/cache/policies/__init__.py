@@ -31,9 +31,6 @@ victim, and no policy changes its order of the non-step keys while admitting.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from specdec.cache.policies.base import (
     REGISTRY,
     Policy,
@@ -42,10 +39,9 @@ from specdec.cache.policies.base import (
     policy_names,
     register,
 )
+from specdec.registry import import_package
 
-for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "base":
-        importlib.import_module(f"{__name__}.{_m.name}")
+import_package(__name__, __path__, skip=("base",))
 
 POLICIES = policy_names()  # the runtime policies, in the order messages list them
 

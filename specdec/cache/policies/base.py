@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from specdec.errors import BudgetError, SpecdecError
+from specdec.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -84,15 +85,8 @@ def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[
     out.extend(taken)
 
 
-REGISTRY: dict[str, type[Policy]] = {}
-
-
-def register(cls: type[Policy]) -> type[Policy]:
-    """Class decorator: make the policy findable by its `name`."""
-    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-        raise ValueError(f"two cache policies named {cls.name!r}")
-    REGISTRY[cls.name] = cls
-    return cls
+REGISTRY = Registry("cache policy")
+register = REGISTRY.register
 
 
 def policy_names() -> tuple[str, ...]:

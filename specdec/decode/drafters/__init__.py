@@ -16,9 +16,6 @@ it (registry.py says what the file holds).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from specdec.decode.drafters.registry import (
     DRAFTERS,
     DraftContext,
@@ -28,9 +25,8 @@ from specdec.decode.drafters.registry import (
     register,
     stack_q,
 )
+from specdec.registry import import_package
 
-for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "registry":
-        importlib.import_module(f"{__name__}.{_m.name}")
+import_package(__name__, __path__, skip=("registry",))
 
 __all__ = ["DRAFTERS", "DraftContext", "Drafter", "DrafterSpec", "NoOptions", "register", "stack_q"]

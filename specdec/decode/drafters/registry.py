@@ -23,6 +23,7 @@ import numpy as np
 from specdec.decode.sampling import Verdict
 from specdec.decode.state import DecodeState
 from specdec.errors import SpecdecError
+from specdec.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -73,15 +74,8 @@ def stack_q(qs: list[np.ndarray | None]) -> np.ndarray | None:
     return None if not qs or qs[0] is None else np.stack(qs)  # [n, V]
 
 
-DRAFTERS: dict[str, type[Drafter]] = {}
-
-
-def register(cls: type[Drafter]) -> type[Drafter]:
-    """Class decorator: make the drafter findable by its `name`."""
-    if cls.name in DRAFTERS and DRAFTERS[cls.name] is not cls:
-        raise ValueError(f"two drafters named {cls.name!r}")
-    DRAFTERS[cls.name] = cls
-    return cls
+DRAFTERS = Registry("drafter")
+register = DRAFTERS.register
 
 
 def _usage() -> str:
