@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "benchmarks: read paths (`bench read`), host overhead (`bench overhead`)",
     ),
     "trace": (
-        "specdec.trace.record",
+        "specdec.trace.cli",
         "routing traces: record, synth, stats, fit; ds4 hotlists",
     ),
     "simulate": (

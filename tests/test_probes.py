@@ -26,7 +26,7 @@ TOKENS = 6
 @pytest.fixture(scope="module")
 def ds3(tmp_path_factory):
     from specdec.model.loader import load
-    from specdec.trace.record import record
+    from specdec.probes.record import record
 
     ckpt = random_checkpoint(tmp_path_factory.mktemp("ckpt"), "deepseek_v3", None)
     sm = load(ckpt, budget="100%", with_mtp=False)
@@ -113,7 +113,7 @@ def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
 @pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
 def test_gates_of_normalised_families_sum_to_one(family, tmp_path):
     from specdec.probes.gates import gate_mass
-    from specdec.trace.record import record
+    from specdec.probes.record import record
 
     ckpt = random_checkpoint(tmp_path, family, None)
     trace = record(str(ckpt), "heldout", 3, limit=2, distances=()).trace

@@ -176,7 +176,7 @@ def test_opt_bypass_bounds_static_on_the_bundled_model():
     falls below the static bound there (16.4% vs 18.7% on the README's 40 prompts); opt_bypass
     must bound every policy, static and the knapsack bound included."""
     from specdec.probes.eviction import eviction_table
-    from specdec.trace.record import record
+    from specdec.probes.record import record
 
     rec = record("tiny", "heldout", max_tokens=32, max_prompt_tokens=48, distances=(), limit=8)
     policies = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady", "opt_bypass"]

@@ -215,21 +215,6 @@ def _time_split(records: list[PassRecord], committed: int, total_bytes: int) -> 
     }
 
 
-class RoutingTap:
-    """A streamer recorder keeping the verify phase's routing until `take()` (one pass)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, list[list[int]]] = {}
-
-    def __call__(self, layer: int, idx: np.ndarray, phase: str) -> None:
-        if phase == "verify":
-            self.rows.setdefault(str(layer), []).extend(idx.reshape(-1, idx.shape[-1]).tolist())
-
-    def take(self) -> dict[str, list[list[int]]]:
-        rows, self.rows = self.rows, {}
-        return rows
-
-
 def records_trace(rows: list[dict], n_experts: int, expert_bytes: int | list[int], model=""):
     """A routing trace from records with `routing`: committed positions (each pass's first
     1 + accepted rows) in experts.npy, each pass's rejected rows at their positions in

@@ -15,7 +15,8 @@ from pathlib import Path
 from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import Drafter, DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
-from specdec.decode.records import PassRecord, RecordWriter, RoutingTap, summarize
+from specdec.decode.records import PassRecord, RecordWriter, summarize
+from specdec.decode.routing import RoutingRecorder
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
 from specdec.store.budget import peak_rss_bytes
@@ -107,11 +108,11 @@ def generate(
             writer.close()
         raise
     records: list[PassRecord] = []
-    tap = sm.streamer.recorder = RoutingTap() if records_path else None  # routing per pass
+    tap = sm.streamer.recorder = RoutingRecorder() if records_path else None  # routing per pass
     try:
         for rec in run.passes():
             if tap:
-                rec.routing = tap.take()
+                rec.routing = tap.take_verify_rows()
             records.append(rec)
             if writer:
                 writer.write(rec)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specdec.decode.routing import recording
 from specdec.decode.run import plain_greedy
 from specdec.model.loader import StreamedModel
 
@@ -19,18 +20,9 @@ def record_decode_routing(
     sm: StreamedModel, prompt: list[int], max_tokens: int
 ) -> dict[int, np.ndarray]:
     """{layer: [T, k] experts} of the decode positions of a plain greedy run (cache reset after)."""
-    seen: dict[int, list[np.ndarray]] = {}
-
-    def recorder(layer: int, idx: np.ndarray, phase: str) -> None:
-        if phase == "verify":
-            seen.setdefault(layer, []).append(idx.reshape(-1, idx.shape[-1]))
-
-    sm.streamer.recorder = recorder
-    try:
+    with recording(sm) as rec:
         plain_greedy(sm, prompt, max_tokens, stop_at_eos=False)
-    finally:
-        sm.streamer.recorder = None
-    return {layer: np.concatenate(rows) for layer, rows in seen.items()}
+    return rec.verify_routing()
 
 
 def window_unions(experts: np.ndarray, gamma: int) -> np.ndarray:

@@ -50,7 +50,7 @@ def _recording(opts: ProbeOptions, prompts: str, keep_inputs: bool = False):
     """Record `prompts` on opts.model once per process (`probe all` shares it across probes);
     a recording with MoE inputs also serves requests without them."""
     from specdec.model.loader import load
-    from specdec.trace.record import record
+    from specdec.probes.record import record
 
     key = (opts.model, prompts, opts.max_tokens, opts.limit)
     rec = _RECORDED.get(key)
@@ -90,7 +90,7 @@ def run_probe(name: str, opts: ProbeOptions) -> list[dict]:
     elif name == "gates":
         from specdec.model.loader import load
         from specdec.probes.gates import gates_table, write_gates
-        from specdec.trace.record import record
+        from specdec.probes.record import record
 
         if opts.trace:
             raise SpecdecError("probe gates needs the MoE inputs, not a trace: drop --trace")

@@ -1,6 +1,6 @@
 """Gates and adaptive top-k: how flat are the gates, and what does dropping experts cost?
 
-    rec = record("tiny", "heldout", keep_inputs=True, sm=sm)      # specdec.trace.record
+    rec = record("tiny", "heldout", keep_inputs=True, sm=sm)      # specdec.probes.record
     rows = gates_table(sm, rec, budgets=[0.1, 0.25, 0.5])
     write_gates(rows, "runs/probes")                                # gates.{md,json,png}
     specdec probe gates --model tiny --out runs/probes
