@@ -24,6 +24,7 @@ from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel, cache_root, load
+from specdec.model.stream import StreamConfig
 from specdec.rundir import RECORDS
 from specdec.store.files import durable_replace
 
@@ -46,18 +47,17 @@ def model_dir(path: str, bits: int | None) -> str:
 
 @contextlib.contextmanager
 def loaded_model(cfg) -> Iterator[StreamedModel]:
-    sm = load(
-        model_dir(cfg.model.path, cfg.model.bits),
-        budget=cfg.cache.budget,
-        policy=cfg.cache.policy,
-        policy_options=policy_options(
-            cfg.cache.policy, cfg.cache.hotlist and Path(cfg.cache.hotlist)
-        ),
-        io=cfg.model.io,
-        threads=cfg.model.threads,
-        with_mtp=cfg.drafter_spec.needs_mtp,
-        lookahead=cfg.cache.lookahead,
+    c, m = cfg.cache, cfg.model  # Hydra's cache and model groups, field for field
+    hotlist = Path(c.hotlist) if c.hotlist else None
+    stream = StreamConfig(
+        budget=c.budget,
+        policy=c.policy,
+        policy_options=policy_options(c.policy, hotlist) or {},
+        io=m.io,
+        threads=m.threads,
+        lookahead=c.lookahead,
     )
+    sm = load(model_dir(m.path, m.bits), stream, with_mtp=cfg.drafter_spec.needs_mtp)
     try:
         yield sm
     finally:

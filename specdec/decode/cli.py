@@ -23,6 +23,7 @@ from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import load
+from specdec.model.stream import StreamConfig
 from specdec.units import DEFAULT_BUDGET
 
 
@@ -71,6 +72,20 @@ def policy_options(policy: str, hotlist: Path | None) -> dict | None:
     return {"hotlist": [(e.layer, e.expert) for e in read_hotlist(hotlist)]}
 
 
+def stream_config(args: argparse.Namespace) -> StreamConfig:
+    """The options of add_model_arguments as the loader's one typed value."""
+    return StreamConfig(
+        budget=args.budget,
+        policy=args.policy,
+        policy_options=policy_options(args.policy, args.hotlist) or {},
+        io=args.io,
+        threads=args.threads,
+        verify_checksums=args.verify_checksums,
+        lookahead=args.lookahead,
+        warm=args.warm,
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("--prompt", default="def fibonacci(n):", help="prompt text")
@@ -94,18 +109,7 @@ def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
     drafter = DrafterSpec.parse(args.drafter)
-    sm = load(
-        args.model,
-        budget=args.budget,
-        policy=args.policy,
-        policy_options=policy_options(args.policy, args.hotlist),
-        io=args.io,
-        threads=args.threads,
-        verify_checksums=args.verify_checksums,
-        with_mtp=drafter.needs_mtp,
-        lookahead=args.lookahead,
-        warm=args.warm,
-    )
+    sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
     try:
         tok = sm.tokenizer
         if args.chat:

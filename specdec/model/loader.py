@@ -30,6 +30,7 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.errors import SpecdecError, StoreError
 from specdec.model.families import Family, get_family, moe_blocks
+from specdec.model.stream import StreamConfig
 from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Streamer
 from specdec.store.arena import Arena
@@ -38,7 +39,6 @@ from specdec.store.layout import MTP_FILE, ExpertIndex, read_safetensors_header
 from specdec.store.pack import pack
 from specdec.store.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.reader import ExpertReader
-from specdec.units import DEFAULT_BUDGET
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -141,26 +141,23 @@ def _top_k(config: dict) -> int:
 
 def load(
     path: str | Path = "tiny",
-    budget: str | int = DEFAULT_BUDGET,
-    policy: str = "lru",
-    io: str = "direct",
-    threads: int = 8,
-    verify_checksums: bool = False,
-    policy_options: dict | None = None,
+    stream: StreamConfig | None = None,
+    *,
     with_mtp: bool = True,
-    lookahead: int = 0,
-    warm: bool = False,
+    **settings,
 ) -> StreamedModel:
-    """Build the streamed model. `budget`: bytes (`512MiB`), slots (`96slots`) or `N%` of experts.
+    """Build the streamed model; `stream` says how its experts stream (budget, policy, io, ...).
 
-    policy_options: per-policy options (see specdec.cache.policies.make_policy); a `hotlist` is a
-    list of (layer, expert) pairs in priority order. lookahead: d > 0 starts reading, at each
-    MoE layer, the experts that the router d MoE layers later picks on this layer's input.
-    warm: read every routed expert at load (the budget must hold them all), as mlx-lm loads
-    every weight; decode then needs no read and no host sync of the router (device tables).
+    Without `stream`, keywords name its fields (`load("tiny", budget="10%", policy="lru")`).
+    lookahead d > 0 starts reading, at each MoE layer, the experts that the router d MoE layers
+    later picks on this layer's input; warm reads every routed expert at load, as mlx-lm loads
+    every weight, so decode needs no read and no host sync of the router (device tables).
     """
-    if lookahead < 0:
-        raise SpecdecError(f"lookahead must be >= 0 (got {lookahead}); 0 turns it off")
+    if stream is not None and settings:
+        raise TypeError(f"load: pass a StreamConfig or its fields, not both ({sorted(settings)})")
+    stream = stream or StreamConfig(
+        **{k: v for k, v in settings.items() if k != "policy_options" or v is not None}
+    )
     src = resolve(path)
     if not (src / "config.json").is_file():
         raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
@@ -174,19 +171,7 @@ def load(
     packed = ensure_packed(src)
     in_use = hold_in_use(packed) if packed != src else None  # a cached copy: not to be removed
     try:
-        sm = _load_packed(
-            packed,
-            family,
-            budget,
-            policy,
-            io,
-            threads,
-            verify_checksums,
-            policy_options,
-            with_mtp,
-            lookahead,
-            warm,
-        )
+        sm = _load_packed(packed, family, stream, with_mtp)
     except BaseException:
         if in_use is not None:
             os.close(in_use)
@@ -198,16 +183,10 @@ def load(
 def _load_packed(
     packed: Path,
     family: Family,
-    budget: str | int,
-    policy: str,
-    io: str,
-    threads: int,
-    verify_checksums: bool,
-    policy_options: dict | None,
+    stream: StreamConfig,
     with_mtp: bool,
-    lookahead: int,
-    warm: bool,
 ) -> StreamedModel:
+    budget, policy, lookahead = stream.budget, stream.policy, stream.lookahead
     index = ExpertIndex.load(packed)
     for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
         read_safetensors_header(f)
@@ -226,10 +205,15 @@ def _load_packed(
     n_slots = plan.n_slots
     arena = Arena(n_slots, index.slot_bytes)
     reader = ExpertReader(
-        packed, index, arena, io=io, threads=threads, verify_checksums=verify_checksums
+        packed,
+        index,
+        arena,
+        io=stream.io,
+        threads=stream.threads,
+        verify_checksums=stream.verify_checksums,
     )
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
-    policy_options = {"scratch": 8 * k, **(policy_options or {})}
+    policy_options = {"scratch": 8 * k, **stream.policy_options}
     _check_hotlist(policy_options.get("hotlist") or (), index)
     cache = build_cache(policy, n_slots, policy_options, key_stride)
     order = sorted(blocks)
@@ -241,7 +225,7 @@ def _load_packed(
         last_layer=order[-1],
         key_stride=key_stride,
         lookahead=lookahead,
-        warm=warm,
+        warm=stream.warm,
         ahead_of={
             lid: (order[i + lookahead], blocks[order[i + lookahead]])
             for i, lid in enumerate(order)
