@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.blas import ensure_fast_blas  # noqa: E402
-from specdec.machine import machine_info  # noqa: E402
+from specdec.host.blas import ensure_fast_blas  # noqa: E402
+from specdec.host.machine import machine_info  # noqa: E402
 from specdec.model import overhead  # noqa: E402
 from specdec.store.files import durable_replace  # noqa: E402
 

@@ -44,7 +44,7 @@ from specdec.cache.lcs import lcs_process, write_oracle_trace  # noqa: E402
 from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
 from specdec.cache.replay import access_sequence, policy_hits  # noqa: E402
 from specdec.cache.simulate import replay, trace_steps  # noqa: E402
-from specdec.machine import machine_info  # noqa: E402
+from specdec.host.machine import machine_info  # noqa: E402
 from specdec.store.files import durable_replace  # noqa: E402
 from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, save_trace  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.blas import ensure_fast_blas  # noqa: E402
+from specdec.host.blas import ensure_fast_blas  # noqa: E402
 from specdec.store import fiobench, readbench  # noqa: E402
 from specdec.store.files import write_atomic  # noqa: E402
 

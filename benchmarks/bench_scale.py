@@ -41,8 +41,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.blas import ensure_fast_blas  # noqa: E402
-from specdec.machine import machine_info  # noqa: E402
+from specdec.host.blas import ensure_fast_blas  # noqa: E402
+from specdec.host.machine import machine_info  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "scale.json"
 PROMPT = "def f(x):"

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from specdec.blas import active_blas
 from specdec.clock.profiles import get_profile
+from specdec.host.blas import active_blas
 from specdec.rundir import JobCard
 
 # Keys that change where or how a job reports, not what it measures.

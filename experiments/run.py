@@ -30,9 +30,9 @@ from experiments import jobs
 from experiments.config import register, to_config
 from experiments.tasks import get_task
 from specdec import rundir
-from specdec.blas import ensure_fast_blas
 from specdec.decode.records import read_records
 from specdec.errors import SpecdecError
+from specdec.host.blas import ensure_fast_blas
 from specdec.report.wandb_sink import WandbSink
 from specdec.store.files import locked
 

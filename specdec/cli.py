@@ -11,8 +11,8 @@ import argparse
 import importlib
 import sys
 
-from specdec.blas import ensure_fast_blas
 from specdec.errors import SpecdecError
+from specdec.host.blas import ensure_fast_blas
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("specdec.decode.cli", "generate text with routed experts streamed from disk"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from specdec.blas import active_blas
+from specdec.host.blas import active_blas
 from specdec.model.random_models import make_random
 
 FAMILIES = ["deepseek_v3", "qwen3_moe", "qwen2_moe", "mixtral", "minimax"]

@@ -19,14 +19,14 @@ import sys
 
 import pytest
 
-from specdec.blas import active_blas, find_fast_blas
+from specdec.host.blas import active_blas, find_fast_blas
 from tests.helpers import FAMILIES, assert_greedy_match, assert_logits_match, random_checkpoint
 
 CHECK = """
 import json, sys, numpy as np, mlx.core as mx
 from mlx_lm import load as mlx_load
 from mlx_lm.models.cache import make_prompt_cache
-from specdec.blas import active_blas
+from specdec.host.blas import active_blas
 from specdec.model.loader import load
 
 def logits(m, toks, c):
@@ -83,7 +83,11 @@ def test_exactness_contract_under_each_blas(f32_checkpoints, tmp_path, name, env
     env = {**os.environ, "SPECDEC_CACHE": str(tmp_path / "c"), **env_changes}
     env.pop("LD_PRELOAD", None)  # each process preloads (or not) for itself
     env.pop("_SPECDEC_BLAS_REEXEC", None)
-    cmd = [sys.executable, "-c", "from specdec.blas import ensure_fast_blas as e; e()\n" + CHECK]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from specdec.host.blas import ensure_fast_blas as e; e()\n" + CHECK,
+    ]
     out = subprocess.run(
         cmd + f32_checkpoints, env=env, capture_output=True, text=True, timeout=600
     )

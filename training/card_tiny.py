@@ -29,7 +29,7 @@ import platform
 import time
 from pathlib import Path
 
-from specdec.blas import active_blas, ensure_fast_blas
+from specdec.host.blas import active_blas, ensure_fast_blas
 
 ensure_fast_blas()
 

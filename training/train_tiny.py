@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from specdec.blas import active_blas, ensure_fast_blas
+from specdec.host.blas import active_blas, ensure_fast_blas
 
 ensure_fast_blas()
 

@@ -6,7 +6,7 @@ Three measurements, all greedy decode of the same prompt:
 
 - `cli`: the peer in its own best configuration: `python -m mlx_lm generate` against
   `specdec generate --budget 100% --warm`, each a fresh process, same BLAS (the fast BLAS that
-  specdec.blas finds, via LD_PRELOAD for both), alternating which goes first, `pairs` pairs.
+  specdec.host.blas finds, via LD_PRELOAD for both), alternating which goes first, `pairs` pairs.
   Both count decode speed the same way: tokens after the first over the time after the first
   (mlx-lm prints n / t over n - 1 steps, so its figure is scaled by (n - 1) / n). Like mlx-lm,
   which loads every weight first, `--warm` reads every expert at load (load time not counted by
@@ -41,9 +41,9 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
-from specdec.blas import find_fast_blas
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
+from specdec.host.blas import find_fast_blas
 from specdec.model.loader import StreamedModel, load, resolve
 from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Streamer

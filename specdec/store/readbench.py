@@ -42,8 +42,8 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from specdec import machine
 from specdec.errors import StoreError
+from specdec.host import machine
 from specdec.store import fiobench
 from specdec.store.arena import Arena
 from specdec.store.layout import (

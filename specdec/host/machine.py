@@ -1,6 +1,6 @@
 """What a result was measured on: machine, package versions, BLAS, load. Stored beside results.
 
-from specdec.machine import machine_info; machine_info()
+from specdec.host.machine import machine_info; machine_info()
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
-from specdec.blas import active_blas
+from specdec.host.blas import active_blas
 
 PACKAGES = ("specdec", "mlx", "mlx-lm", "numpy", "scipy", "hydra-core", "wandb")
 
