@@ -116,3 +116,16 @@ def test_pinned_layer_runs_on_its_table_among_synced_layers(ckpt, syncs):
 def test_warm_needs_a_budget_that_holds_every_expert(ckpt):
     with pytest.raises(BudgetError, match="--warm"):
         load(ckpt, budget="50%", io="buffered", with_mtp=False, warm=True)
+
+
+@pytest.mark.parametrize("with_mtp", [False, True])
+def test_warm_reads_the_layers_the_model_streams(tmp_path, monkeypatch, with_mtp):
+    # the bundled tiny packs an MTP layer: 100% without it holds the 4 main layers' 128 experts,
+    # and --warm must not ask for the MTP layer's 32 as well (it did, and refused)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    sm = load("tiny", budget="100%", io="buffered", with_mtp=with_mtp, warm=True)
+    try:
+        assert sm.streamer.cache.n_slots == (160 if with_mtp else 128)
+        assert sm.streamer.reader.stats.reads == sm.streamer.cache.n_slots
+    finally:
+        sm.close()

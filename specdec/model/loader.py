@@ -225,7 +225,7 @@ def _load_packed(
         last_layer=order[-1],
         key_stride=key_stride,
         lookahead=lookahead,
-        warm=stream.warm,
+        warm=tuple(streamed) if stream.warm else (),
         ahead_of={
             lid: (order[i + lookahead], blocks[order[i + lookahead]])
             for i, lid in enumerate(order)

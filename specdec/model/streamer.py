@@ -71,7 +71,9 @@ class Streamer:
     inflight: dict[int, Prefetch] = field(default_factory=dict)  # slot -> batch still landing
     prefetch_failures: int = 0  # lookahead batches whose read failed (their keys forgotten)
     pending: list[mx.array] = field(default_factory=list)  # lazy outputs computing on slots
-    warm: bool = False  # preload reads every routed expert (a budget that holds them all)
+    # MoE layers whose every expert preload reads (--warm; the budget must hold them all):
+    # the layers this model streams, so an MTP layer not loaded is not read
+    warm: tuple[int, ...] = ()
     device_tables: bool = True  # False: every call syncs on its router (the reference path)
     # layer -> (cache, cache.version, [n_experts] expert -> slot on the device, or None)
     tables: dict[int, tuple[ExpertCache, int, mx.array | None]] = field(default_factory=dict)
@@ -241,7 +243,7 @@ class Streamer:
             index = self.index
             keys = [
                 lid * self.key_stride + e
-                for lid in index.layer_ids
+                for lid in self.warm
                 for e in range(index.layers[lid].n_experts)
             ]
             if len(keys) > self.cache.n_slots:
