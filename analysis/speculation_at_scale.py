@@ -1,7 +1,7 @@
 """Does speculation pay at MiniMax scale? Bytes per committed token against γ and α, replayed.
 
-    .venv/bin/python analysis/speculation_at_scale.py              # ~2-4 min CPU, 2000 positions
-    .venv/bin/python analysis/speculation_at_scale.py --positions 4000 --seed 1 --out /tmp/s.md
+    .venv/bin/python -m analysis.speculation_at_scale              # ~2-4 min CPU, 2000 positions
+    .venv/bin/python -m analysis.speculation_at_scale --positions 4000 --seed 1 --out /tmp/s.md
 
 Synthesizes the calibrated MiniMax-M2.5 trace (`specdec trace synth --like minimax-m2.5`, into a
 temporary directory deleted afterwards), replays it in verify passes (specdec.cache.replay) at
@@ -324,7 +324,7 @@ def claims(sw: Sweep, gb: float = 9, policies=POLICIES, gammas=GAMMAS) -> str:
     return "\n".join(lines)
 
 
-COMMAND = "python analysis/speculation_at_scale.py"
+COMMAND = "python -m analysis.speculation_at_scale"
 TRACE_NOTE = (
     "The trace is **synthetic**: `specdec trace synth --like minimax-m2.5` (62 MoE layers × 256 "
     "experts, top-8, one 4-bit expert 7,962,624 B) calibrated to the seed question's statistics "
