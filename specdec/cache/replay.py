@@ -187,7 +187,8 @@ def access_sequence(
     e = trace.experts[:positions].astype(np.int64)  # [T, L, k]
     T, L, k = e.shape
     E = trace.n_experts
-    plan = plan_passes(T, gamma, alpha, seed, prompt_starts(trace, T))  # [P, 3]
+    starts = prompt_starts(trace, T)
+    plan = plan_passes(T, gamma, alpha, seed, starts)  # [P, 3]
     P = len(plan)
     if gamma == 1:  # one position per call: its steps are its own experts
         keys = np.sort(e + np.arange(L)[:, None] * E, axis=-1).ravel()  # [T·L·k]
@@ -198,8 +199,7 @@ def access_sequence(
     tick = np.zeros(P * L, np.int64)
     tick[L - 1 :: L] = plan[:, 1]
     new_seq = np.zeros(P * L, bool)
-    starts = set(prompt_starts(trace, T).tolist())
-    new_seq[::L] = [t in starts for t in plan[:, 0].tolist()]
+    new_seq[::L] = np.isin(plan[:, 0], starts)
     return Access(
         keys=keys,
         ptr=ptr,
