@@ -114,8 +114,8 @@ def routing_model(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     T, L, _ = e.shape
     same = (e[1:, :, :, None] == e[:-1, :, None, :]).any(-1)  # [T - 1, L, k]
     rho = same.mean(axis=(0, 2)) if T > 1 else np.zeros(L)  # [L]
-    freq = np.zeros((L, trace.n_experts))
-    np.add.at(freq, (np.broadcast_to(np.arange(L)[None, :, None], e.shape), e), 1.0)
+    freq = np.bincount(trace.keys().ravel(), minlength=L * trace.n_experts)
+    freq = freq.reshape(L, trace.n_experts).astype(np.float64)  # [L, E]
     with np.errstate(divide="ignore"):
         return rho, np.log(freq / freq.sum(1, keepdims=True))
 
