@@ -114,8 +114,8 @@ def routing_model(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     T, L, _ = e.shape
     same = (e[1:, :, :, None] == e[:-1, :, None, :]).any(-1)  # [T - 1, L, k]
     rho = same.mean(axis=(0, 2)) if T > 1 else np.zeros(L)  # [L]
-    freq = np.zeros((L, trace.n_experts))
-    np.add.at(freq, (np.broadcast_to(np.arange(L)[None, :, None], e.shape), e), 1.0)
+    freq = np.bincount(trace.keys().ravel(), minlength=L * trace.n_experts)
+    freq = freq.reshape(L, trace.n_experts).astype(np.float64)  # [L, E]
     with np.errstate(divide="ignore"):
         return rho, np.log(freq / freq.sum(1, keepdims=True))
 
@@ -187,7 +187,8 @@ def access_sequence(
     e = trace.experts[:positions].astype(np.int64)  # [T, L, k]
     T, L, k = e.shape
     E = trace.n_experts
-    plan = plan_passes(T, gamma, alpha, seed, prompt_starts(trace, T))  # [P, 3]
+    starts = prompt_starts(trace, T)
+    plan = plan_passes(T, gamma, alpha, seed, starts)  # [P, 3]
     P = len(plan)
     if gamma == 1:  # one position per call: its steps are its own experts
         keys = np.sort(e + np.arange(L)[:, None] * E, axis=-1).ravel()  # [T·L·k]
@@ -198,8 +199,7 @@ def access_sequence(
     tick = np.zeros(P * L, np.int64)
     tick[L - 1 :: L] = plan[:, 1]
     new_seq = np.zeros(P * L, bool)
-    starts = set(prompt_starts(trace, T).tolist())
-    new_seq[::L] = [t in starts for t in plan[:, 0].tolist()]
+    new_seq[::L] = np.isin(plan[:, 0], starts)
     return Access(
         keys=keys,
         ptr=ptr,

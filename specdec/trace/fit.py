@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from specdec.cache.bounds import knapsack_counts
 from specdec.trace.stats import overlap_per_layer, trace_stats, union_per_layer
 from specdec.trace.synthetic import SynthParams, TraceShape, generate, generate_experts
 
@@ -76,10 +77,8 @@ def proxy_stats(shape: TraceShape, targets: Targets, params: SynthParams, seed: 
         counts = np.stack(
             [np.bincount(e[:, i].ravel(), minlength=shape.n_experts) for i in range(L)]
         )
-        top = np.append(np.sort(counts.ravel())[::-1], 0)  # [L·E + 1]
-        n = min(per_layer * L, top.size - 1)
-        full = int(n)
-        out["static"] = float(top[:full].sum() + (n - full) * top[full]) / e.size
+        hits, _ = knapsack_counts(counts.ravel(), np.ones(counts.size), per_layer * L)
+        out["static"] = hits / e.size
     return out
 
 
