@@ -37,7 +37,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
-from specdec.store.files import check_replaceable, durable_replace, mark, remove_leftover
+from specdec.store.files import check_replaceable, mark, remove_leftover, swap_dir
 
 VOCAB = 512
 GROUP_SIZE = 64
@@ -235,12 +235,7 @@ def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     mark(tmp, RANDOM_KIND)
     yield tmp
-    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    durable_replace(tmp, out_dir)
-    if old.exists():
-        remove_leftover(old, RANDOM_KIND)
+    swap_dir(tmp, out_dir, RANDOM_KIND)
 
 
 def make_random(

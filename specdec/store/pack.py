@@ -39,7 +39,14 @@ import numpy as np
 
 from specdec.errors import StoreError
 from specdec.store.copypipe import Chunk, Piece, open_source, write_chunks
-from specdec.store.files import MARKER_PREFIX, check_replaceable, mark, remove_leftover, write_error
+from specdec.store.files import (
+    MARKER_PREFIX,
+    check_replaceable,
+    mark,
+    remove_leftover,
+    swap_dir,
+    write_error,
+)
 from specdec.store.layout import (
     ALIGN,
     EXPERT_RE,
@@ -62,7 +69,6 @@ from specdec.store.pack_guard import (
     check_out_dir,
     pack_lock,
     remove_stale_tmp,
-    swap_in,
 )
 
 CHUNK = 32 << 20  # bytes per read/write: large sequential I/O, a few in flight
@@ -359,7 +365,7 @@ def _pack(
         raise
     finally:
         src.close()
-    swap_in(tmp, out_dir, _stall)
+    swap_dir(tmp, out_dir, PACK_KIND, _stall)  # durable rename, old pack goes
     return out_dir
 
 
