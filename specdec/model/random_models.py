@@ -25,7 +25,6 @@ import copy
 import functools
 import io
 import json
-import os
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
-from specdec.store.files import check_replaceable, mark, remove_leftover, swap_dir
+from specdec.store.files import check_replaceable, fresh_dir, swap_dir
 
 VOCAB = 512
 GROUP_SIZE = 64
@@ -229,11 +228,7 @@ def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
             "replace a checkpoint make-random wrote"
         )
     check_replaceable(out_dir, RANDOM_KIND, None, "`specdec make-random`", "--force")
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        remove_leftover(tmp, RANDOM_KIND)
-    tmp.mkdir(parents=True)
-    mark(tmp, RANDOM_KIND)
+    tmp = fresh_dir(out_dir, RANDOM_KIND)
     yield tmp
     swap_dir(tmp, out_dir, RANDOM_KIND)
 

@@ -3,7 +3,7 @@ locks.
 
     write_atomic(path, text_or_bytes)       # temp name, fsync file, rename, fsync directory
     durable_replace(tmp, dst)               # the same for a file or directory written by hand
-    swap_dir(tmp, dst, "pack")               # replace a whole output directory, old one deleted
+    tmp = fresh_dir(dst, "pack"); ...; swap_dir(tmp, dst, "pack")   # a whole directory, old one deleted
     mark(dir, "pack"); owner(dir) == "pack" # who wrote a directory (specdec never deletes others')
     with locked(path, wait=False, what=...): ...   # one holder at a time (flock, freed on death)
     fd = acquire(path, wait=True, what=..., shared=True)   # the same, held until os.close(fd)
@@ -57,6 +57,18 @@ def durable_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     fsync_tree(src)
     os.replace(src, dst)
     fsync_path(Path(dst).parent)
+
+
+def fresh_dir(dst: str | os.PathLike, kind: str) -> Path:
+    """A new empty `dst.tmp-<pid>` beside `dst`, marked for `kind` first thing, to write a
+    whole output directory into before `swap_dir` makes it `dst` (a leftover of ours goes)."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + f".tmp-{os.getpid()}")
+    if tmp.exists():
+        remove_leftover(tmp, kind)
+    tmp.mkdir(parents=True)
+    mark(tmp, kind)
+    return tmp
 
 
 def swap_dir(

@@ -42,8 +42,7 @@ from specdec.store.copypipe import Chunk, Piece, open_source, write_chunks
 from specdec.store.files import (
     MARKER_PREFIX,
     check_replaceable,
-    mark,
-    remove_leftover,
+    fresh_dir,
     swap_dir,
     write_error,
 )
@@ -327,11 +326,7 @@ def _pack(
     if check_out_dir(model_dir, out_dir, force, fingerprint):
         return out_dir  # already packed from these very files, and sound
     resident, layers = plan(model_dir)
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        remove_leftover(tmp, PACK_KIND)
-    tmp.mkdir(parents=True)
-    mark(tmp, PACK_KIND)
+    tmp = fresh_dir(out_dir, PACK_KIND)
     src = _Sources()
     try:
         for f in sorted(model_dir.iterdir()):
