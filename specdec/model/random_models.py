@@ -37,6 +37,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
 from specdec.store.files import check_replaceable, fresh_dir, swap_dir
+from specdec.store.layout import MTP_FILE
 
 VOCAB = 512
 GROUP_SIZE = 64
@@ -263,7 +264,7 @@ def make_random(
         save_model(tmp, model)
         if family in MTP_FAMILIES:
             mtp = _mtp_weights(args, config, k_mtp, bits)
-            mx.save_safetensors(str(tmp / "mtp.safetensors"), mtp, metadata={"format": "mlx"})
+            mx.save_safetensors(str(tmp / MTP_FILE), mtp, metadata={"format": "mlx"})
         save_config(copy.deepcopy(config), tmp / "config.json")
         write_tokenizer(tmp)
     return Path(out_dir)
