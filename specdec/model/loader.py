@@ -35,7 +35,13 @@ from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Streamer
 from specdec.store.arena import Arena
 from specdec.store.budget import SlotPlan, plan_slots
-from specdec.store.layout import MTP_FILE, ExpertIndex, read_safetensors_header
+from specdec.store.layout import (
+    EXPERTS_BIN,
+    EXPERTS_JSON,
+    MTP_FILE,
+    ExpertIndex,
+    read_safetensors_header,
+)
 from specdec.store.pack import pack
 from specdec.store.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.reader import ExpertReader
@@ -95,9 +101,9 @@ def cache_root() -> Path:
 
 def ensure_packed(model_dir: Path) -> Path:
     """`model_dir` if it is packed, else its packed copy in the cache (packing it if needed)."""
-    if (model_dir / "experts.json").exists() or (model_dir / "experts.json").is_symlink():
+    if (model_dir / EXPERTS_JSON).exists() or (model_dir / EXPERTS_JSON).is_symlink():
         return model_dir  # a broken index (even a symlink loop) is reported by ExpertIndex.load
-    if (model_dir / "experts.bin").exists():  # a packed dir whose index is gone: don't re-pack it
+    if (model_dir / EXPERTS_BIN).exists():  # a packed dir whose index is gone: don't re-pack it
         raise StoreError(
             f"{model_dir}/experts.json not found: {model_dir} is a packed directory without its "
             f"index; re-pack it from the model directory (specdec pack MODEL_DIR {model_dir} "
@@ -108,7 +114,7 @@ def ensure_packed(model_dir: Path) -> Path:
         st = f.stat()
         stamp.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     out = cache_root() / "packed" / f"{model_dir.name}-{stamp.hexdigest()[:12]}"
-    if not (out / "experts.json").exists():
+    if not (out / EXPERTS_JSON).exists():
         pack(model_dir, out)
         remove_old_copies(model_dir, out)  # the model changed: its older copies are stale
     return out
@@ -257,7 +263,7 @@ def _check_layers(packed: Path, moe: list[int], n_main: int, index: ExpertIndex)
             f"{index.layer_ids}; re-pack the model (specdec pack MODEL_DIR OUT_DIR --force)"
         )
     extra = [lid for lid in index.layer_ids if lid >= n_main]
-    mtp = (packed / "mtp.safetensors").exists()
+    mtp = (packed / MTP_FILE).exists()
     if extra != ([n_main] if mtp else []):
         raise SpecdecError(
             f"{packed}: config.json has num_hidden_layers {n_main} but experts.json packs "
@@ -355,7 +361,7 @@ def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertI
 
 def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Module | None:
     """The DeepSeek-V3-layout MTP module, its experts streamed as layer `n_main`, if present."""
-    if not family.has_mtp or not (packed / "mtp.safetensors").exists():
+    if not family.has_mtp or not (packed / MTP_FILE).exists():
         return None
     from specdec.model.mtp import load_mtp
 

@@ -25,7 +25,6 @@ import copy
 import functools
 import io
 import json
-import os
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,8 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
-from specdec.store.files import check_replaceable, durable_replace, mark, remove_leftover
+from specdec.store.files import check_replaceable, fresh_dir, swap_dir
+from specdec.store.layout import MTP_FILE
 
 VOCAB = 512
 GROUP_SIZE = 64
@@ -229,18 +229,9 @@ def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
             "replace a checkpoint make-random wrote"
         )
     check_replaceable(out_dir, RANDOM_KIND, None, "`specdec make-random`", "--force")
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        remove_leftover(tmp, RANDOM_KIND)
-    tmp.mkdir(parents=True)
-    mark(tmp, RANDOM_KIND)
+    tmp = fresh_dir(out_dir, RANDOM_KIND)
     yield tmp
-    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    durable_replace(tmp, out_dir)
-    if old.exists():
-        remove_leftover(old, RANDOM_KIND)
+    swap_dir(tmp, out_dir, RANDOM_KIND)
 
 
 def make_random(
@@ -273,7 +264,7 @@ def make_random(
         save_model(tmp, model)
         if family in MTP_FAMILIES:
             mtp = _mtp_weights(args, config, k_mtp, bits)
-            mx.save_safetensors(str(tmp / "mtp.safetensors"), mtp, metadata={"format": "mlx"})
+            mx.save_safetensors(str(tmp / MTP_FILE), mtp, metadata={"format": "mlx"})
         save_config(copy.deepcopy(config), tmp / "config.json")
         write_tokenizer(tmp)
     return Path(out_dir)

@@ -41,7 +41,7 @@ from mlx.utils import tree_flatten, tree_map_with_path
 
 from specdec.model.presets import like_config
 from specdec.model.random_models import GROUP_SIZE, VOCAB, write_tokenizer, writing_checkpoint
-from specdec.store.layout import safetensors_header_bytes
+from specdec.store.layout import MTP_FILE, safetensors_header_bytes
 
 CHUNK = 32 << 20  # bytes of packed codes drawn at a time
 SHARD_BYTES = 4 << 30
@@ -190,7 +190,7 @@ def make_like(
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
         if mtp:
-            _write_file(tmp / "mtp.safetensors", mtp, writer)
+            _write_file(tmp / MTP_FILE, mtp, writer)
         save_config(qconfig, tmp / "config.json")
         write_tokenizer(tmp)
     return Path(out_dir)

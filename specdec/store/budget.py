@@ -48,15 +48,24 @@ class SlotPlan:
         }
 
 
-def available_memory() -> int | None:
-    """Bytes the kernel says a new allocation can take without swapping (None if unknown)."""
+def meminfo(field: str) -> int | None:
+    """The number of one /proc/meminfo line (`MemAvailable` in KiB, `HugePages_Free` a count),
+    or None where there is no such file or line (macOS)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     except OSError:
         pass
+    return None
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says a new allocation can take without swapping (None if unknown)."""
+    kib = meminfo("MemAvailable")
+    if kib is not None:
+        return kib * 1024
     if hasattr(os, "sysconf") and sys.platform == "darwin":  # unified memory: all of it
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return None

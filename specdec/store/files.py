@@ -3,6 +3,7 @@ locks.
 
     write_atomic(path, text_or_bytes)       # temp name, fsync file, rename, fsync directory
     durable_replace(tmp, dst)               # the same for a file or directory written by hand
+    tmp = fresh_dir(dst, "pack"); ...; swap_dir(tmp, dst, "pack")   # a whole directory, old one deleted
     mark(dir, "pack"); owner(dir) == "pack" # who wrote a directory (specdec never deletes others')
     with locked(path, wait=False, what=...): ...   # one holder at a time (flock, freed on death)
     fd = acquire(path, wait=True, what=..., shared=True)   # the same, held until os.close(fd)
@@ -23,7 +24,7 @@ import fcntl
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,6 +57,38 @@ def durable_replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     fsync_tree(src)
     os.replace(src, dst)
     fsync_path(Path(dst).parent)
+
+
+def fresh_dir(dst: str | os.PathLike, kind: str) -> Path:
+    """A new empty `dst.tmp-<pid>` beside `dst`, marked for `kind` first thing, to write a
+    whole output directory into before `swap_dir` makes it `dst` (a leftover of ours goes)."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + f".tmp-{os.getpid()}")
+    if tmp.exists():
+        remove_leftover(tmp, kind)
+    tmp.mkdir(parents=True)
+    mark(tmp, kind)
+    return tmp
+
+
+def swap_dir(
+    tmp: str | os.PathLike,
+    dst: str | os.PathLike,
+    kind: str,
+    stall: Callable[[str], None] = lambda _stage: None,
+) -> None:
+    """Make the finished directory `tmp` the `kind` directory `dst`, durably; the previous one
+    (moved aside first) is then deleted. `stall(stage)` is a test hook ('swap': old moved
+    aside, 'swapped': new in place)."""
+    dst = Path(dst)
+    old = dst.with_name(dst.name + f".old-{os.getpid()}")
+    if dst.exists():
+        os.replace(dst, old)
+        stall("swap")
+    durable_replace(tmp, dst)
+    stall("swapped")
+    if old.exists():
+        remove_leftover(old, kind)
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:

@@ -25,6 +25,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdec.store.budget import meminfo
+
 ENGINES = ("psync", "libaio", "io_uring")
 MEMS = ("malloc", "shmhuge")
 HUGE_PAGE = 2 << 20
@@ -58,13 +60,7 @@ def hugepages_needed(block_bytes: int, threads: int) -> int:
 
 
 def hugepages_free() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("HugePages_Free:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return meminfo("HugePages_Free") or 0
 
 
 def hugepages_short(block_bytes: int, threads: tuple[int, ...]) -> int:

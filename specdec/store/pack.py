@@ -39,7 +39,13 @@ import numpy as np
 
 from specdec.errors import StoreError
 from specdec.store.copypipe import Chunk, Piece, open_source, write_chunks
-from specdec.store.files import MARKER_PREFIX, check_replaceable, mark, remove_leftover, write_error
+from specdec.store.files import (
+    MARKER_PREFIX,
+    check_replaceable,
+    fresh_dir,
+    swap_dir,
+    write_error,
+)
 from specdec.store.layout import (
     ALIGN,
     EXPERT_RE,
@@ -62,7 +68,6 @@ from specdec.store.pack_guard import (
     check_out_dir,
     pack_lock,
     remove_stale_tmp,
-    swap_in,
 )
 
 CHUNK = 32 << 20  # bytes per read/write: large sequential I/O, a few in flight
@@ -321,11 +326,7 @@ def _pack(
     if check_out_dir(model_dir, out_dir, force, fingerprint):
         return out_dir  # already packed from these very files, and sound
     resident, layers = plan(model_dir)
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        remove_leftover(tmp, PACK_KIND)
-    tmp.mkdir(parents=True)
-    mark(tmp, PACK_KIND)
+    tmp = fresh_dir(out_dir, PACK_KIND)
     src = _Sources()
     try:
         for f in sorted(model_dir.iterdir()):
@@ -359,7 +360,7 @@ def _pack(
         raise
     finally:
         src.close()
-    swap_in(tmp, out_dir, _stall)
+    swap_dir(tmp, out_dir, PACK_KIND, _stall)  # durable rename, old pack goes
     return out_dir
 
 

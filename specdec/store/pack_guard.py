@@ -1,11 +1,11 @@
-"""What `specdec pack` may replace, and how it swaps a finished pack in (store/pack.py packs).
+"""What `specdec pack` may replace (store/pack.py packs; store/files.py swap_dir swaps it in).
 
     check_replaceable(...)      # before the lock: OUT_DIR holds the source or is not ours
     with pack_lock(out_dir):
         remove_stale_tmp(out_dir)                              # marked leftovers of dead packs
         if check_out_dir(model_dir, out_dir, force, fingerprint): ...  # keep a sound pack
         ... write OUT_DIR.tmp-<pid> (marked first) ...
-        swap_in(tmp, out_dir, stall)                           # durable rename, old pack goes
+        swap_dir(tmp, out_dir, PACK_KIND, stall)               # durable rename, old pack goes
 
 A pack is ours if it holds the `.specdec-pack` marker (store/files.py). An existing pack of the
 very same source files is kept only if a quick check passes (index, file sizes, crc32 of 8 blocks
@@ -15,15 +15,13 @@ pack did not write, or one holding the model, is never replaced. tests/test_owne
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from specdec.errors import StoreError
-from specdec.store.files import check_replaceable, durable_replace, locked, remove_leftover
+from specdec.store.files import check_replaceable, locked, remove_leftover
 from specdec.store.layout import ExpertIndex
 from specdec.store.verify import verify
 
@@ -87,18 +85,3 @@ def pack_problem(out_dir: Path) -> str | None:
     except StoreError as e:
         return str(e).split("; re-pack")[0]
     return None
-
-
-def swap_in(tmp: Path, out_dir: Path, stall: Callable[[str], None]) -> None:
-    """Make the finished pack in `tmp` OUT_DIR, durably; the previous pack goes.
-
-    `stall(stage)` is pack's test hook (tests/test_interrupt.py kills the process there).
-    """
-    old = out_dir.with_name(out_dir.name + f".old-{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-        stall("swap")
-    durable_replace(tmp, out_dir)
-    stall("swapped")
-    if old.exists():
-        remove_leftover(old, PACK_KIND)
