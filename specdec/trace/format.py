@@ -36,9 +36,8 @@ import numpy as np
 from specdec.errors import SpecdecError
 from specdec.store.files import (
     check_replaceable,
-    durable_replace,
     mark,
-    remove_leftover,
+    swap_dir,
     write_atomic,
     write_error,
 )
@@ -220,13 +219,7 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
         for name in _OPTIONAL:
             if getattr(trace, name) is not None:
                 np.save(tmp / f"{name}.npy", getattr(trace, name))
-        if d.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{d.name}.old.", dir=d.parent))
-            os.replace(d, old)
-            durable_replace(tmp, d)
-            remove_leftover(old, TRACE_KIND)
-        else:
-            durable_replace(tmp, d)
+        swap_dir(tmp, d, TRACE_KIND)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_error(d, e) from None
