@@ -21,7 +21,8 @@ from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from specdec.cli import main as cli_main
 from specdec.errors import SpecdecError
 from specdec.model.bundled import BUNDLED, DEFAULT_MODEL, resolve_model
-from specdec.model.mtp import MTP_FILE, MTPModule, load_mtp
+from specdec.model.mtp import MTPModule, load_mtp
+from specdec.store.layout import MTP_FILE
 
 TINY = BUNDLED["tiny"]
 

@@ -23,8 +23,9 @@ import mlx.nn as nn
 from mlx_lm.models import deepseek_v3
 
 from specdec.errors import SpecdecError
-from specdec.model.mtp import MTP_FILE, load_mtp
+from specdec.model.mtp import load_mtp
 from specdec.store.files import durable_replace
+from specdec.store.layout import MTP_FILE
 
 
 def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:

@@ -36,8 +36,8 @@ from mlx_lm.models.deepseek_v3 import DeepseekV3DecoderLayer, ModelArgs
 
 from specdec.errors import SpecdecError
 from specdec.store.files import durable_replace
+from specdec.store.layout import MTP_FILE
 
-MTP_FILE = "mtp.safetensors"
 _OWN_PARTS = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")
 
 
