@@ -23,9 +23,9 @@ from pathlib import Path
 
 from specdec.cache.replay import access_sequence, policy_hits, score
 from specdec.cli import main as specdec_main
-from specdec.clock.check import CONTEXT, MINIMAX_M25
+from specdec.clock.check import CONTEXT, MINIMAX_M25, spread_reads
 from specdec.clock.profiles import get_profile
-from specdec.clock.roofline import Forward, ReadStep, forward_time
+from specdec.clock.roofline import Forward, forward_time
 from specdec.clock.shapes import ModelShape
 from specdec.costmodel.speedup import expected_tokens
 from specdec.trace.format import Trace, hotlist_keys, load_trace, profile_hotlist
@@ -66,15 +66,9 @@ class Sweep:
 def tokens_per_s(profile, shape: ModelShape, r) -> float:
     """Committed tokens/s of the mean verify pass: γ positions, the pass's mean union and misses
     per layer (misses spread evenly over the layers, rounded so they sum to the pass's)."""
-    layers = sorted(shape.moe_layers)
-    per_pass = r.misses / r.passes
-    steps, done = [], 0
-    for i, layer in enumerate(layers):
-        n = round(per_pass * (i + 1) / len(layers)) - done
-        done += n
-        steps.append(ReadStep(layer, n, n * EXPERT_BYTES))
-    unions = {layer: r.mean_union for layer in layers}
-    fwd = Forward(r.gamma, CONTEXT, tuple(range(shape.n_layers)), unions, tuple(steps))
+    steps = spread_reads(shape, r.misses / r.passes)  # one block is EXPERT_BYTES on MiniMax
+    unions = {layer: r.mean_union for layer in sorted(shape.moe_layers)}
+    fwd = Forward(r.gamma, CONTEXT, tuple(range(shape.n_layers)), unions, steps)
     return r.committed / (r.passes * forward_time(profile, shape, fwd).total_s)
 
 
