@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec.host.blas import ensure_fast_blas  # noqa: E402
 from specdec.host.machine import machine_info  # noqa: E402
 from specdec.model import overhead  # noqa: E402
-from specdec.store.files import durable_replace  # noqa: E402
+from specdec.store.files import write_atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -42,9 +41,7 @@ def main() -> int:
     result["machine"] = machine_info()
     out = RESULTS / (f"overhead-{args.name}.json" if args.name else "overhead.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    durable_replace(tmp, out)
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     return 0
 

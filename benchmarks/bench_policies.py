@@ -45,7 +45,7 @@ from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
 from specdec.cache.replay import access_sequence, policy_hits  # noqa: E402
 from specdec.cache.simulate import replay, trace_steps  # noqa: E402
 from specdec.host.machine import machine_info  # noqa: E402
-from specdec.store.files import durable_replace  # noqa: E402
+from specdec.store.files import write_atomic  # noqa: E402
 from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, save_trace  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 
@@ -291,9 +291,7 @@ def main() -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    durable_replace(tmp, out)
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

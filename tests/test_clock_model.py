@@ -224,7 +224,7 @@ def test_records_without_the_device_model_still_parse():
 def test_draft_model_forwards_use_the_draft_shape():
     main = ModelShape.from_config(SMALL)
     draft = ModelShape.from_config(SMALL | {"num_hidden_layers": 1, "first_k_dense_replace": 1})
-    clock = PassClock(main, (0, 1), "draft", draft_shape=draft)
+    clock = PassClock(main, (0, 1), "model", draft_shape=draft)
     fw = clock.draft_forwards(drafted=2, context=7, steps=())
     assert [s for s, _ in fw] == [draft, draft] and fw[0][1].layers == (0,)
-    assert PassClock(main, (0, 1), "lookup").draft_forwards(3, 7, ()) == []
+    assert PassClock(main, (0, 1), "none").draft_forwards(3, 7, ()) == []

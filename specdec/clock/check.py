@@ -78,16 +78,22 @@ QUESTION_RUNS = (
 )
 
 
-def token_forward(shape: ModelShape, misses_per_token: float) -> Forward:
-    """One decode token of `shape`: top-k per MoE layer, misses spread evenly over the layers."""
+def spread_reads(shape: ModelShape, misses: float) -> tuple[ReadStep, ...]:
+    """`misses` expert reads spread evenly over the MoE layers, rounded so they sum to it."""
     layers = sorted(shape.moe_layers)
     steps, done = [], 0
     for i, layer in enumerate(layers):
-        n = round(misses_per_token * (i + 1) / len(layers)) - done
+        n = round(misses * (i + 1) / len(layers)) - done
         done += n
         steps.append(ReadStep(layer, n, int(n * shape.expert_block_bytes)))
-    unions = {layer: shape.top_k for layer in layers}
-    return Forward(1, CONTEXT, tuple(range(shape.n_layers)), unions, tuple(steps))
+    return tuple(steps)
+
+
+def token_forward(shape: ModelShape, misses_per_token: float) -> Forward:
+    """One decode token of `shape`: top-k per MoE layer, misses spread evenly over the layers."""
+    unions = {layer: shape.top_k for layer in sorted(shape.moe_layers)}
+    steps = spread_reads(shape, misses_per_token)
+    return Forward(1, CONTEXT, tuple(range(shape.n_layers)), unions, steps)
 
 
 def reproduce(profile: DeviceProfile) -> list[tuple[QuestionRun, ModeledTime]]:

@@ -7,7 +7,8 @@
 Forwards of one pass (shapes from the packed config.json, MoE layers from its experts.json):
 
 - verify: one forward of the main model over γ positions, per-layer unions and reads as logged;
-- draft phase, by drafter: `self` runs the main model γ − 1 times on one position over resident
+- draft phase, by the drafter's `draft_compute` (`self` is "main", `mtp` "mtp", `draft` "model",
+  the rest "none"): `self` runs the main model γ − 1 times on one position over resident
   experts only (top-k per MoE layer, no reads); `mtp` runs its one decoder layer + head γ − 1
   times (its logged MoE steps split evenly over the calls, a call's chunks summed, one position each: its catch-up call
   over the accepted positions is charged as one position, a FLOP undercount only); `draft` runs
@@ -44,8 +45,8 @@ def read_steps(steps: Sequence) -> tuple[ReadStep, ...]:
 class PassClock:
     shape: ModelShape  # the main model (and its MTP layer, when it has one)
     main_layers: tuple[int, ...]  # decoder layers of the main model, in order
-    drafter: str  # Drafter.name
-    draft_shape: ModelShape | None = None  # the draft model's, for drafter "draft"
+    draft_compute: str  # Drafter.draft_compute: what one draft runs on the device
+    draft_shape: ModelShape | None = None  # the draft model's, for draft_compute "model"
     mtp_layer: int | None = None
 
     @classmethod
@@ -53,17 +54,10 @@ class PassClock:
         """From a loaded StreamedModel and the decode's Drafter."""
         shape = ModelShape.from_config(sm.config, moe_layers=sm.streamer.index.layer_ids)
         n_main = len(sm.model.layers)
-        draft_shape = None
-        if drafter.name == "draft":
-            args = dict(vars(drafter.model.args))
-            # mlx-lm's ModelArgs drop config.json's quantization: take it from a quantized layer
-            for _, m in drafter.model.named_modules():
-                if hasattr(m, "bits") and hasattr(m, "group_size"):
-                    args["quantization"] = {"bits": m.bits, "group_size": m.group_size}
-                    break
-            draft_shape = ModelShape.from_config(args)
-        mtp = n_main if drafter.name == "mtp" else None
-        return cls(shape, tuple(range(n_main)), drafter.name, draft_shape, mtp)
+        kind = drafter.draft_compute
+        draft_shape = ModelShape.from_config(drafter.model_config()) if kind == "model" else None
+        mtp = n_main if kind == "mtp" else None
+        return cls(shape, tuple(range(n_main)), kind, draft_shape, mtp)
 
     def _topk_unions(self, shape: ModelShape) -> dict[int, int]:
         return {layer: shape.top_k for layer in shape.moe_layers}
@@ -72,14 +66,14 @@ class PassClock:
         """The draft phase's forwards, each with its device shape."""
         if drafted == 0:
             return []
-        if self.drafter == "self":
+        if self.draft_compute == "main":
             fwd = Forward(1, context, self.main_layers, self._topk_unions(self.shape))
             return [(self.shape, fwd)] * drafted
-        if self.drafter == "draft" and self.draft_shape is not None:
+        if self.draft_compute == "model" and self.draft_shape is not None:
             s = self.draft_shape
             fwd = Forward(1, context, tuple(range(s.n_layers)), self._topk_unions(s))
             return [(s, fwd)] * drafted
-        if self.drafter == "mtp" and self.mtp_layer is not None:
+        if self.draft_compute == "mtp" and self.mtp_layer is not None:
             out = []
             for part in np.array_split(np.arange(len(steps)), drafted):
                 own = tuple(steps[i] for i in part)

@@ -33,6 +33,7 @@ class DraftModelDrafter(Drafter):
     Options = DraftOptions
     arg = "path"
     usage = "draft:PATH"
+    draft_compute = "model"
 
     def __init__(self, model, vocab_size: int):
         self.model = model
@@ -48,6 +49,16 @@ class DraftModelDrafter(Drafter):
     @classmethod
     def build(cls, options: DraftOptions, ctx: DraftContext) -> DraftModelDrafter:
         return cls(_load_draft_model(options.path), int(ctx.sm.model.args.vocab_size))
+
+    def model_config(self) -> dict:
+        """The draft model's config, for the clock's shape of its forwards."""
+        args = dict(vars(self.model.args))
+        # mlx-lm's ModelArgs drop config.json's quantization: take it from a quantized layer
+        for _, m in self.model.named_modules():
+            if hasattr(m, "bits") and hasattr(m, "group_size"):
+                args["quantization"] = {"bits": m.bits, "group_size": m.group_size}
+                break
+        return args
 
     def _logits(self, tokens: list[int]) -> np.ndarray:
         return np.array(self.model(mx.array([tokens]), cache=self.cache)[0, -1].astype(mx.float32))

@@ -25,6 +25,7 @@ class MTPDrafter(Drafter):
     name = "mtp"
     needs_mtp = True
     needs_hidden = True
+    draft_compute = "mtp"
 
     def __init__(self, mtp, model):
         self.mtp = mtp

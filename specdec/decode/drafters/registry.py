@@ -3,7 +3,8 @@
 A drafter is one module of this package: a `Drafter` subclass decorated with `@register`, with
 its `name`, an `Options` dataclass (validated in its `__post_init__`), the option its short form
 sets (`arg`: `oracle:0.9` sets `alpha`), what it needs from the run (`needs_mtp`,
-`needs_reference`, `needs_hidden`) and a `build(options, ctx)` classmethod; plus its
+`needs_reference`, `needs_hidden`), what the clock charges for its drafts (`draft_compute`) and a
+`build(options, ctx)` classmethod; plus its
 conf/drafter/NAME.yaml for specdec-exp. Nothing else changes to add one.
 
 A `DrafterSpec` (name + options) is made once at the edge, from the command line's
@@ -54,6 +55,10 @@ class Drafter:
     needs_mtp = False  # the loader must load the model's MTP module
     needs_reference = False  # build needs the plain greedy continuation (a plain run first)
     needs_hidden = False  # the loop keeps the main model's final hidden states
+    # what one draft runs on the device, for the clock (specdec.clock.passes): "main" (the main
+    # model over resident experts), "model" (its own model: `model_config()`), "mtp" (the MTP
+    # layer) or "none"
+    draft_compute = "none"
 
     @classmethod
     def build(cls, options, ctx: DraftContext) -> Drafter:

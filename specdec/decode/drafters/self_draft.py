@@ -14,6 +14,7 @@ class SelfDrafter(Drafter):
     """Drafts with the resident experts only (gates renormalised); reads nothing."""
 
     name = "self"
+    draft_compute = "main"
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         drafts, qs, tok = [], [], st.tokens[-1]
