@@ -45,13 +45,22 @@ def find_fast_blas() -> str | None:
     return next((p for p in OPENBLAS_CANDIDATES if os.path.exists(p)), None)
 
 
+def fast_blas_env() -> dict[str, str]:
+    """This process's environment with the fast BLAS (if any) first in LD_PRELOAD: for a child
+    process, or for the re-exec below."""
+    env = dict(os.environ)
+    lib = find_fast_blas()
+    if lib and lib not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = ":".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
+    return env
+
+
 def ensure_fast_blas() -> None:
     """Re-execute this process once with the fast BLAS preloaded, if one is available."""
     lib = find_fast_blas()
     if lib is None or os.environ.get(_REEXEC_FLAG) or lib in os.environ.get("LD_PRELOAD", ""):
         return
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
+    env = fast_blas_env()
     env[_REEXEC_FLAG] = "1"
     sys.stdout.flush()
     sys.stderr.flush()

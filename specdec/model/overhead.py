@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -43,21 +42,13 @@ from mlx_lm.utils import load as mlx_load
 
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.host.blas import find_fast_blas
+from specdec.host.blas import fast_blas_env
 from specdec.model.loader import StreamedModel, load, resolve
 from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Streamer
 
 PROMPT = "import os\nimport sys\n\n\ndef main():\n    "
 _MLX_RATE = re.compile(r"Generation: (\d+) tokens, ([\d.]+) tokens-per-sec")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    lib = find_fast_blas()
-    if lib and lib not in env.get("LD_PRELOAD", ""):
-        env["LD_PRELOAD"] = ":".join(p for p in (lib, env.get("LD_PRELOAD")) if p)
-    return env
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> str:
@@ -91,7 +82,7 @@ def _spread(xs: list[float]) -> dict:
 
 def cli_pairs(model: str, tokens: int, pairs: int, budget: str = "100%") -> dict:
     """Fresh-process pairs, alternating order: tokens/s of each and their pairwise ratio."""
-    env = _env()
+    env = fast_blas_env()
     ours, peer = [], []
     for i in range(pairs):
         if i % 2:
