@@ -33,8 +33,13 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+def physical_memory() -> int:
+    """Bytes of RAM this machine has (0 where the OS does not say)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+
+
 def machine_info() -> dict[str, Any]:
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    mem = physical_memory()
     return {
         "platform": platform.platform(),
         "cpu": cpu_model(),

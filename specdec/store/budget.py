@@ -13,12 +13,12 @@ before anything is allocated. Run `pytest tests/test_scale.py` for the checks.
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 from dataclasses import dataclass
 
 from specdec.errors import BudgetError
+from specdec.host.machine import physical_memory
 from specdec.store.arena import arena_bytes
 from specdec.store.layout import ExpertIndex
 from specdec.units import format_bytes, parse_budget, parse_percent
@@ -66,8 +66,8 @@ def available_memory() -> int | None:
     kib = meminfo("MemAvailable")
     if kib is not None:
         return kib * 1024
-    if hasattr(os, "sysconf") and sys.platform == "darwin":  # unified memory: all of it
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if sys.platform == "darwin":  # unified memory: all of it
+        return physical_memory() or None
     return None
 
 

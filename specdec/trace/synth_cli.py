@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
 from specdec.errors import SpecdecError
+from specdec.host.machine import physical_memory
 from specdec.trace.fit import TOLERANCE, Targets, fit
 from specdec.trace.format import load_trace, save_trace
 from specdec.trace.presets import get_preset, load_targets
@@ -77,8 +77,8 @@ def _synth(args: argparse.Namespace) -> int:
     shape, targets, params, label = _model(args)
     # the trace [T, L, k] int32 and the stats' working copies must fit before anything is drawn
     need = 3 * 4 * args.positions * shape.n_layers * shape.top_k
-    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    if need > memory:
+    memory = physical_memory()
+    if memory and need > memory:
         raise SpecdecError(
             f"--positions {args.positions}: the trace needs about {need / 1e9:.1f} GB and this "
             f"machine has {memory / 1e9:.1f} GB: give fewer positions"
