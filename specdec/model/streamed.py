@@ -133,7 +133,7 @@ class StreamedSwitchGLU(nn.Module):
             s.recorder(h.layer, idx, s.phase)
         experts, counts = union(idx)
         if s.resident_only:
-            y = self._resident_only(x, idx, np.array(experts))
+            y = self._resident_only(x, idx, experts)
         else:
             if len(experts) <= s.cache.max_step:
                 h.lut[experts] = s.fetch(h.layer, experts, counts)
@@ -144,7 +144,8 @@ class StreamedSwitchGLU(nn.Module):
                 s.cache.tick(math.prod(idx.shape[:-1]))
         self._launch(y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            s.prefetch(ahead[0], ahead[1], np.array(experts) + h.layer * s.key_stride, y)
+            base = h.layer * s.key_stride  # exclude this call's keys: its slots are computing
+            s.prefetch(ahead[0], ahead[1], [e + base for e in experts], y)
         return y
 
     def _launch(self, y: mx.array) -> mx.array:
@@ -174,7 +175,7 @@ class StreamedSwitchGLU(nn.Module):
             start += len(chunk)
         return mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
 
-    def _resident_only(self, x: mx.array, idx: np.ndarray, experts: np.ndarray) -> mx.array:
+    def _resident_only(self, x: mx.array, idx: np.ndarray, experts: list[int]) -> mx.array:
         """Cache-only self-draft: drop experts not resident, renormalise the kept gate mass.
 
         The family multiplies our output by its gate scores; scaling each kept expert's output by

@@ -213,7 +213,7 @@ class Streamer:
             return None
         return target, route(block, x)[0]
 
-    def prefetch(self, layer: int, ahead: mx.array, exclude: np.ndarray, running: mx.array) -> None:
+    def prefetch(self, layer: int, ahead: mx.array, exclude: list[int], running: mx.array) -> None:
         """Start reading the experts `ahead` [..., k] (evaluated) predicts for `layer` without
         waiting; never evicts `exclude`, the slots of `running` (the current layer's output,
         left computing meanwhile)."""
@@ -230,10 +230,10 @@ class Streamer:
         block = self.index.layers[layer].block_bytes
         self.log.append(LayerStep(layer, 0, 0, len(reqs) * block, self.phase, len(reqs)))
 
-    def resident_slots(self, layer: int, experts: np.ndarray) -> np.ndarray:
+    def resident_slots(self, layer: int, experts: list[int]) -> np.ndarray:
         """Slot of each expert id if resident, else -1. Reads nothing, touches nothing."""
         slot_of, base = self.cache.slot_of, layer * self.key_stride
-        return np.array([-1 if (s := slot_of(int(e) + base)) is None else s for e in experts])
+        return np.array([-1 if (s := slot_of(e + base)) is None else s for e in experts])
 
     def preload(self) -> None:
         """Read the policy's preload set (a seeded hotlist) into an empty cache; warm: then
