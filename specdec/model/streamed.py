@@ -154,13 +154,13 @@ class StreamedSwitchGLU(nn.Module):
         A call whose union exceeds one cache step (the slots; static: its scratch slots) is
         computed per group of positions whose union fits, each pending before the next reads."""
         h, s = self._h, self._h.streamer
-        flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
         outs, used, start = [], [], 0
         for pos, experts, slots in s.steps(h.layer, idx):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
                 y, used = self._glu(x, mx.array(h.lut[idx])), experts
                 continue
+            flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
             out = self._glu(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
             s.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
