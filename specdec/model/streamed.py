@@ -25,15 +25,13 @@ slot holding a partial or stale block is ever computed on (tests/test_fault_inje
 
 from __future__ import annotations
 
-import math
-
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.switch_layers import SwitchGLU
 
 from specdec.model.families import Route
-from specdec.model.streamer import Streamer, position_chunks, union
+from specdec.model.streamer import Streamer, union
 from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
 
@@ -129,22 +127,15 @@ class StreamedSwitchGLU(nn.Module):
                 return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.sync(indices, None if ahead is None else ahead[1])  # [..., k] host sync
-        if s.recorder is not None:
-            s.recorder(h.layer, idx, s.phase)
-        experts, counts = union(idx)
         if s.resident_only:
-            y = self._resident_only(x, idx, np.array(experts))
-        else:
-            if len(experts) <= s.cache.max_step:
-                h.lut[experts] = s.fetch(h.layer, experts, counts)
-                y = self._glu(x, mx.array(h.lut[idx]))
-            else:
-                y = self._chunked(x, idx)
-            if h.layer == s.last_layer:
-                s.cache.tick(math.prod(idx.shape[:-1]))
+            if s.recorder is not None:
+                s.recorder(h.layer, idx, s.phase)
+            return self._launch(self._resident_only(x, idx, union(idx)[0]))
+        y, experts = self._streamed(x, idx)
         self._launch(y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            s.prefetch(ahead[0], ahead[1], np.array(experts) + h.layer * s.key_stride, y)
+            base = h.layer * s.key_stride  # exclude this call's keys: its slots are computing
+            s.prefetch(ahead[0], ahead[1], [e + base for e in experts], y)
         return y
 
     def _launch(self, y: mx.array) -> mx.array:
@@ -158,23 +149,28 @@ class StreamedSwitchGLU(nn.Module):
             s.catch_up()
         return y
 
-    def _chunked(self, x: mx.array, idx: np.ndarray) -> mx.array:
-        """A call whose union exceeds one cache step (the slots; static: its scratch slots):
-        groups of positions whose union fits."""
+    def _streamed(self, x: mx.array, idx: np.ndarray) -> tuple[mx.array, list[int]]:
+        """The call on the slots `Streamer.steps` fills; returns its output and its experts.
+        A call whose union exceeds one cache step (the slots; static: its scratch slots) is
+        computed per group of positions whose union fits, each pending before the next reads."""
         h, s = self._h, self._h.streamer
-        flat_idx = idx.reshape(-1, idx.shape[-1])  # [N, k]
-        flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
-        outs, start = [], 0
-        for chunk in position_chunks(flat_idx, s.cache.max_step):
-            experts, counts = union(chunk)
-            h.lut[experts] = s.fetch(h.layer, experts, counts)
-            out = self._glu(flat_x[start : start + len(chunk)], mx.array(h.lut[chunk]))
+        outs, used, start = [], [], 0
+        for pos, experts, slots in s.steps(h.layer, idx):
+            h.lut[experts] = slots
+            if pos is idx:  # the call fits one step
+                y, used = self._glu(x, mx.array(h.lut[idx])), experts
+                continue
+            flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
+            out = self._glu(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
             s.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
-            start += len(chunk)
-        return mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
+            used += experts
+            start += len(pos)
+        if outs:
+            y = mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
+        return y, used
 
-    def _resident_only(self, x: mx.array, idx: np.ndarray, experts: np.ndarray) -> mx.array:
+    def _resident_only(self, x: mx.array, idx: np.ndarray, experts: list[int]) -> mx.array:
         """Cache-only self-draft: drop experts not resident, renormalise the kept gate mass.
 
         The family multiplies our output by its gate scores; scaling each kept expert's output by

@@ -109,7 +109,8 @@ class Streamer:
         try:
             for layer, indices, phase in todo:
                 self.phase = phase
-                self._replay(layer, np.array(indices))  # [..., k]
+                for _ in self.steps(layer, np.array(indices), replay=True):  # [..., k]
+                    pass
         finally:
             self.phase = saved
 
@@ -124,17 +125,22 @@ class Streamer:
         """Forget deferred calls whose forward is thrown away (a token computed past the end)."""
         self.deferred.clear()
 
-    def _replay(self, layer: int, idx: np.ndarray) -> None:
-        """The host part of a deferred call on `idx` [..., k], as the synced path runs it:
-        recorder, cache step(s) (chunked as a wide call would be), step log, tick."""
+    def steps(
+        self, layer: int, idx: np.ndarray, replay: bool = False
+    ) -> Iterator[tuple[np.ndarray, list[int], np.ndarray | None]]:
+        """The host part of a call on `idx` [..., k], shared by the synced and deferred paths:
+        the recorder, then its cache step, yielded as (idx, experts, slots); or, when its union
+        exceeds a step, one per group of positions whose union fits, yielded as (positions
+        [n, k], experts, slots) before the next may read; then the per-forward tick."""
         if self.recorder is not None:
             self.recorder(layer, idx, self.phase)
         experts, counts = union(idx)
-        if len(experts) > self.cache.max_step:
-            for chunk in position_chunks(idx.reshape(-1, idx.shape[-1]), self.cache.max_step):
-                self.fetch(layer, *union(chunk), replay=True)
+        if len(experts) <= self.cache.max_step:
+            yield idx, experts, self.fetch(layer, experts, counts, replay)
         else:
-            self.fetch(layer, experts, counts, replay=True)
+            for chunk in position_chunks(idx.reshape(-1, idx.shape[-1]), self.cache.max_step):
+                part, n = union(chunk)
+                yield chunk, part, self.fetch(layer, part, n, replay)
         if layer == self.last_layer:
             self.cache.tick(math.prod(idx.shape[:-1]))
 
@@ -213,7 +219,7 @@ class Streamer:
             return None
         return target, route(block, x)[0]
 
-    def prefetch(self, layer: int, ahead: mx.array, exclude: np.ndarray, running: mx.array) -> None:
+    def prefetch(self, layer: int, ahead: mx.array, exclude: list[int], running: mx.array) -> None:
         """Start reading the experts `ahead` [..., k] (evaluated) predicts for `layer` without
         waiting; never evicts `exclude`, the slots of `running` (the current layer's output,
         left computing meanwhile)."""
@@ -230,10 +236,10 @@ class Streamer:
         block = self.index.layers[layer].block_bytes
         self.log.append(LayerStep(layer, 0, 0, len(reqs) * block, self.phase, len(reqs)))
 
-    def resident_slots(self, layer: int, experts: np.ndarray) -> np.ndarray:
+    def resident_slots(self, layer: int, experts: list[int]) -> np.ndarray:
         """Slot of each expert id if resident, else -1. Reads nothing, touches nothing."""
         slot_of, base = self.cache.slot_of, layer * self.key_stride
-        return np.array([-1 if (s := slot_of(int(e) + base)) is None else s for e in experts])
+        return np.array([-1 if (s := slot_of(e + base)) is None else s for e in experts])
 
     def preload(self) -> None:
         """Read the policy's preload set (a seeded hotlist) into an empty cache; warm: then
