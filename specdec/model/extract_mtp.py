@@ -1,14 +1,24 @@
-"""`specdec extract-mtp HF_DIR OUT_DIR`: DeepSeek-V3's MTP layer, from a Hugging Face checkpoint.
+"""`specdec extract-mtp HF_DIR OUT_DIR`: a checkpoint's MTP layer, from a Hugging Face checkpoint.
 
     specdec extract-mtp ~/hf/DeepSeek-V3 ~/mlx/DeepSeek-V3-4bit [--quantize 4]
 
-mlx-lm drops the MTP layer (`model.layers.{num_hidden_layers}.*`) when it converts a DeepSeek-V3
-checkpoint. This reads just that layer from the HF safetensors (lazily, tensor by tensor), runs
-it through mlx-lm's own DeepSeek-V3 `sanitize` — FP8 block dequantisation with
-`weight_scale_inv`, per-expert tensors stacked into `switch_mlp`, `kv_b_proj` split into
-`embed_q`/`unembed_out` — optionally quantizes it like `mlx_lm.convert -q`, and writes
-OUT_DIR/mtp.safetensors (temporary name, then rename). The shared `embed_tokens` copy is dropped
-(the main model's is used); `shared_head.head` is kept when the checkpoint has it.
+mlx-lm drops the MTP layer when it converts a checkpoint. This reads just that layer from the HF
+safetensors (lazily, tensor by tensor), runs it through mlx-lm's own `sanitize` of the family,
+optionally quantizes it like `mlx_lm.convert -q`, and writes OUT_DIR/mtp.safetensors (temporary
+name, then rename) under our stored names, `model.layers.{num_hidden_layers}.*` (model/mtp.py).
+Layouts, by config.json's model_type:
+
+- deepseek_v3 / deepseek_v32 / kimi_k2: `model.layers.{N}.*`; DeepSeek-V3's sanitize does the
+  FP8 block dequantisation with `weight_scale_inv`, stacks per-expert tensors into `switch_mlp`
+  and splits `kv_b_proj` into `embed_q`/`unembed_out`.
+- glm4_moe (GLM-4.5/4.6, `num_nextn_predict_layers`): `model.layers.{N}.*` too; GLM's sanitize
+  stacks the experts. `shared_head.head` is kept when stored.
+- qwen3_next: `mtp.fc`, `mtp.pre_fc_norm_{embedding,hidden}`, `mtp.norm`, `mtp.layers.0.*`;
+  Qwen3-Next's sanitize stacks the experts and adds 1 to the zero-centred layer norms; the same
+  1 is added here to the module's own three norms (GemmaRMSNorm in vLLM's qwen3_next_mtp.py).
+
+The shared `embed_tokens` copy is dropped (the main model's is used). Only the first MTP depth is
+extracted where a checkpoint has several (the drafter chains one module, as DeepSeek-V3 does).
 """
 
 from __future__ import annotations
@@ -20,12 +30,14 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import deepseek_v3
+from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
 
 from specdec.errors import SpecdecError
 from specdec.model.mtp import load_mtp
 from specdec.store.files import durable_replace
 from specdec.store.layout import MTP_FILE
+
+_QWEN3_NEXT_OWN = ("fc.", "pre_fc_norm_embedding.", "pre_fc_norm_hidden.", "norm.")
 
 
 def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
@@ -43,34 +55,72 @@ def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
     return out
 
 
-def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size: int = 64) -> Path:
-    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    if not (hf_dir / "config.json").is_file():
-        raise SpecdecError(f"{hf_dir}: no config.json; HF_DIR must be a Hugging Face checkpoint")
-    config = json.loads((hf_dir / "config.json").read_text())
-    if config.get("model_type") not in ("deepseek_v3", "deepseek_v32", "kimi_k2"):
-        raise SpecdecError(
-            f"{hf_dir}: model_type {config.get('model_type')!r} has no DeepSeek-V3 MTP layer"
-        )
-    n = int(config["num_hidden_layers"])
+def _sanitize_as_layer0(module, config: dict, layer: dict[str, mx.array]) -> dict[str, mx.array]:
+    """mlx-lm's sanitize of `module` on decoder-layer tensors named `model.layers.0.*`: it works
+    on main layers and drops the MTP layer, so the layer runs as layer 0 of a one-layer model."""
+    args = module.ModelArgs.from_dict({**config, "num_hidden_layers": 1})
+    shim = type("Shim", (), {"args": args})()
+    return module.Model.sanitize(shim, layer)
+
+
+def _deepseek_layout(hf_dir: Path, config: dict, module, n: int) -> dict[str, mx.array]:
+    """DeepSeek-V3's and GLM-4.5's layout: everything under model.layers.{N}."""
     prefix = f"model.layers.{n}."
     raw = _mtp_tensors(hf_dir, prefix)
     if not raw:
         raise SpecdecError(
             f"{hf_dir}: no tensors under {prefix}*: this checkpoint has no MTP layer"
         )
-    # mlx-lm's sanitize works on main layers and drops layer 61: run it on the MTP layer
-    # renamed to layer 0 of a one-layer model, then name it back.
-    args = deepseek_v3.ModelArgs.from_dict({**config, "num_hidden_layers": 1})
-    shim = type("Shim", (), {"args": args})()
     as_layer0 = {"model.layers.0." + k[len(prefix) :]: v for k, v in raw.items()}
-    clean = deepseek_v3.Model.sanitize(shim, as_layer0)
-    weights = {
+    return {
         prefix + k[len("model.layers.0.") :]: v
-        for k, v in clean.items()
+        for k, v in _sanitize_as_layer0(module, config, as_layer0).items()
         if not k.startswith("model.layers.0.embed_tokens")
     }
-    mtp = load_mtp(weights, type("Target", (), {"args": deepseek_v3.ModelArgs.from_dict(config)}))
+
+
+def _qwen3_next_layout(hf_dir: Path, config: dict, n: int) -> dict[str, mx.array]:
+    """Qwen3-Next's `mtp.*`: depth 0's decoder layer through mlx-lm's sanitize, own parts renamed."""
+    raw = _mtp_tensors(hf_dir, "mtp.")
+    if not raw:
+        raise SpecdecError(f"{hf_dir}: no tensors under mtp.*: this checkpoint has no MTP layer")
+    layer = {
+        "model.layers.0." + k[len("mtp.layers.0.") :]: v
+        for k, v in raw.items()
+        if k.startswith("mtp.layers.0.")
+    }
+    out = {
+        f"model.layers.{n}." + k[len("model.layers.0.") :]: v
+        for k, v in _sanitize_as_layer0(qwen3_next, config, layer).items()
+    }
+    for k, v in raw.items():
+        own = k[len("mtp.") :]
+        if own.startswith(_QWEN3_NEXT_OWN):
+            # zero-centred RMSNorm (x̂·(1 + w)) stored as a plain RMSNorm weight, as mlx-lm does
+            out[f"model.layers.{n}.{own}"] = v + 1.0 if "norm" in own and v.ndim == 1 else v
+    return out
+
+
+def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size: int = 64) -> Path:
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    if not (hf_dir / "config.json").is_file():
+        raise SpecdecError(f"{hf_dir}: no config.json; HF_DIR must be a Hugging Face checkpoint")
+    config = json.loads((hf_dir / "config.json").read_text())
+    model_type = config.get("model_type")
+    n = int(config.get("num_hidden_layers", 0))
+    if model_type in ("deepseek_v3", "deepseek_v32", "kimi_k2"):
+        module, weights = deepseek_v3, _deepseek_layout(hf_dir, config, deepseek_v3, n)
+    elif model_type == "glm4_moe":
+        module, weights = glm4_moe, _deepseek_layout(hf_dir, config, glm4_moe, n)
+    elif model_type == "qwen3_next":
+        module, weights = qwen3_next, _qwen3_next_layout(hf_dir, config, n)
+    else:
+        raise SpecdecError(
+            f"{hf_dir}: model_type {model_type!r} has no MTP layout specdec reads; extract-mtp "
+            "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe and qwen3_next checkpoints"
+        )
+    target = type("Target", (), {"args": module.ModelArgs.from_dict(config)})
+    mtp = load_mtp(weights, target)
     if bits is not None:
         nn.quantize(mtp, group_size=group_size, bits=bits)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +131,9 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("hf_dir", type=Path, help="Hugging Face DeepSeek-V3-layout checkpoint")
+    p.add_argument(
+        "hf_dir", type=Path, help="Hugging Face checkpoint (deepseek_v3, glm4_moe, qwen3_next, ...)"
+    )
     p.add_argument(
         "out_dir", type=Path, help="the mlx-lm model directory to add mtp.safetensors to"
     )

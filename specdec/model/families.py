@@ -70,16 +70,15 @@ class Family:
     name: str
     moe_attr: str
     route: Route
-    has_mtp: bool = False  # DeepSeek-V3-layout MTP module at model.layers.{num_hidden_layers}
 
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("deepseek_v3", "mlp", _route_gate_tuple, has_mtp=True),
-        Family("deepseek_v32", "mlp", _route_gate_tuple, has_mtp=True),
+        Family("deepseek_v3", "mlp", _route_gate_tuple),
+        Family("deepseek_v32", "mlp", _route_gate_tuple),
         Family("glm4_moe", "mlp", _route_gate_tuple),
-        Family("kimi_k25", "mlp", _route_gate_tuple, has_mtp=True),
+        Family("kimi_k25", "mlp", _route_gate_tuple),
         Family("qwen3_moe", "mlp", _route_qwen3),
         Family("qwen2_moe", "mlp", _route_qwen2),
         Family("mixtral", "block_sparse_moe", _route_mixtral),

@@ -360,8 +360,9 @@ def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertI
 
 
 def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Module | None:
-    """The DeepSeek-V3-layout MTP module, its experts streamed as layer `n_main`, if present."""
-    if not family.has_mtp or not (packed / MTP_FILE).exists():
+    """The family's MTP module (model.mtp_class), its experts streamed as layer `n_main`, if
+    the packed directory has one."""
+    if not (packed / MTP_FILE).exists():
         return None
     from specdec.model.mtp import load_mtp
 

@@ -1,4 +1,11 @@
-"""DeepSeek-V3's multi-token-prediction (MTP) module, in MLX, loadable from checkpoint weights.
+"""Multi-token-prediction (MTP) modules, in MLX, loadable from checkpoint weights; which layout
+each model family uses (`mtp_class`).
+
+Layouts: DeepSeek-V3's (`MTPModule`, here; also GLM-4.5's, `glm4_moe`, whose checkpoints store
+the same names at the same place with GLM's own decoder layer) and Qwen3-Next's
+(`specdec.model.mtp_qwen3_next`). Every layout stores its weights in `mtp.safetensors` under
+`model.layers.{num_hidden_layers}.` (the decoder layer's names directly under it), so pack, the
+loader and the drafter treat them alike; `specdec extract-mtp` renames a checkpoint's layout.
 
 One MTP module of depth 1, as in DeepSeek-V3 (technical report, section 2.2):
 
@@ -10,7 +17,10 @@ h_i is the main model's final hidden state at position i. We take what mlx-lm's
 `model.model(inputs, cache)` returns, which is *after* the main model's final RMSNorm (the
 same choice as vLLM's DeepSeek MTP, whose backbone also returns normalised states); the MTP's
 own `hnorm` then re-normalises it. `embed` and `head` are the main model's `embed_tokens` and
-`lm_head` (shared, as DeepSeek-V3 does) unless the checkpoint stores `shared_head.head`.
+`lm_head` (shared, as DeepSeek-V3 does) unless the checkpoint stores `shared_head.head` (GLM-4.5
+does). GLM-4.5 follows vLLM's glm4_moe_mtp.py: the same enorm/hnorm/eh_proj/shared_head around
+its decoder layer; the state fed back for a chained draft is the layer's output before
+`shared_head.norm`, as vLLM returns it for both layouts.
 
 Weights use DeepSeek-V3's checkpoint names under `model.layers.{num_hidden_layers}.`:
 `enorm`, `hnorm`, `eh_proj`, `shared_head.norm`, optional `shared_head.head`, and the decoder
@@ -30,6 +40,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
+from mlx_lm.models import glm4_moe
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.deepseek_v3 import DeepseekV3DecoderLayer, ModelArgs
@@ -38,7 +49,13 @@ from specdec.errors import SpecdecError
 from specdec.store.files import durable_replace
 from specdec.store.layout import MTP_FILE
 
-_OWN_PARTS = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")
+# The decoder layer of each family with DeepSeek-V3's MTP layout (mlx-lm's own classes).
+_DECODER_LAYERS = {
+    "deepseek_v3": DeepseekV3DecoderLayer,
+    "deepseek_v32": DeepseekV3DecoderLayer,
+    "kimi_k25": DeepseekV3DecoderLayer,
+    "glm4_moe": glm4_moe.DecoderLayer,
+}
 
 
 class SharedHead(nn.Module):
@@ -51,8 +68,31 @@ class SharedHead(nn.Module):
             self.head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
 
 
-class MTPModule(nn.Module):
+class MTPBase(nn.Module):
+    """What every layout shares: its decoder layer at `layer` (index `layer_idx`, the main
+    model's layer count), a KV cache of its own, and the stored names."""
+
+    own_parts: tuple[str, ...] = ()  # parameter prefixes outside the decoder layer
+    own_head_key = ""  # the parameter that, when stored, replaces the shared head
+    layer_idx: int
+
+    def make_cache(self) -> KVCache:
+        """A trimmable KV cache for the module's attention (one per decode stream)."""
+        return KVCache()
+
+    def checkpoint_weights(self) -> dict[str, mx.array]:
+        """Parameters under their stored names (`model.layers.{N}.*`)."""
+        prefix = f"model.layers.{self.layer_idx}."
+        return {
+            prefix + name.removeprefix("layer."): v for name, v in tree_flatten(self.parameters())
+        }
+
+
+class MTPModule(MTPBase):
     """One MTP depth: predicts token i+2 from the main hidden state at i and token i+1."""
+
+    own_parts = ("enorm.", "hnorm.", "eh_proj.", "shared_head.")  # the rest: the decoder layer
+    own_head_key = "shared_head.head.weight"
 
     def __init__(self, args: ModelArgs, own_head: bool = False):
         super().__init__()
@@ -64,7 +104,8 @@ class MTPModule(nn.Module):
         self.eh_proj = nn.Linear(2 * h, h, bias=False)
         # layer_idx >= first_k_dense_replace, so mlx-lm builds the MoE: same classes as the
         # main model's MoE layers, which is what lets the streamed loader swap its experts.
-        self.layer = DeepseekV3DecoderLayer(args, layer_idx=self.layer_idx)
+        layer_cls = _DECODER_LAYERS.get(getattr(args, "model_type", ""), DeepseekV3DecoderLayer)
+        self.layer = layer_cls(args, layer_idx=self.layer_idx)
         self.shared_head = SharedHead(args, own_head)
 
     def __call__(
@@ -83,22 +124,28 @@ class MTPModule(nn.Module):
         out_head = self.shared_head.head if "head" in self.shared_head else head
         return out_head(out), h  # [B, T, V], [B, T, H]
 
-    def make_cache(self) -> KVCache:
-        """A trimmable KV cache for the module's attention (one per decode stream)."""
-        return KVCache()
 
-    def checkpoint_weights(self) -> dict[str, mx.array]:
-        """Parameters under DeepSeek-V3's checkpoint names (`model.layers.{N}.*`)."""
-        prefix = f"model.layers.{self.layer_idx}."
-        return {
-            prefix + name.removeprefix("layer."): v for name, v in tree_flatten(self.parameters())
-        }
+def mtp_class(model_type: str) -> type[nn.Module] | None:
+    """The MTP module class of a model family, None for a family without one."""
+    if model_type in _DECODER_LAYERS:
+        return MTPModule
+    if model_type == "qwen3_next":
+        from specdec.model.mtp_qwen3_next import Qwen3NextMTP
+
+        return Qwen3NextMTP
+    return None
 
 
-def _module_name(key: str, prefix: str) -> str:
+def target_io(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """The main model's token embedding and output head, which every MTP layout shares."""
+    embed = model.model.embed_tokens
+    return embed, (model.lm_head if "lm_head" in model else embed.as_linear)
+
+
+def _module_name(key: str, prefix: str, own_parts: tuple[str, ...]) -> str:
     """`model.layers.N.self_attn.x` -> `layer.self_attn.x`; `model.layers.N.enorm.w` -> `enorm.w`."""
     rest = key[len(prefix) :]
-    return rest if rest.startswith(_OWN_PARTS) else "layer." + rest
+    return rest if rest.startswith(own_parts) else "layer." + rest
 
 
 def _quant_params(path: str, module: nn.Module, weights: dict[str, mx.array]) -> dict | bool:
@@ -116,7 +163,7 @@ def load_mtp(
     model: nn.Module,
     with_experts: bool = True,
 ):
-    """Build the MTP module for `model` (an mlx-lm deepseek_v3 Model) from its weights.
+    """Build the MTP module for `model` (an mlx-lm Model of a family `mtp_class` knows).
 
     `model_dir_or_weights` is a model directory (reads `mtp.safetensors`, returns None when the
     directory has none) or a dict keyed by full checkpoint names (keys of other layers are
@@ -125,7 +172,10 @@ def load_mtp(
     caller swaps `mtp.layer.mlp.switch_mlp` for a streamed one (its placeholder weights are
     lazy and never evaluated).
     """
-    args: ModelArgs = model.args
+    args = model.args
+    cls = mtp_class(getattr(args, "model_type", ""))
+    if cls is None:
+        return None
     prefix = f"model.layers.{args.num_hidden_layers}."
     if isinstance(model_dir_or_weights, dict):
         raw = model_dir_or_weights
@@ -137,13 +187,13 @@ def load_mtp(
     # DeepSeek-V3's HF checkpoint also stores `embed_tokens` under the MTP prefix: a copy of
     # the main embedding, which this module takes from the main model instead.
     weights = {
-        _module_name(k, prefix): v
+        _module_name(k, prefix, cls.own_parts): v
         for k, v in raw.items()
         if k.startswith(prefix) and not k.startswith(prefix + "embed_tokens.")
     }
     if not weights:
         return None
-    mtp = MTPModule(args, own_head="shared_head.head.weight" in weights)
+    mtp = cls(args, own_head=cls.own_head_key in weights)
     if any(k.endswith(".scales") for k in weights):
         nn.quantize(mtp, class_predicate=lambda p, m: _quant_params(p, m, weights))
     missing = {k for k, _ in tree_flatten(mtp.parameters())} - set(weights)
@@ -159,7 +209,7 @@ def load_mtp(
     return mtp
 
 
-def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> None:
+def save_with_mtp(out: Path, model: nn.Module, mtp: nn.Module, config: dict) -> None:
     """Write an mlx-lm model directory: model.safetensors, mtp.safetensors and config.json, each
     under a temporary name first, so a killed export never leaves a half-written file."""
     import json
@@ -178,7 +228,7 @@ def save_with_mtp(out: Path, model: nn.Module, mtp: MTPModule, config: dict) -> 
     durable_replace(tmp, out / "config.json")
 
 
-def quantize_with_mtp(model: nn.Module, mtp: MTPModule, config: dict, group_size: int, bits: int):
+def quantize_with_mtp(model: nn.Module, mtp: nn.Module, config: dict, group_size: int, bits: int):
     """Quantize a model and its MTP module as `mlx_lm.convert -q` does (affine, every layer
     whose input width the group divides); returns (model, config with `quantization`)."""
     from mlx_lm.utils import quantize_model

@@ -1,4 +1,7 @@
-"""`mtp`: DeepSeek-V3's multi-token-prediction module as the drafter (its experts stream)."""
+"""`mtp`: the model's multi-token-prediction module as the drafter (its experts stream).
+
+Layouts: DeepSeek-V3's (deepseek_v3, deepseek_v32, kimi_k25, glm4_moe) and Qwen3-Next's
+(specdec.model.mtp_class)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, r
 from specdec.decode.sampling import Verdict
 from specdec.decode.state import DecodeState
 from specdec.errors import SpecdecError
+from specdec.model.mtp import target_io
 
 
 @register
 class MTPDrafter(Drafter):
-    """DeepSeek-V3 MTP: position i's hidden state and token i+1 predict token i+2.
+    """MTP: position i's hidden state and token i+1 predict token i+2.
 
     After each pass the module first catches up on the newly committed positions (hidden states
     of the verify pass, rows 0..accepted), which gives the first draft; further drafts chain the
@@ -29,7 +33,7 @@ class MTPDrafter(Drafter):
 
     def __init__(self, mtp, model):
         self.mtp = mtp
-        self.embed, self.head = model.model.embed_tokens, model.lm_head  # shared, as in DeepSeek-V3
+        self.embed, self.head = target_io(model)  # shared with the main model in every layout
         self.cache = None
         self.pending: tuple[mx.array, list[int]] | None = None  # (hidden [1,T,H], next tokens)
         self.chained = 0
