@@ -8,9 +8,10 @@ varies across tokens), optionally quantizes the whole model the way `mlx_lm.conv
 `mlx_lm.load(OUT_DIR)` opens it. The tokenizer is a byte-level BPE trained here with `tokenizers`
 on a few stdlib sources; nothing comes from a hub.
 
-DeepSeek-V3 checkpoints also get `mtp.safetensors`: one random MTP layer stored as
-`model.layers.{num_hidden_layers}.*` (enorm, hnorm, eh_proj, shared_head.norm and a full MoE
-decoder layer with stacked `mlp.switch_mlp` experts), as in the Hugging Face checkpoint.
+DeepSeek-V3 and GLM-4.5 (glm4_moe) checkpoints also get `mtp.safetensors`: one random MTP layer
+of the family's layout (model/mtp.py) stored as `model.layers.{num_hidden_layers}.*` (for
+DeepSeek-V3's layout enorm, hnorm, eh_proj, shared_head.norm and a full MoE decoder layer with
+stacked `mlp.switch_mlp` experts), as in the Hugging Face checkpoint.
 mlx-lm's loader ignores the file (it only reads model*.safetensors); `specdec pack` packs it.
 
 Python: `make_random("qwen3_moe", "/tmp/q", bits=4)`. Real dimensions (`--like PRESET`):
@@ -125,7 +126,7 @@ FAMILIES["deepseek_v32"] = {
     "index_n_heads": 4,
     "index_topk": 64,
 }
-MTP_FAMILIES = ("deepseek_v3",)
+MTP_FAMILIES = ("deepseek_v3", "glm4_moe")  # families whose random checkpoints get MTP
 
 
 def family_config(family: str) -> dict[str, Any]:
@@ -205,10 +206,10 @@ def _quantize(model: nn.Module, config: dict, bits: int) -> dict:
 
 
 def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
-    """One random DeepSeek-V3 MTP layer, named as in the HF checkpoint (model.layers.{N}.*)."""
-    from specdec.model.mtp import MTPModule
+    """One random MTP layer of the family's layout, under our stored names (model.layers.{N}.*)."""
+    from specdec.model.mtp import mtp_class
 
-    mtp = MTPModule(args)
+    mtp = mtp_class(config["model_type"])(args)
     _randomize(mtp, key)
     if bits is not None:
         _quantize(mtp, copy.deepcopy(config), bits)
