@@ -172,6 +172,12 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "config.json: other MoE layers": lambda c: edit_config(c["packed"], first_k_dense_replace=0),
     "config.json is not JSON": lambda c: (c["packed"] / "config.json").write_text("{"),
     "unknown model family": lambda c: edit_config(c["packed"], model_type="olmoe"),
+    "extract-mtp: a family without an MTP layout": lambda c: edit_config(
+        c["packed"], model_type="mixtral"
+    ),
+    "extract-mtp: a checkpoint without its MTP layer": lambda c: (
+        c["packed"] / "mtp.safetensors"
+    ).unlink(),
     "trace: wrong shape": lambda c: save_experts(c["trace"], np.zeros((10, 2), np.int32)),
     "trace: wrong layer count": lambda c: save_experts(c["trace"], np.zeros((10, 3, 4), np.int32)),
     "trace: wrong dtype": lambda c: save_experts(c["trace"], np.zeros((10, 2, 4), np.float32)),
