@@ -15,6 +15,8 @@ Forwards of one pass (shapes from the packed config.json, MoE layers from its ex
   the resident draft model γ − 1 times (its own shape, top-k experts if it is a MoE);
   `lookup`, `oracle` and `none` compute nothing on the device.
 
+Where a layer's state cannot be trimmed (Qwen3-Next), a pass that rejects a draft also runs the
+main model once more over its accepted prefix (decode/rollback.py), modeled as one more forward.
 The prompt's prefill is not part of any pass (as in the records).
 Tests: `pytest tests/test_clock_model.py`.
 """
@@ -92,11 +94,16 @@ class PassClock:
         draft_steps: Sequence,
         verify_steps: Sequence,
         measured_compute_s: float,
+        refeed: tuple[int, Sequence] = (0, ()),
     ) -> ModeledTime:
-        """Modeled seconds of one pass on `profile`, by part."""
+        """Modeled seconds of one pass on `profile`, by part; `refeed`: (positions, steps) of the
+        forward that re-feeds the accepted prefix after a rollback (decode/rollback.py)."""
+        refed, refeed_steps = refeed
         if profile.compute == "measured":
             return measured_time(
-                profile, measured_compute_s, read_steps(draft_steps + verify_steps)
+                profile,
+                measured_compute_s,
+                read_steps([*draft_steps, *verify_steps, *refeed_steps]),
             )
         unions: dict[int, int] = {}
         for s in verify_steps:
@@ -106,6 +113,13 @@ class PassClock:
         # the verify pass runs the drafts plus the last committed token: the last pass of a
         # generation may draft fewer than γ - 1, so γ is taken from what was drafted
         verify = Forward(drafted + 1, context, self.main_layers, unions, read_steps(verify_steps))
-        for shape, fwd in [*forwards, (self.shape, verify)]:
+        forwards = [*forwards, (self.shape, verify)]
+        if refed:
+            again: dict[int, int] = {}
+            for s in refeed_steps:
+                again[s.layer] = again.get(s.layer, 0) + s.union
+            fwd = Forward(refed, context, self.main_layers, again, read_steps(refeed_steps))
+            forwards.append((self.shape, fwd))
+        for shape, fwd in forwards:
             total.add(forward_time(profile, shape, fwd))
         return total

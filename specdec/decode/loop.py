@@ -32,6 +32,7 @@ from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
+from specdec.decode.rollback import CacheMark, can_roll_back, roll_back
 from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
 from specdec.errors import SpecdecError
@@ -104,7 +105,7 @@ class Decode:
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
         cache = make_prompt_cache(sm.model)
-        if cfg.gamma > 1 and not can_trim_prompt_cache(cache):
+        if cfg.gamma > 1 and not can_roll_back(cache):
             raise SpecdecError(
                 f"{sm.config['model_type']}'s KV cache cannot be trimmed, so rejected drafts "
                 "cannot be rolled back: use --gamma 1"
@@ -141,12 +142,15 @@ class Decode:
             with streamer.phase_of("draft"):
                 drafts, q = drafter.propose(st, min(cfg.gamma, left) - 1)
             draft_steps = streamer.drain()
+            mark = CacheMark.before(st.cache)  # None unless a layer's state cannot be trimmed
             with streamer.phase_of("verify"):
                 logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
             verify_steps = streamer.drain()
             verdict = judge(drafts, q, logits, cfg.temp, st.rng)
-            if len(drafts) > verdict.accepted:  # roll the KV cache back past rejected drafts
-                trim_prompt_cache(st.cache, len(drafts) - verdict.accepted)
+            keep = [y, *drafts[: verdict.accepted]]
+            with streamer.phase_of("rollback"):  # the cache back past rejected drafts
+                refed = roll_back(st, mark, len(drafts) + 1, keep, drafter.needs_hidden)
+            refeed_steps = streamer.drain()
             drafter.commit(st, drafts, verdict)
             tokens = verdict.tokens  # at most the tokens left: drafts were capped above
             if self.eos_ids & set(tokens):
@@ -154,7 +158,14 @@ class Decode:
             st.tokens += tokens
             y = tokens[-1]
             yield self._record(
-                n_pass, drafts, verdict.accepted, tokens, draft_steps, verify_steps, start
+                n_pass,
+                drafts,
+                verdict.accepted,
+                tokens,
+                draft_steps,
+                verify_steps,
+                start,
+                (refed, refeed_steps),
             )
             n_pass += 1
 
@@ -195,8 +206,11 @@ class Decode:
             stats.read_s,
         )
 
-    def _record(self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start):
-        """The pass's record; `start`: `_clocks()` when the pass began."""
+    def _record(
+        self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start, refeed=(0, [])
+    ):
+        """The pass's record; `start`: `_clocks()` when the pass began; `refeed`: positions fed
+        again after a rollback (rollback.py) and their steps."""
         stats = self.sm.streamer.reader.stats
         t0, blocked0, reads0, context, read_s0 = start
         wall = time.perf_counter() - t0
@@ -209,6 +223,7 @@ class Decode:
                 draft_steps=draft_steps,
                 verify_steps=verify_steps,
                 measured_compute_s=wall - blocked,
+                refeed=refeed,
             )
             for p in self.profiles
         }
@@ -220,6 +235,7 @@ class Decode:
             tokens=tokens,
             draft_steps=draft_steps,
             verify_steps=verify_steps,
+            refeed=refeed,
             wall_s=wall,
             blocked_s=blocked,
             reads=reads,

@@ -65,6 +65,10 @@ class PassRecord:
     read_s: float = 0.0  # wall time with a read in flight (overlapped with compute or blocked)
     peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the pass
     routing: dict[str, list[list[int]]] = field(default_factory=dict)  # verify: [γ][k] per layer
+    # positions fed again after a rejection where a layer's state cannot be trimmed
+    # (decode/rollback.py: Qwen3-Next's gated delta-net), and what that forward read
+    refed: int = 0
+    refeed_bytes_read: int = 0
 
     @classmethod
     def build(
@@ -83,8 +87,10 @@ class PassRecord:
         modeled: dict[str, ModeledTime],
         read_s: float = 0.0,
         peak_rss_bytes: int = 0,
+        refeed: tuple[int, list[LayerStep]] = (0, []),
     ) -> PassRecord:
-        steps = draft_steps + verify_steps
+        refed, refeed_steps = refeed
+        steps = draft_steps + verify_steps + refeed_steps
         misses = sum(s.misses for s in steps)
         accesses = sum(s.union for s in steps)
         return cls(
@@ -115,11 +121,13 @@ class PassRecord:
             modeled_version=MODELED_VERSION,
             read_s=read_s,
             peak_rss_bytes=peak_rss_bytes,
+            refed=refed,
+            refeed_bytes_read=sum(s.bytes_read for s in refeed_steps),
         )
 
     @property
     def bytes_read(self) -> int:
-        return self.draft_bytes_read + self.verify_bytes_read
+        return self.draft_bytes_read + self.verify_bytes_read + self.refeed_bytes_read
 
     @classmethod
     def from_row(cls, row: dict, where: str) -> PassRecord:

@@ -126,7 +126,7 @@ FAMILIES["deepseek_v32"] = {
     "index_n_heads": 4,
     "index_topk": 64,
 }
-MTP_FAMILIES = ("deepseek_v3", "glm4_moe")  # families whose random checkpoints get MTP
+MTP_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next")  # random checkpoints with MTP
 
 
 def family_config(family: str) -> dict[str, Any]:

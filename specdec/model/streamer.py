@@ -35,7 +35,7 @@ class LayerStep:
     union: int  # distinct experts selected by the call's positions
     misses: int
     bytes_read: int  # misses and lookahead prefetches started by this step
-    phase: str  # "verify", "draft" or "prefill"
+    phase: str  # "verify", "draft", "prefill" or "rollback" (decode/rollback.py)
     prefetched: int = 0  # blocks this step started reading for a later layer (lookahead)
     synced: bool = True  # False: replayed after the token (device slot tables, no host sync)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from mlx_lm.models.cache import trim_prompt_cache
 
 from specdec.decode.drafters.registry import Drafter, register, stack_q
+from specdec.decode.rollback import CacheMark, roll_back
 from specdec.decode.state import DecodeState, forward
 
 
@@ -18,11 +18,12 @@ class SelfDrafter(Drafter):
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         drafts, qs, tok = [], [], st.tokens[-1]
+        mark = CacheMark.before(st.cache)
         with st.sm.streamer.phase_of("draft", resident_only=True):
             for _ in range(n):
                 tok, q = st.pick(forward(st, [tok], False)[-1])
                 drafts.append(tok)
                 qs.append(q)
-        if n:
-            trim_prompt_cache(st.cache, n)  # draft KV was computed without the missing experts
+        # the draft positions were computed without the missing experts: forget them all
+        roll_back(st, mark, n, [], False)
         return drafts, stack_q(qs)

@@ -1,0 +1,76 @@
+"""Rolling the main model's cache back past rejected drafts, for caches that cannot be trimmed.
+
+    mark = CacheMark.before(st.cache)      # before the verify pass (None: all trimmable)
+    ... verify [y, d1..dn], judge: accepted a < n ...
+    refed = roll_back(st, mark, fed=n + 1, keep=[y, d1..da], want_hidden)
+
+A KV cache is trimmed. Qwen3-Next's gated delta-net layers keep a recurrent state (mlx-lm's
+ArraysCache: the conv window and the delta-rule state) that folds every position in and cannot
+be trimmed. Their state before the verify pass is kept (MLX arrays are immutable and the layer
+rebinds its cache entries, so keeping references is a snapshot; a few MB per layer at real size,
+no copy); on a rejection every layer goes back to before the pass (KV caches trimmed by the
+whole pass, states restored) and the accepted prefix [y, d1..da] is fed again in one forward.
+
+Cost, only in passes that reject a draft: one more main-model forward over accepted + 1
+positions; its expert accesses are a subset of the verify pass's union, so they hit unless the
+verify itself evicted them (a tight budget), and the records count them (`refed`,
+`refeed_bytes_read`). A pass that accepts every draft costs nothing extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlx_lm.models.cache import ArraysCache, can_trim_prompt_cache, trim_prompt_cache
+
+from specdec.decode.state import DecodeState, forward
+
+
+def can_roll_back(cache: list) -> bool:
+    """Whether rejected drafts can be undone: every layer's cache trims, or is a state kept by
+    reference (ArraysCache)."""
+    return all(c.is_trimmable() or isinstance(c, ArraysCache) for c in cache)
+
+
+@dataclass(frozen=True)
+class CacheMark:
+    """The untrimmable layers' states at one point: {layer index: ArraysCache.state}."""
+
+    states: dict[int, tuple]
+
+    @classmethod
+    def before(cls, cache: list) -> CacheMark | None:
+        """A mark to return to, or None when every layer trims (nothing to keep)."""
+        if can_trim_prompt_cache(cache):
+            return None
+        return cls({i: _kept(c.state) for i, c in enumerate(cache) if not c.is_trimmable()})
+
+    def restore(self, cache: list, fed: int) -> None:
+        """Every layer back to the mark: the last `fed` positions trimmed or forgotten."""
+        for i, c in enumerate(cache):
+            if i in self.states:
+                c.state = _kept(self.states[i])
+            else:
+                c.trim(fed)
+
+
+def _kept(state: tuple) -> tuple:
+    """(entries, left_padding, lengths) with the entry list copied: the layer assigns into it."""
+    entries, *rest = state
+    return (list(entries), *rest)
+
+
+def roll_back(
+    st: DecodeState, mark: CacheMark | None, fed: int, keep: list[int], want_hidden: bool
+) -> int:
+    """Forget the rejected positions of the last `fed`; returns the positions fed again."""
+    rejected = fed - len(keep)
+    if rejected <= 0:
+        return 0
+    if mark is None:
+        trim_prompt_cache(st.cache, rejected)
+        return 0
+    mark.restore(st.cache, fed)
+    if keep:
+        forward(st, keep, want_hidden)  # st.hidden: rows for `keep`, as the drafter reads them
+    return len(keep)
