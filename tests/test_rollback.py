@@ -99,3 +99,45 @@ def test_speculation_rolls_back_losslessly(target, drafter, gamma):
     assert res.summary["misses"] > 0
     total = sum(r.draft_bytes_read + r.verify_bytes_read + r.refeed_bytes_read for r in res.records)
     assert total == sum(r.bytes_read for r in res.records)
+
+
+def test_deepseek_v41_window_cache_restores_exactly():
+    """deepseek_v41's LayerCache drops window rows (untrimmable): the mark restores it exactly."""
+    from mlx_lm.models import deepseek_v41
+
+    from specdec.model.random_models import _randomize
+
+    args = deepseek_v41.ModelArgs.from_dict(
+        {
+            "model_type": "deepseek_v41",
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "moe_intermediate_size": 64,
+            "n_routed_experts": 16,
+            "num_experts_per_tok": 4,
+            "head_dim": 64,
+            "q_lora_rank": 64,
+            "qk_rope_head_dim": 16,
+            "o_groups": 2,
+            "o_lora_rank": 64,
+            "sliding_window": 8,
+            "hc_mult": 2,
+            "hc_sinkhorn_iters": 3,
+            "rms_norm_eps": 1e-6,
+        }
+    )
+    model = deepseek_v41.Model(args)
+    _randomize(model, mx.random.key(0))
+    prompt = mx.array([list(range(1, 13))])  # 12 positions: past the 8-row window
+    cache = model.make_cache()
+    assert can_roll_back(cache) and not cache[0].is_trimmable()
+    model(prompt, cache=cache)
+    mark = CacheMark.before(cache)
+    model(mx.array([[5, 6, 7]]), cache=cache)
+    mark.restore(cache, 3)
+    after = model(mx.array([[9]]), cache=cache)[0, -1]
+    plain = model.make_cache()
+    model(prompt, cache=plain)
+    assert mx.array_equal(after, model(mx.array([[9]]), cache=plain)[0, -1]).item()
