@@ -1,7 +1,8 @@
 """Drafters: each proposes γ−1 tokens per pass (with their distributions when sampling).
 
     none         γ = 1, plain decoding                                          (none.py)
-    mtp          the model's MTP module (DeepSeek-V3, GLM-4.5, Qwen3-Next layouts), chained for γ−1 > 1; its experts stream  (mtp.py)
+    mtp          the model's MTP module (DeepSeek-V3, GLM-4.5 or Qwen3-Next layout);
+                 chained for γ−1 > 1; its experts stream                        (mtp.py)
     self         the target restricted to resident experts; reads nothing        (self_draft.py)
     draft:PATH   a small resident mlx-lm model with the same tokenizer            (draft_model.py)
     lookup       prompt / n-gram lookup, no model                                (lookup.py)
