@@ -141,3 +141,17 @@ def test_deepseek_v41_window_cache_restores_exactly():
     plain = model.make_cache()
     model(prompt, cache=plain)
     assert mx.array_equal(after, model(mx.array([[9]]), cache=plain)[0, -1]).item()
+
+
+def test_a_wrapped_sliding_window_is_refused_not_corrupted():
+    """A RotatingKVCache writes into its arrays once full: no mark by reference, a clear error."""
+    from mlx_lm.models.cache import RotatingKVCache
+
+    from specdec.errors import SpecdecError
+
+    cache = [RotatingKVCache(max_size=4)]
+    kv = mx.zeros((1, 2, 6, 8))  # [B, heads, T, D]: past the 4-row window
+    cache[0].update_and_fetch(kv, kv)
+    assert not can_roll_back(cache)
+    with pytest.raises(SpecdecError, match="can no longer be trimmed"):
+        CacheMark.before(cache)

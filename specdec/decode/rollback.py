@@ -27,6 +27,7 @@ from mlx_lm.models.cache import ArraysCache, can_trim_prompt_cache, trim_prompt_
 from mlx_lm.models.deepseek_v41 import LayerCache
 
 from specdec.decode.state import DecodeState, forward
+from specdec.errors import SpecdecError
 
 # Caches whose updates only rebind attributes (ArraysCache assigns list entries), so their
 # attribute values are a snapshot. A cache that writes into its arrays (KVCache, a full
@@ -50,6 +51,12 @@ class CacheMark:
         """A mark to return to, or None when every layer trims (nothing to keep)."""
         if can_trim_prompt_cache(cache):
             return None
+        if not can_roll_back(cache):  # e.g. a sliding-window cache that has wrapped around
+            kinds = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
+            raise SpecdecError(
+                f"the cache ({', '.join(kinds)}) can no longer be trimmed (a sliding window "
+                "that has filled), so rejected drafts cannot be rolled back: use --gamma 1"
+            )
         return cls({i: _kept(vars(c)) for i, c in enumerate(cache) if not c.is_trimmable()})
 
     def restore(self, cache: list, fed: int) -> None:
