@@ -1,7 +1,8 @@
-"""MTP beyond DeepSeek-V3: the GLM-4.5 (glm4_moe) MTP layer streamed, lossless and recorded.
+"""MTP beyond DeepSeek-V3: GLM-4.5's and Qwen3-Next's MTP layers streamed, lossless, recorded.
 
-A random glm4_moe checkpoint (mlx-lm's own classes, 4-bit) carries a random MTP layer of GLM's
-layout (mtp.safetensors). Loaded with a budget that forces reads: its streamed MTP logits equal
+A random glm4_moe / qwen3_next checkpoint (mlx-lm's own classes, 4-bit) carries a random MTP
+layer of the family's layout (mtp.safetensors); Qwen3-Next's rejected drafts are rolled back
+(decode/rollback.py). Loaded with a budget that forces reads: its streamed MTP logits equal
 the resident module's, greedy speculation with the MTP drafter at γ 2 and 4 equals mlx-lm's
 plain greedy, the drafts equal a full recomputation, and the MTP layer's expert reads land in
 the records' draft phase.
@@ -25,7 +26,7 @@ N_TOKENS = 48
 BITS = 4
 
 
-@pytest.fixture(scope="module", params=["glm4_moe"])
+@pytest.fixture(scope="module", params=["glm4_moe", "qwen3_next"])
 def target(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"mtp-{request.param}")
     mp = pytest.MonkeyPatch()

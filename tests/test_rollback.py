@@ -19,44 +19,16 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.rollback import CacheMark, can_roll_back
 from specdec.decode.run import generate
-from specdec.model import families, random_models
 from specdec.model.loader import load
 from specdec.model.mtp_qwen3_next import Qwen3NextMTP
 from tests.helpers import random_checkpoint
 
 N_TOKENS = 40
-QWEN3_NEXT = {
-    "intermediate_size": 128,
-    "moe_intermediate_size": 64,
-    "num_experts": 16,
-    "head_dim": 16,
-    "linear_num_value_heads": 4,
-    "linear_num_key_heads": 2,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "linear_conv_kernel_dim": 4,
-    "decoder_sparse_step": 1,
-    "shared_expert_intermediate_size": 64,
-    "mlp_only_layers": [],
-    "partial_rotary_factor": 0.5,
-    "full_attention_interval": 2,
-    "norm_topk_prob": True,
-}
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    # qwen3_next streams from issue 15's family work; until that lands here, this test adds
-    # its adapter (Qwen3-Next routes as qwen3_moe does) and its tiny config itself.
-    if "qwen3_next" not in families.FAMILIES:
-        mp.setitem(
-            families.FAMILIES,
-            "qwen3_next",
-            families.Family("qwen3_next", "mlp", families._route_qwen3),
-        )
-    if "qwen3_next" not in random_models.FAMILIES:
-        mp.setitem(random_models.FAMILIES, "qwen3_next", QWEN3_NEXT)
     root = tmp_path_factory.mktemp("rollback")
     mp.setenv("SPECDEC_CACHE", str(root / "cache"))
     src = random_checkpoint(root, "qwen3_next", 4)

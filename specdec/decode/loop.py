@@ -32,7 +32,7 @@ from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
-from specdec.decode.rollback import CacheMark, can_roll_back, roll_back
+from specdec.decode.rollback import CacheMark, roll_back
 from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
 from specdec.errors import SpecdecError
@@ -104,12 +104,8 @@ class Decode:
             raise SpecdecError("the prompt is empty: give at least one token")
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
+        sm.check_speculation(cfg.gamma)
         cache = make_prompt_cache(sm.model)
-        if cfg.gamma > 1 and not can_roll_back(cache):
-            raise SpecdecError(
-                f"{sm.config['model_type']}'s KV cache cannot be trimmed, so rejected drafts "
-                "cannot be rolled back: use --gamma 1"
-            )
         self.st = DecodeState(
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
         )

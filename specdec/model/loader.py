@@ -5,7 +5,8 @@
 
 The model is mlx-lm's own class, built and quantized by mlx-lm's loader from the packed
 directory's `model.safetensors` (every non-routed weight); then each MoE block's `switch_mlp`
-is replaced by a `StreamedSwitchGLU` before any expert weight is materialised, so a 100 GB model
+(found by type, whatever attribute holds it: specdec.model.discover) is replaced by a
+`StreamedSwitchGLU` before any expert weight is materialised, so a 100 GB model
 never touches memory beyond its resident weights and the arena. An mlx-lm directory that is not
 packed yet is packed into a cache directory on first use (SPECDEC_CACHE, default
 ~/.cache/specdec).
@@ -24,12 +25,14 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
+from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.errors import SpecdecError, StoreError
-from specdec.model.families import Family, get_family, moe_blocks
+from specdec.model.discover import model_classes, switch_sites
+from specdec.model.families import Family, get_family
 from specdec.model.stream import StreamConfig
 from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Streamer
@@ -74,6 +77,27 @@ class StreamedModel:
         s.reader.reset_stats()
         s.log.clear()
         s.preload()
+
+    def check_speculation(self, gamma: int) -> None:
+        """γ > 1 needs the rejected drafts rolled back; say why a model cannot.
+
+        The one place this is decided (the decode loop asks here). Caches that cannot be
+        trimmed but only ever rebind their state (linear attention, SSM, conv, deepseek_v41's
+        compressed KV) are restored instead (specdec.decode.rollback)."""
+        if gamma <= 1:
+            return
+        from mlx_lm.models.cache import make_prompt_cache
+
+        from specdec.decode.rollback import can_roll_back  # decode imports this module
+
+        cache = make_prompt_cache(self.model)
+        if not can_roll_back(cache):
+            fixed = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
+            raise SpecdecError(
+                f"{self.config.get('model_type')} keeps state that can be neither trimmed nor "
+                f"restored ({', '.join(fixed)}), so rejected drafts cannot be rolled back: use "
+                f"--gamma 1 (got {gamma})"
+            )
 
     @property
     def top_k(self) -> int:
@@ -173,6 +197,7 @@ def load(
         raise SpecdecError(
             f"{src}/config.json is not a JSON object ({e}); restore it from the original model"
         ) from None
+    model_classes({"model_type": model_type})  # one line for a type mlx-lm does not know
     family = get_family(model_type)
     packed = ensure_packed(src)
     in_use = hold_in_use(packed) if packed != src else None  # a cached copy: not to be removed
@@ -198,7 +223,15 @@ def _load_packed(
         read_safetensors_header(f)
     model, config = load_model(packed, lazy=True, strict=False)
     tokenizer = _load_tokenizer(packed)
-    blocks = moe_blocks(model, family)
+    sites = switch_sites(model)
+    if not sites:
+        raise SpecdecError(
+            f"{packed}: mlx-lm's {family.name} has no SwitchGLU/SwitchMLP layers, so there are "
+            "no routed experts to stream; run a dense model with mlx-lm itself"
+        )
+    blocks = {lid: site.block for lid, site in sites.items()}
+    if lookahead:
+        family.require_route(f"--lookahead {lookahead}")
     n_main = len(model.layers)
     _check_layers(packed, sorted(blocks), n_main, index)
 
@@ -238,9 +271,10 @@ def _load_packed(
             if lookahead and i + lookahead < len(order)
         },
     )
-    for lid, block in blocks.items():
-        _check_experts(packed, lid, block.switch_mlp, index)
-        block.switch_mlp = StreamedSwitchGLU(streamer, lid, block.switch_mlp, block, family.route)
+    for lid, site in sites.items():
+        _check_experts(packed, lid, site.switch, index)
+        streamed_switch = StreamedSwitchGLU(streamer, lid, site.switch, site.block, family.route)
+        setattr(site.owner, site.attr, streamed_switch)
     streamer.preload()
 
     _load_resident_strictly(model, packed, n_main)
@@ -337,8 +371,7 @@ def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None
 def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertIndex) -> None:
     """config.json must describe the experts experts.json packed: count and matrix shapes.
 
-    `original` is the family's SwitchGLU that mlx-lm built from config.json, never evaluated and
-    not quantized (its weights are not in model.safetensors): dense [E, out, in] per projection.
+    `original` is the family's switch module that mlx-lm built from config.json, never evaluated.
     A config edited after packing (expert count, MoE width, hidden size) would otherwise compute
     garbage or fail deep inside a matmul.
     """
@@ -346,9 +379,13 @@ def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertI
     for proj in layout.projections:
         spec, q = layout.tensor(f"{proj}.weight"), layout.quant.get(proj)
         out_dim, cols = spec.shape
-        in_dim = cols * 32 // q.bits if q is not None else cols  # packed uint32 columns
+        module = getattr(original, proj, None)
+        # mlx-lm quantizes a switch projection at load only where config.json names its path
+        # (mixed-precision recipes); else it is dense [E, out, in] and the packed one may not be
+        as_built = isinstance(module, QuantizedSwitchLinear) or q is None
+        in_dim = cols if as_built else cols * 32 // q.bits  # packed uint32 columns
         want = [layout.n_experts, out_dim, in_dim]
-        weight = getattr(getattr(original, proj, None), "weight", None)
+        weight = getattr(module, "weight", None)
         got = None if weight is None else list(weight.shape)
         if got != want:
             raise SpecdecError(
