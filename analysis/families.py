@@ -9,7 +9,9 @@ streams = packs, loads and runs at a 40% budget; exact = streamed logits bit-equ
 resident model and greedy tokens equal to mlx-lm's generate_step; router = the family's router
 adapter picks and weighs as its block does; self-draft = self drafter at γ = 2 gives the plain
 greedy tokens; lookahead = `--lookahead 1` logits bit-equal; trace = `specdec trace record` runs;
-MTP = the loaded model has an MTP module; γ > 1 = its cache can roll back rejected drafts.
+MTP = the loaded model has an MTP module (mlx-lm drops it; `specdec extract-mtp` adds it);
+γ > 1 = its cache can roll back rejected drafts: trimmed, or for state that cannot be trimmed
+(linear attention, SSM, conv, compressed KV) restored and the accepted prefix re-fed.
 Families of the installed mlx-lm with switch layers that make-random does not build are listed
 under the table: they are found by the same type-based discovery but not checked here.
 """
@@ -34,7 +36,9 @@ def _mark(value: bool | None, no: str = "no") -> str:
 
 def row(r) -> list[str]:
     exact = r.worst == 0.0 and r.greedy == r.ref_greedy
-    spec = "yes" if r.can_speculate else "γ = 1 only (state cannot be trimmed)"
+    spec = "yes" if r.can_speculate else "γ = 1 only (state cannot be rolled back)"
+    if r.can_speculate and r.restores:
+        spec = "yes (state restored, prefix re-fed)"
     self_draft = _mark(r.self_draft) if r.can_speculate else "— (γ = 1)"
     if r.router is None:
         self_draft = "no router adapter"

@@ -6,8 +6,7 @@ each row is `case | command | message`; this test reads it, prepares the case's 
 entry point (`specdec.cli.main`, in process: the same code path as the `specdec` script, minus
 the interpreter start) and requires exit status 2, nothing on stderr but
 `specdec: error: <message>` and no traceback. Placeholders: {model} a random DeepSeek-V3
-checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory,
-{window} a random gpt-oss checkpoint (sliding window 16).
+checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory.
 tests/test_store_errors.py checks a few of these through a subprocess (exit code, no traceback).
 """
 
@@ -184,7 +183,6 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "self drafter without a router adapter": lambda c: no_router(c),
     "lookahead without a router adapter": lambda c: no_router(c),
     "trace record without a router adapter": lambda c: no_router(c),
-    "gamma above 1 past a filled sliding window": nothing,
     "trace: wrong shape": lambda c: save_experts(c["trace"], np.zeros((10, 2), np.int32)),
     "trace: wrong layer count": lambda c: save_experts(c["trace"], np.zeros((10, 3, 4), np.int32)),
     "trace: wrong dtype": lambda c: save_experts(c["trace"], np.zeros((10, 2, 4), np.float32)),
@@ -291,9 +289,7 @@ def pristine(tmp_path_factory) -> dict[str, Path]:
     rng = np.random.default_rng(0)
     experts = np.stack([[rng.permutation(16)[:4] for _ in range(2)] for _ in range(10)])
     save_trace(Trace(experts, 16, [8192, 8192], model="random"), root / "trace")
-    window = random_checkpoint(root, "gpt_oss", None)
-    packed = pack(model, root / "packed")
-    return {"model": model, "packed": packed, "trace": root / "trace", "window": window}
+    return {"model": model, "packed": pack(model, root / "packed"), "trace": root / "trace"}
 
 
 def test_every_case_has_a_row_and_a_setup():
@@ -307,7 +303,6 @@ def test_documented_error(pristine, tmp_path, monkeypatch, capsys, case, command
         "model": pristine["model"],
         "packed": Path(shutil.copytree(pristine["packed"], tmp_path / "packed")),
         "trace": Path(shutil.copytree(pristine["trace"], tmp_path / "trace")),
-        "window": pristine["window"],
         "tmp": tmp_path,
         "monkeypatch": monkeypatch,
     }

@@ -4,7 +4,8 @@ adapter, self-draft, lookahead and trace recording work (specdec.model.coverage 
 Run: `pytest tests/test_families.py` (~1 min on 2 cores). Each family's tiny checkpoint is built
 from mlx-lm's own class; streamed logits and greedy tokens are held to the exactness contract
 (tests/helpers.py) against mlx-lm's resident model, at a 40% budget. Families with untrimmable
-caches must refuse γ > 1 in one line; a family without a router adapter streams and decodes, and
+caches speculate by restoring their state (decode/rollback.py: self-draft at γ 2 == plain), and a
+cache that can be neither trimmed nor restored refuses γ > 1 in one line; a family without a router adapter streams and decodes, and
 the features that need one say so; a dense checkpoint is refused in one line.
 """
 
@@ -32,7 +33,6 @@ from tests.helpers import assert_greedy_match, assert_logits_match
 
 ALL = sorted(FAMILIES)
 QUANTIZED = ["deepseek_v41", "gpt_oss", "granitemoe", "qwen3_next"]  # 4-bit: mixed-bit recipes too
-UNTRIMMABLE = {"deepseek_v41", "granitemoehybrid", "jamba", "lfm2_moe", "nemotron_h", "qwen3_next"}
 ASKED_FOR = {  # the issue's list
     "gpt_oss", "qwen3_next", "llama4", "olmoe", "phimoe", "granitemoe", "deepseek_v2",
     "deepseek_v41", "ernie4_5_moe", "dots1", "lfm2_moe", "bailing_moe",
@@ -60,17 +60,26 @@ def test_family_streams_exactly_and_its_features_work(root, tmp_path, monkeypatc
     assert r.router, f"{what}: {r.notes}"
     assert r.trace
     assert_logits_match(r.lookahead_worst, bits, f"{what} lookahead 1")
-    assert r.can_speculate == (family not in UNTRIMMABLE), r.notes
-    assert r.self_draft is (None if family in UNTRIMMABLE else True)
+    # every family, the untrimmable ones (deepseek_v41, the ArraysCache hybrids) by restoring
+    assert r.can_speculate, r.notes
+    assert r.self_draft is True
     assert r.mtp == (family in MTP_FAMILIES)
 
 
-def test_an_untrimmable_family_runs_gamma_1_and_says_why_not_more(root, tmp_path, monkeypatch):
+def test_an_untrimmable_family_speculates_and_an_unrestorable_cache_says_why_not(
+    root, tmp_path, monkeypatch
+):
+    from specdec.decode import rollback
+
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     src = make_random("qwen3_next", tmp_path / "q")
     sm = load(src, budget="50%", with_mtp=False)
     try:
-        assert len(generate(sm, [1, 2, 3], "none", DecodeConfig(1, 4), stop_at_eos=False).tokens)
+        plain = generate(sm, [1, 2, 3], "none", DecodeConfig(1, 6), stop_at_eos=False).tokens
+        sm.reset_cache()
+        spec = generate(sm, [1, 2, 3], "lookup", DecodeConfig(2, 6), stop_at_eos=False).tokens
+        assert spec == plain
+        monkeypatch.setattr(rollback, "_restorable", lambda c: False)  # as a CacheList would be
         with pytest.raises(SpecdecError, match=r"ArraysCache.*use --gamma 1 \(got 2\)"):
             generate(sm, [1, 2, 3], "lookup", DecodeConfig(2, 4), stop_at_eos=False)
     finally:

@@ -115,15 +115,56 @@ def test_deepseek_v41_window_cache_restores_exactly():
     assert mx.array_equal(after, model(mx.array([[9]]), cache=plain)[0, -1]).item()
 
 
-def test_a_wrapped_sliding_window_is_refused_not_corrupted():
-    """A RotatingKVCache writes into its arrays once full: no mark by reference, a clear error."""
+def test_a_wrapped_sliding_window_restores_exactly():
+    """A RotatingKVCache that has wrapped around no longer trims, and writes into its arrays
+    one position at a time: the mark keeps its own handles, so the restore is exact."""
     from mlx_lm.models.cache import RotatingKVCache
+
+    def fed(n: int, start: int) -> mx.array:  # [B, heads, n, D], distinct rows
+        return mx.arange(start, start + n, dtype=mx.float32).reshape(1, 1, n, 1) * mx.ones(
+            (1, 2, 1, 8)
+        )
+
+    marked, plain = RotatingKVCache(max_size=4), RotatingKVCache(max_size=4)
+    for c in (marked, plain):
+        c.update_and_fetch(fed(6, 0), fed(6, 0))  # past the 4-row window
+        for t in (6, 7):  # one row at a time: the window's array now written in place
+            c.update_and_fetch(fed(1, t), fed(1, t))
+    assert not marked.is_trimmable() and can_roll_back([marked])
+    mark = CacheMark.before([marked])
+    for t in (100, 101):  # into the same array, over rows the window still needs
+        marked.update_and_fetch(fed(1, t), fed(1, t))
+    mark.restore([marked], 2)
+    got, _ = marked.update_and_fetch(fed(1, 8), fed(1, 8))
+    want, _ = plain.update_and_fetch(fed(1, 8), fed(1, 8))
+    assert mx.array_equal(got, want).item()
+
+
+def test_a_cache_holding_other_caches_is_refused():
+    from mlx_lm.models.cache import ArraysCache, CacheList, KVCache
 
     from specdec.errors import SpecdecError
 
-    cache = [RotatingKVCache(max_size=4)]
-    kv = mx.zeros((1, 2, 6, 8))  # [B, heads, T, D]: past the 4-row window
-    cache[0].update_and_fetch(kv, kv)
+    cache = [CacheList(ArraysCache(size=1), KVCache())]
     assert not can_roll_back(cache)
-    with pytest.raises(SpecdecError, match="can no longer be trimmed"):
+    with pytest.raises(SpecdecError, match="neither trimmed nor restored"):
         CacheMark.before(cache)
+
+
+@pytest.mark.parametrize("drafter,gamma", [("self", 3), ("oracle:0.6", 4)])
+def test_speculation_past_a_sliding_window_is_lossless(tmp_path, monkeypatch, drafter, gamma):
+    """gpt-oss's sliding-window layers (16 positions here) wrap around within the prompt: from
+    then on they are restored, not trimmed, and greedy speculation still equals plain greedy."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    src = random_checkpoint(tmp_path, "gpt_oss", 4)
+    ref_model, tok = mlx_load(str(src))
+    prompt = tok.encode("import os\nimport sys\n\ndef main(argv):\n    return sorted(set(argv))\n")
+    assert len(prompt) > 16
+    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=24)]
+    sm = load(src, budget="40%", io="buffered")
+    try:
+        res = generate(sm, prompt, drafter, DecodeConfig(gamma=gamma, max_tokens=24))
+        assert res.tokens == ref
+        assert any(r.refed for r in res.records) or drafter == "self"
+    finally:
+        sm.close()

@@ -4,14 +4,16 @@
     ... verify [y, d1..dn], judge: accepted a < n ...
     refed = roll_back(st, mark, fed=n + 1, keep=[y, d1..da], want_hidden)
 
-A KV cache is trimmed. Two cache kinds cannot be: Qwen3-Next's gated delta-net layers keep a
-recurrent state (mlx-lm's ArraysCache: the conv window and the delta-rule state) that folds every
-position in, and deepseek_v41's LayerCache drops window rows and closes compressed groups as
-positions arrive. Both only ever rebind their attributes to new arrays (never write into one), so
-keeping the attribute values before the verify pass is a snapshot by reference (no copy; a few MB
-per layer at real size). On a rejection every layer goes back to before the pass (KV caches
-trimmed by the whole pass, the others restored) and the accepted prefix [y, d1..da] is fed again
-in one forward.
+A KV cache is trimmed. Some caches cannot be: Qwen3-Next's gated delta-net layers (and the other
+hybrids' SSM and conv layers: mlx-lm's ArraysCache) fold every position into a recurrent state,
+deepseek_v41's LayerCache drops window rows and closes compressed groups, and a sliding-window
+RotatingKVCache stops trimming once it has wrapped around. Their state is their attributes, so
+the mark keeps a new handle on each array (`mx.array(a)`: the same data, no copy; a later write
+into the cache's array, as RotatingKVCache makes, leaves the handle's values as they were, MLX
+then copying instead of writing in place). On a rejection every layer goes back to before the
+pass (KV caches trimmed by the whole pass, the others given their attributes back) and the
+accepted prefix [y, d1..da] is fed again in one forward. A cache whose state holds other objects
+(a CacheList of caches) cannot be marked: speculation refuses γ > 1 for it.
 
 Cost, only in passes that reject a draft: one more main-model forward over accepted + 1
 positions; its expert accesses are a subset of the verify pass's union, so they hit unless the
@@ -23,21 +25,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlx_lm.models.cache import ArraysCache, can_trim_prompt_cache, trim_prompt_cache
-from mlx_lm.models.deepseek_v41 import LayerCache
+import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from specdec.decode.state import DecodeState, forward
 from specdec.errors import SpecdecError
 
-# Caches whose updates only rebind attributes (ArraysCache assigns list entries), so their
-# attribute values are a snapshot. A cache that writes into its arrays (KVCache, a full
-# RotatingKVCache) is not one: it must trim, or speculation refuses γ > 1.
-_KEPT_BY_REFERENCE = (ArraysCache, LayerCache)
+_VALUES = (mx.array, int, float, bool, str, type(None))
+
+
+def _restorable(c) -> bool:
+    """A cache whose whole state is arrays and plain values (lists of arrays included)."""
+    return all(
+        isinstance(v, _VALUES) or (isinstance(v, list) and all(isinstance(x, _VALUES) for x in v))
+        for v in vars(c).values()
+    )
 
 
 def can_roll_back(cache: list) -> bool:
-    """Whether rejected drafts can be undone: every layer's cache trims or is kept by reference."""
-    return all(c.is_trimmable() or isinstance(c, _KEPT_BY_REFERENCE) for c in cache)
+    """Whether rejected drafts can be undone: every layer's cache trims or can be restored."""
+    return all(c.is_trimmable() or _restorable(c) for c in cache)
 
 
 @dataclass(frozen=True)
@@ -51,11 +58,11 @@ class CacheMark:
         """A mark to return to, or None when every layer trims (nothing to keep)."""
         if can_trim_prompt_cache(cache):
             return None
-        if not can_roll_back(cache):  # e.g. a sliding-window cache that has wrapped around
+        if not can_roll_back(cache):
             kinds = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
             raise SpecdecError(
-                f"the cache ({', '.join(kinds)}) can no longer be trimmed (a sliding window "
-                "that has filled), so rejected drafts cannot be rolled back: use --gamma 1"
+                f"the cache ({', '.join(kinds)}) can be neither trimmed nor restored, so "
+                "rejected drafts cannot be rolled back: use --gamma 1"
             )
         return cls({i: _kept(vars(c)) for i, c in enumerate(cache) if not c.is_trimmable()})
 
@@ -68,9 +75,16 @@ class CacheMark:
                 c.trim(fed)
 
 
+def _handle(v):
+    """A new handle on an array (same data: a write through the old one does not reach it)."""
+    return mx.array(v) if isinstance(v, mx.array) else v
+
+
 def _kept(attrs: dict) -> dict:
-    """The attribute values, lists copied (ArraysCache assigns into its entry list)."""
-    return {k: list(v) if isinstance(v, list) else v for k, v in attrs.items()}
+    """The attribute values, each array (also in a list) through a new handle."""
+    return {
+        k: [_handle(x) for x in v] if isinstance(v, list) else _handle(v) for k, v in attrs.items()
+    }
 
 
 def roll_back(

@@ -53,6 +53,7 @@ class FamilyReport:
     trace: bool | None = None
     mtp: bool = False
     can_speculate: bool = True
+    restores: bool = False  # γ > 1 by restoring untrimmable state (decode/rollback.py)
     notes: list[str] = field(default_factory=list)
 
 
@@ -158,6 +159,7 @@ def check_family(family: str, root: Path, bits: int | None = None, tokens: int =
     """Run every check on `family`'s tiny random checkpoint (see module doc)."""
     from mlx_lm import load as mlx_load
     from mlx_lm.generate import generate_step
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate, plain_greedy
@@ -182,6 +184,7 @@ def check_family(family: str, root: Path, bits: int | None = None, tokens: int =
         r.greedy = generate(
             sm, PROMPT, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False
         ).tokens
+        r.restores = not can_trim_prompt_cache(make_prompt_cache(sm.model))
         try:
             sm.check_speculation(2)
         except SpecdecError as e:
