@@ -228,3 +228,18 @@ def test_draft_model_forwards_use_the_draft_shape():
     fw = clock.draft_forwards(drafted=2, context=7, steps=())
     assert [s for s, _ in fw] == [draft, draft] and fw[0][1].layers == (0,)
     assert PassClock(main, (0, 1), "none").draft_forwards(3, 7, ()) == []
+
+
+def test_a_rollback_re_feed_is_charged_as_one_more_forward():
+    """Untrimmable caches re-feed the accepted prefix after a rejection (decode/rollback.py)."""
+    from specdec.model.streamer import LayerStep
+
+    clock = PassClock(ModelShape.from_config(SMALL), (0, 1), "none")
+    p = small_profile()
+    verify = [LayerStep(1, 4, 2, 2 * 10**6, "verify")]
+    again = [LayerStep(1, 2, 1, 10**6, "rollback")]
+    kw = dict(drafted=3, context=7, draft_steps=[], verify_steps=verify, measured_compute_s=0.0)
+    plain = clock.modeled(p, **kw)
+    refed = clock.modeled(p, **kw, refeed=(2, again))
+    assert refed.total_s > plain.total_s
+    assert refed.sync_s == 2 * plain.sync_s  # its MoE layer syncs on its router once more
