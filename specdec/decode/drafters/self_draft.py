@@ -7,6 +7,9 @@ from mlx_lm.models.cache import trim_prompt_cache
 
 from specdec.decode.drafters.registry import Drafter, register, stack_q
 from specdec.decode.state import DecodeState, forward
+from specdec.model.steplog import Call
+
+RESIDENT_DRAFT = Call("draft", resident_only=True)  # experts not resident are dropped
 
 
 @register
@@ -18,11 +21,10 @@ class SelfDrafter(Drafter):
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         drafts, qs, tok = [], [], st.tokens[-1]
-        with st.sm.streamer.phase_of("draft", resident_only=True):
-            for _ in range(n):
-                tok, q = st.pick(forward(st, [tok], False)[-1])
-                drafts.append(tok)
-                qs.append(q)
+        for _ in range(n):
+            tok, q = st.pick(forward(st, [tok], False, RESIDENT_DRAFT)[-1])
+            drafts.append(tok)
+            qs.append(q)
         if n:
             trim_prompt_cache(st.cache, n)  # draft KV was computed without the missing experts
         return drafts, stack_q(qs)
