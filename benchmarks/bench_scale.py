@@ -121,7 +121,7 @@ from specdec.decode.run import generate
 from specdec.decode.loop import DecodeConfig
 sm = load({packed!r}, budget="100%")
 seen = {{}}
-sm.streamer.recorder = lambda layer, idx, phase: phase == "verify" and seen.setdefault(layer, []).append(set(idx.reshape(-1).tolist()))
+sm.streamer.log.observers.append(lambda layer, idx, phase: phase == "verify" and seen.setdefault(layer, []).append(set(idx.reshape(-1).tolist())))
 generate(sm, sm.encode({prompt!r}), "none", DecodeConfig(1, {n}))
 k, e = sm.top_k, sm.streamer.index.layers[sm.main_moe_layers[0]].n_experts
 pairs = [len(a & b) / k for rows in seen.values() for a, b in zip(rows, rows[1:])]

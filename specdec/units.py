@@ -1,9 +1,12 @@
-"""Parsing and printing of sizes: budgets are written `512MiB`, `2GB`, `1000000` or `96slots`."""
+"""Parsing and printing of sizes. A cache budget is written `512MiB`, `2GB`, `1000000`, `96slots`
+or `25%` (of the model's routed experts); `Budget.parse` reads it once, where it enters (the
+command line, Hydra's `cache.budget`, `load`'s keywords), and the typed value travels from there.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from specdec.errors import BudgetError
 
@@ -27,18 +30,45 @@ MAX_BUDGET = 1 << 62  # beyond any machine; keeps slot and byte counts inside in
 
 @dataclass(frozen=True)
 class Budget:
-    """A cache budget: either a byte count or a slot count (exactly one is set)."""
+    """A cache budget: a byte count, a slot count or a share of the routed experts (exactly one
+    is set), and the text it was written as (what messages quote)."""
 
     nbytes: int | None = None
     slots: int | None = None
+    percent: float | None = None  # 0 < p <= 100, of every routed expert of the model
+    text: str = field(default="", compare=False)
+
+    @classmethod
+    def parse(cls, value: str | int | Budget) -> Budget:
+        """`'25%'` -> Budget(percent=25.0); bytes and slots as parse_budget reads them."""
+        if isinstance(value, Budget):
+            return value
+        text = str(value).strip()
+        if text.endswith("%"):
+            return cls(percent=parse_percent(text), text=str(value))
+        return replace(parse_budget(value if isinstance(value, int) else text), text=str(value))
 
     def to_slots(self, slot_bytes: int) -> int:
-        """Number of whole slots of `slot_bytes` that fit."""
+        """Number of whole slots of `slot_bytes` that fit (a byte or slot budget)."""
+        if self.percent is not None:
+            raise BudgetError(
+                f"budget {self}: a share of the experts needs a model; give bytes or slots here"
+            )
         if self.slots is not None:
             return self.slots
         return int(self.nbytes // slot_bytes)
 
+    def slots_of(self, slot_bytes: int, n_experts: int) -> int:
+        """Slots the budget asks for in a model of `n_experts` routed experts of `slot_bytes`."""
+        if self.percent is not None:
+            return int(n_experts * self.percent / 100)
+        return self.to_slots(slot_bytes)
+
     def __str__(self) -> str:
+        if self.text:
+            return self.text
+        if self.percent is not None:
+            return f"{self.percent:g}%"
         return f"{self.slots}slots" if self.slots is not None else format_bytes(self.nbytes)
 
 

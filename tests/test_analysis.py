@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis import eviction, read_path, speculation, union_cost
+from analysis import eviction, read_path, readme, scale, speculation, union_cost
 from specdec.probes.eviction import eviction_table
 from specdec.trace.synthetic import synthetic_trace
 
@@ -33,6 +33,42 @@ def test_union_cost_reproduces_the_readme_table(capsys):
     assert union_cost.main([]) == 0
     rows = _rows(capsys.readouterr().out)
     assert len(rows) == 4 and all(r in README for r in rows)
+
+
+def test_readme_tables_whose_inputs_are_in_git_reproduce_byte_for_byte(capsys):
+    """union_cost needs no input and scale reads benchmarks/results/scale.json, both in git."""
+    assert readme.main(["--check", "--only", "union_cost,scale", "--strict"]) == 0
+    assert capsys.readouterr().out.startswith("2 tables reproduce, 0 differ, 0 not checked")
+
+
+def test_readme_check_finds_a_changed_table_and_write_mends_it(tmp_path, capsys):
+    table = union_cost.table(union_cost.parse_union(union_cost.QUESTION), 8).rstrip("\n")
+    good = f"# t\n<!-- table: python -m analysis.union_cost -->\n{table}\n<!-- /table -->\nend\n"
+    doc = tmp_path / "README.md"
+    doc.write_text(good.replace("1.83x", "1.84x"))
+    assert readme.main(["--check", "--readme", str(doc)]) == 1
+    assert "1 differ" in capsys.readouterr().out and "1.84x" in doc.read_text()
+    assert readme.main(["--write", "--readme", str(doc)]) == 0
+    assert doc.read_text() == good
+    assert readme.main(["--check", "--readme", str(doc)]) == 0
+
+
+def test_readme_check_says_which_inputs_are_missing(tmp_path, capsys):
+    doc = tmp_path / "README.md"
+    missing = tmp_path / "no-such-sweep"
+    doc.write_text(
+        f"<!-- table: python -m analysis.eviction {missing} -->\n| x |\n<!-- /table -->\n"
+    )
+    assert readme.main(["--check", "--readme", str(doc)]) == 0
+    assert "1 not checked" in capsys.readouterr().out
+    assert readme.main(["--check", "--readme", str(doc), "--strict"]) == 1
+
+
+def test_scale_table_marks_runs_that_differ(capsys):
+    result = json.loads((ROOT / "benchmarks" / "results" / "scale.json").read_text())
+    result["small"]["runs"][0]["equals_mlx_lm"] = False
+    rows = _rows(scale.table(result))
+    assert rows[1].endswith("| differ from mlx-lm |") and rows[2].endswith("| = mlx-lm |")
 
 
 def test_eviction_table_from_a_probe_directory(tmp_path, capsys):

@@ -43,11 +43,12 @@ def syncs(monkeypatch):
 def _decode(sm, prompt, drafter="none", gamma=1, n=24, eos=frozenset()):
     """Tokens, records (steps and counts) and recorder calls of one decode."""
     seen = []
-    sm.streamer.recorder = lambda layer, idx, phase: seen.append((layer, idx.tolist(), phase))
     run = Decode(sm, prompt, DrafterSpec.parse(drafter).build(sm), DecodeConfig(gamma, n), (), eos)
     keep = ("tokens", "union", "misses", "draft_union", "accesses", "hits", "reads")
-    recs = [[getattr(r, k) for k in keep] + [r.verify_bytes_read] for r in run.passes()]
-    sm.streamer.recorder = None
+    with sm.streamer.log.watching(
+        lambda layer, idx, phase: seen.append((layer, idx.tolist(), phase))
+    ):
+        recs = [[getattr(r, k) for k in keep] + [r.verify_bytes_read] for r in run.passes()]
     return run.generated, recs, seen, sm.streamer.cache.stats()
 
 
@@ -55,7 +56,7 @@ def _both(ckpt, fn, **load_kw):
     out = []
     for tables in (True, False):
         sm = load(ckpt, io="buffered", with_mtp=False, **load_kw)
-        sm.streamer.device_tables = tables
+        sm.streamer.source.device_tables = tables
         try:
             out.append(fn(sm))
         finally:
@@ -96,10 +97,10 @@ def test_pinned_layer_runs_on_its_table_among_synced_layers(ckpt, syncs):
     def run(sm):
         cache = make_prompt_cache(sm.model)
         seen = []
-        sm.streamer.recorder = lambda layer, idx, phase: seen.append((layer, idx.tolist()))
-        logits = [resident_logits(sm.model, list(range(30, 46)), cache)]
-        for t in (5, 9, 300, 7):
-            logits.append(resident_logits(sm.model, [t], cache))
+        with sm.streamer.log.watching(lambda layer, idx, phase: seen.append((layer, idx.tolist()))):
+            logits = [resident_logits(sm.model, list(range(30, 46)), cache)]
+            for t in (5, 9, 300, 7):
+                logits.append(resident_logits(sm.model, [t], cache))
         steps = [(s.layer, s.union, s.misses, s.bytes_read) for s in sm.streamer.drain()]
         return np.concatenate(logits), steps, seen, sm.streamer.cache.stats()
 

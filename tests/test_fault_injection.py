@@ -88,7 +88,7 @@ def streamed_lookahead(ckpt):
 def assert_slots_hold_their_blocks(sm) -> None:
     """Every resident key's slot holds exactly its block (crc32 against the index)."""
     s = sm.streamer
-    s._settle(list(s.inflight))  # lookahead reads still landing (what a hit would wait for)
+    s.source.settle_all()  # lookahead reads still landing (what a hit would wait for)
     for key in s.cache.resident_keys():
         layer, expert = divmod(key, s.key_stride)
         layout = s.index.layers[layer]
@@ -147,7 +147,7 @@ def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed_lookahe
     sm, ref_model, faults = streamed_lookahead
     sm.reset_cache()
     s = sm.streamer
-    before = s.prefetch_failures
+    before = s.source.prefetch_failures
     tokens = [5]  # one position: its top-4 leaves room in 6 slots for lookahead reads
     faults.plan = {(2, e): ("persistent", 1) for e in range(16)}
     try:
@@ -155,7 +155,9 @@ def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed_lookahe
             logits(sm.model, tokens)
     finally:
         faults.plan = {}
-    assert s.prefetch_failures > before, "layer 1's lookahead reads of layer 2 should have failed"
+    assert s.source.prefetch_failures > before, (
+        "layer 1's lookahead reads of layer 2 should have failed"
+    )
     assert not [k for k in s.cache.resident_keys() if k // s.key_stride == 2]
     assert_slots_hold_their_blocks(sm)
     # transient faults on the lookahead reads: retried, nothing forgotten, exact logits
@@ -210,7 +212,7 @@ def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
     try:
         with pytest.raises(StoreError, match=r"layer 2 expert \d+ fails its crc32 check"):
             logits(sm.model, [5])
-        assert sm.streamer.prefetch_failures > 0, "layer 1 should have read layer 2 ahead"
+        assert sm.streamer.source.prefetch_failures > 0, "layer 1 should have read layer 2 ahead"
         assert_slots_hold_their_blocks(sm)
     finally:
         sm.close()

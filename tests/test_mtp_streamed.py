@@ -20,6 +20,7 @@ from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.model.loader import load
 from specdec.model.mtp import load_mtp, mtp_class, target_io
+from specdec.model.steplog import Call
 from tests.helpers import assert_logits_match, random_checkpoint
 
 N_TOKENS = 48
@@ -55,7 +56,7 @@ def test_streamed_mtp_equals_the_resident_module(target):
     hidden = ref_model.model(mx.array([prompt]))  # [1, P, H]
     tokens = mx.array([prompt[1:] + [7]])
     want, _ = resident(hidden, tokens, None, *target_io(ref_model))
-    with sm.streamer.phase_of("check"):
+    with sm.streamer.serving(Call("check")):
         got, _ = sm.mtp(hidden, tokens, None, *target_io(sm.model))
     worst = float(mx.abs(got - want).max())
     assert_logits_match(worst, BITS, "streamed vs resident MTP")
@@ -92,7 +93,7 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
     finally:
         MTPDrafter.propose = original
     tokens = prompt + res.tokens
-    with sm.streamer.phase_of("check"):
+    with sm.streamer.serving(Call("check")):
         hidden = sm.model.model(mx.array([tokens]))  # [1, T, H], fresh cache
         logits, _ = sm.mtp(hidden[:, :-1], mx.array([tokens[1:]]), None, *target_io(sm.model))
     full = np.array(logits[0].argmax(-1))  # full[i] predicts tokens[i + 2]

@@ -27,6 +27,7 @@ from specdec.store.budget import plan_slots
 from specdec.store.layout import ExpertIndex, TensorSpec
 from specdec.store.pack import pack
 from specdec.store.verify import verify
+from specdec.units import Budget
 from tests.helpers import assert_logits_match, resident_logits
 
 
@@ -120,7 +121,7 @@ def test_budget_beyond_memory_fails_before_allocating(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     index = ExpertIndex.load(loader.ensure_packed(loader.resolve("tiny")))
     with pytest.raises(BudgetError, match=r"only 1\.0MiB of memory is available.*at most \d+slots"):
-        plan_slots("100%", index, top_k=4, resident_bytes=0, available=1 << 20)
+        plan_slots(Budget.parse("100%"), index, top_k=4, resident_bytes=0, available=1 << 20)
     monkeypatch.setattr("specdec.store.budget.available_memory", lambda: 1 << 20)
 
     def no_arena(*a, **k):

@@ -20,6 +20,7 @@ from specdec.decode.run import generate
 from specdec.decode.sampling import judge
 from specdec.errors import SpecdecError
 from specdec.model.loader import load
+from specdec.model.steplog import Call
 from tests.helpers import random_checkpoint
 
 N_TOKENS = 128
@@ -148,7 +149,7 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
         MTPDrafter.propose = original
     tokens = prompt + res.tokens
     model = sm.model
-    with sm.streamer.phase_of("check"):
+    with sm.streamer.serving(Call("check")):
         hidden = model.model(mx.array([tokens]))  # [1, T, H], fresh cache
         logits, _ = sm.mtp(
             hidden[:, :-1],

@@ -27,6 +27,7 @@ from specdec.model.loader import StreamedModel, cache_root, load
 from specdec.model.stream import StreamConfig
 from specdec.rundir import RECORDS
 from specdec.store.files import durable_replace
+from specdec.units import Budget
 
 
 def model_dir(path: str, bits: int | None) -> str:
@@ -50,7 +51,7 @@ def loaded_model(cfg) -> Iterator[StreamedModel]:
     c, m = cfg.cache, cfg.model  # Hydra's cache and model groups, field for field
     hotlist = Path(c.hotlist) if c.hotlist else None
     stream = StreamConfig(
-        budget=c.budget,
+        budget=Budget.parse(c.budget),
         policy=c.policy,
         policy_options=policy_options(c.policy, hotlist) or {},
         io=m.io,

@@ -24,7 +24,7 @@ from specdec.decode.run import generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import load
 from specdec.model.stream import StreamConfig
-from specdec.units import DEFAULT_BUDGET
+from specdec.units import DEFAULT_BUDGET, Budget
 
 
 def check_text(option: str, text: str) -> None:
@@ -75,7 +75,7 @@ def policy_options(policy: str, hotlist: Path | None) -> dict | None:
 def stream_config(args: argparse.Namespace) -> StreamConfig:
     """The options of add_model_arguments as the loader's one typed value."""
     return StreamConfig(
-        budget=args.budget,
+        budget=Budget.parse(args.budget),
         policy=args.policy,
         policy_options=policy_options(args.policy, args.hotlist) or {},
         io=args.io,

@@ -37,6 +37,7 @@ from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
 from specdec.errors import SpecdecError
 from specdec.model.loader import StreamedModel
+from specdec.model.steplog import Call
 from specdec.store.budget import peak_rss_bytes
 
 
@@ -56,6 +57,8 @@ def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
     return nxt
 
 
+PREFILL, DRAFT, VERIFY = Call("prefill"), Call("draft"), Call("verify")
+ROLLBACK = Call("rollback")  # re-feeding the accepted prefix (decode/rollback.py)
 PREFILL_STEP = 2048  # mlx-lm generate_step's prefill_step_size
 
 
@@ -121,7 +124,7 @@ class Decode:
         streamer = self.sm.streamer
         t0 = time.perf_counter()
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
-        with streamer.phase_of("prefill"):
+        with streamer.serving(PREFILL):
             logits = prefill(st, drafter.needs_hidden)
             y = judge([], None, logits, cfg.temp, st.rng).tokens[0]
         st.tokens.append(y)
@@ -135,16 +138,16 @@ class Decode:
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
             start = self._clocks()
             left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
-            with streamer.phase_of("draft"):
+            with streamer.serving(DRAFT):
                 drafts, q = drafter.propose(st, min(cfg.gamma, left) - 1)
             draft_steps = streamer.drain()
             mark = CacheMark.before(st.cache)  # None unless a layer's state cannot be trimmed
-            with streamer.phase_of("verify"):
+            with streamer.serving(VERIFY):
                 logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
             verify_steps = streamer.drain()
             verdict = judge(drafts, q, logits, cfg.temp, st.rng)
             keep = [y, *drafts[: verdict.accepted]]
-            with streamer.phase_of("rollback"):  # the cache back past rejected drafts
+            with streamer.serving(ROLLBACK):  # the cache back past rejected drafts
                 refed = roll_back(st, mark, len(drafts) + 1, keep, drafter.needs_hidden)
             refeed_steps = streamer.drain()
             drafter.commit(st, drafts, verdict)
@@ -173,7 +176,7 @@ class Decode:
         n_pass = 0
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
             start = self._clocks()
-            with streamer.phase_of("verify"):
+            with streamer.serving(VERIFY):
                 nxt = started if started is not None else greedy_next(st, mx.array([[y]]))
                 mine = len(streamer.deferred)  # this token's deferred calls; the next's follow
                 last = len(st.generated) + 1 >= cfg.max_tokens
@@ -186,7 +189,7 @@ class Decode:
             yield self._record(n_pass, [], 0, [y], [], steps, start)
             n_pass += 1
         if started is not None:  # computed past an EOS: its steps never happen
-            streamer.discard_deferred()
+            streamer.deferred.clear()
             if can_trim_prompt_cache(st.cache):
                 trim_prompt_cache(st.cache, 1)
 

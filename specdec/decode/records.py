@@ -30,7 +30,7 @@ from specdec.store.files import write_error
 
 if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
     from specdec.clock.roofline import ModeledTime
-    from specdec.model.streamer import LayerStep
+    from specdec.model.steplog import LayerStep
 
 MODELED_VERSION = 2  # see PassRecord.modeled_version
 

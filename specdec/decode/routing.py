@@ -1,6 +1,6 @@
 """The one routing recorder: the experts each MoE call routed to, as the streamed block used them.
 
-    with recording(sm) as rec:          # the streamer's recorder while the block runs
+    with recording(sm) as rec:          # observes the streamer's MoE calls inside the block
         ...decode...
     rec.take_verify_rows()   # per pass: {layer: [[k experts] per position]} (PassRecord.routing)
     rec.verify_routing()     # {layer: [T, k]} of the verify (decode) calls so far
@@ -19,7 +19,7 @@ import numpy as np
 
 
 class RoutingRecorder:
-    """Called by the streamer with (layer, indices [..., k], phase) for every MoE call."""
+    """A step-log observer: called with (layer, indices [..., k], phase) for every MoE call."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, np.ndarray, str]] = []
@@ -51,10 +51,6 @@ class RoutingRecorder:
 
 @contextmanager
 def recording(sm) -> Iterator[RoutingRecorder]:
-    """Record `sm`'s routing inside the block (the streamer has one recorder at a time)."""
-    rec = RoutingRecorder()
-    sm.streamer.recorder = rec
-    try:
+    """Record `sm`'s routing inside the block (an observer of the streamer's step log)."""
+    with sm.streamer.log.watching(RoutingRecorder()) as rec:
         yield rec
-    finally:
-        sm.streamer.recorder = None

@@ -7,6 +7,7 @@ measured run starts cold like any other.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,19 +109,19 @@ def generate(
             writer.close()
         raise
     records: list[PassRecord] = []
-    tap = sm.streamer.recorder = RoutingRecorder() if records_path else None  # routing per pass
+    tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
     try:
-        for rec in run.passes():
-            if tap:
-                rec.routing = tap.take_verify_rows()
-            records.append(rec)
-            if writer:
-                writer.write(rec)
-            if on_pass:
-                on_pass(rec)
+        watch = sm.streamer.log.watching(tap) if tap else contextlib.nullcontext()
+        with watch:
+            for rec in run.passes():
+                if tap:
+                    rec.routing = tap.take_verify_rows()
+                records.append(rec)
+                if writer:
+                    writer.write(rec)
+                if on_pass:
+                    on_pass(rec)
     finally:
-        if tap:
-            sm.streamer.recorder = None
         if writer:
             writer.close()
     summary = summarize(records, [p.name for p in profiles])

@@ -10,6 +10,7 @@ import numpy as np
 
 from specdec.decode.sampling import probs, sample
 from specdec.model.loader import StreamedModel
+from specdec.model.steplog import Call
 
 
 @dataclass
@@ -35,8 +36,14 @@ class DecodeState:
         return sample(q, self.rng), q
 
 
-def forward(st: DecodeState, tokens: list[int], want_hidden: bool) -> np.ndarray:
-    """One main-model call on `tokens` (appended to the KV cache); returns logits [T, V]."""
+def forward(
+    st: DecodeState, tokens: list[int], want_hidden: bool, call: Call | None = None
+) -> np.ndarray:
+    """One main-model call on `tokens` (appended to the KV cache); returns logits [T, V].
+    call: how its MoE calls are served (default: as the phase the caller is in)."""
+    if call is not None:
+        with st.sm.streamer.serving(call):
+            return forward(st, tokens, want_hidden)
     x = mx.array([tokens])  # [1, T]
     model = st.sm.model
     if want_hidden:

@@ -33,9 +33,10 @@ from specdec.cache.policies import make_policy
 from specdec.errors import SpecdecError, StoreError
 from specdec.model.discover import model_classes, switch_sites
 from specdec.model.families import Family, get_family
+from specdec.model.source import ExpertSource
 from specdec.model.stream import StreamConfig
 from specdec.model.streamed import StreamedSwitchGLU
-from specdec.model.streamer import Streamer
+from specdec.model.streamer import Lookahead, Streamer
 from specdec.store.arena import Arena
 from specdec.store.budget import SlotPlan, plan_slots
 from specdec.store.layout import (
@@ -71,11 +72,12 @@ class StreamedModel:
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
         s = self.streamer
-        s._settle(list(s.inflight))  # a failed lookahead read no longer matters: cache rebuilt
-        s.discard_deferred()
-        s.cache = build_cache(self.policy, s.cache.n_slots, self.policy_options, s.key_stride)
-        s.reader.reset_stats()
-        s.log.clear()
+        src = s.source
+        src.settle_all()  # a failed lookahead read no longer matters: the cache is rebuilt
+        s.deferred.clear()
+        src.cache = build_cache(self.policy, src.cache.n_slots, self.policy_options, src.key_stride)
+        src.reader.reset_stats()
+        s.log.drain()
         s.preload()
 
     def check_speculation(self, gamma: int) -> None:
@@ -256,20 +258,16 @@ def _load_packed(
     _check_hotlist(policy_options.get("hotlist") or (), index)
     cache = build_cache(policy, n_slots, policy_options, key_stride)
     order = sorted(blocks)
+    ahead_of = {
+        lid: (order[i + lookahead], blocks[order[i + lookahead]])
+        for i, lid in enumerate(order)
+        if lookahead and i + lookahead < len(order)
+    }
     streamer = Streamer(
-        index,
-        arena,
-        reader,
-        cache,
+        ExpertSource(index, arena, reader, cache, key_stride),
         last_layer=order[-1],
-        key_stride=key_stride,
-        lookahead=lookahead,
+        lookahead=Lookahead(lookahead, ahead_of),
         warm=tuple(streamed) if stream.warm else (),
-        ahead_of={
-            lid: (order[i + lookahead], blocks[order[i + lookahead]])
-            for i, lid in enumerate(order)
-            if lookahead and i + lookahead < len(order)
-        },
     )
     for lid, site in sites.items():
         _check_experts(packed, lid, site.switch, index)

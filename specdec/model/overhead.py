@@ -44,8 +44,9 @@ from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.host.blas import fast_blas_env
 from specdec.model.loader import StreamedModel, load, resolve
+from specdec.model.source import ExpertSource
 from specdec.model.streamed import StreamedSwitchGLU
-from specdec.model.streamer import Streamer
+from specdec.model.streamer import Lookahead, Streamer
 
 PROMPT = "import os\nimport sys\n\n\ndef main():\n    "
 _MLX_RATE = re.compile(r"Generation: (\d+) tokens, ([\d.]+) tokens-per-sec")
@@ -158,9 +159,10 @@ def _split_once(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
     hs.wrap(StreamedSwitchGLU, "__call__", "graph")
     hs.wrap(StreamedSwitchGLU, "_launch", "launch")
     hs.wrap(Streamer, "sync", "sync_wait")
-    hs.wrap(Streamer, "fetch", "cache_step")
+    hs.wrap(ExpertSource, "fetch", "cache_step")
+    hs.wrap(ExpertSource, "hit", "cache_step")
     hs.wrap(Streamer, "catch_up", "deferred")
-    hs.wrap(Streamer, "route_ahead", "lookahead")
+    hs.wrap(Lookahead, "route", "lookahead")
     hs.wrap(Streamer, "prefetch", "lookahead")
     hs.wrap(s.reader, "read", "read_issue")
     hs.wrap(s.reader, "submit", "read_issue")
@@ -229,7 +231,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
             cpu_s.append(cpu)
         layers = len(sm.main_moe_layers)
         split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
-        sm.streamer.device_tables = False  # the synced path, for comparison
+        sm.streamer.source.device_tables = False  # the synced path, for comparison
         split["full_budget_synced"] = _split(sm, prompt, tokens, split_runs)
     finally:
         sm.close()

@@ -19,10 +19,12 @@ refilled under it.
 
 No sync where no read can be needed: when every expert of a layer is resident (full budget, a
 layer pinned whole) and no read is landing, the call remaps ids on the device through the
-layer's expert -> slot table (`Streamer.table`) and defers its host part: the cache step,
-the recorder call and the step log run from `Streamer.catch_up`, in call order, before any
+layer's expert -> slot table (`ExpertSource.table`) and defers its host part: the cache step,
+the observers and the step log run from `Streamer.catch_up`, in call order, before any
 other cache step and before the log is drained, so stats and records equal the synced path's.
-A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing. A failed read (or lookahead read) makes the cache forget its keys, so no
+A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing.
+A call served resident-only (`Call.resident_only`, the cache-only self-drafter) reads nothing:
+experts not resident are dropped and the kept gate mass renormalised. A failed read (or lookahead read) makes the cache forget its keys, so no
 slot holding a partial or stale block is ever computed on (tests/test_fault_injection.py).
 """
 
@@ -138,53 +140,52 @@ class StreamedSwitchGLU(nn.Module):
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
         h = self._h
         s: Streamer = h.streamer
+        src, phase = s.source, s.current.phase
+        if s.current.resident_only:  # the cache-only self-draft: reads nothing
+            s.catch_up()
+            idx = s.sync(indices, None)  # [..., k] host sync
+            s.log.observe(h.layer, idx, phase)
+            return self._launch(self._resident_only(x, idx, union(idx)[0]))
+        table = src.table(h.layer)
         ahead = None
-        if not s.resident_only:
-            table = s.table(h.layer)
-            if s.lookahead and h.layer in s.ahead_of:
-                ahead = s.route_ahead(h.layer, x, table, h.route)
-            if table is not None and ahead is None:  # no read can be needed: no host sync
-                y = self._glu(x, table[indices])  # [..., k, H]
-                s.deferred.append((h.layer, indices, s.phase))
-                return self._launch(y)
+        if h.layer in s.lookahead.ahead_of:
+            ahead = s.lookahead.route(h.layer, x, table is not None, src, h.route)
+        if table is not None and ahead is None:  # no read can be needed: no host sync
+            y = self._glu(x, table[indices])  # [..., k, H]
+            s.deferred.add(h.layer, indices, phase)
+            return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.sync(indices, None if ahead is None else ahead[1])  # [..., k] host sync
-        if s.resident_only:
-            if s.recorder is not None:
-                s.recorder(h.layer, idx, s.phase)
-            return self._launch(self._resident_only(x, idx, union(idx)[0]))
-        y, experts = self._streamed(x, idx)
+        y, experts = self._streamed(x, idx, phase)
         self._launch(y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            base = h.layer * s.key_stride  # exclude this call's keys: its slots are computing
-            s.prefetch(ahead[0], ahead[1], [e + base for e in experts], y)
+            base = h.layer * src.key_stride  # exclude this call's keys: its slots are computing
+            s.prefetch(ahead[0], ahead[1], [e + base for e in experts], y, phase)
         return y
 
     def _launch(self, y: mx.array) -> mx.array:
         """Start computing `y` while Python builds the next layer's graph; track its slots."""
         s = self._h.streamer
         mx.async_eval(y)
-        s.pending.append(y)
-        if len(s.pending) > 64:  # bound the list; these outputs are long evaluated by now
-            s._flush(keep=y)
+        s.source.track(y)
         if len(s.deferred) > 1024:  # model calls with no drain between (probes, tests)
             s.catch_up()
         return y
 
-    def _streamed(self, x: mx.array, idx: np.ndarray) -> tuple[mx.array, list[int]]:
+    def _streamed(self, x: mx.array, idx: np.ndarray, phase: str) -> tuple[mx.array, list[int]]:
         """The call on the slots `Streamer.steps` fills; returns its output and its experts.
         A call whose union exceeds one cache step (the slots; static: its scratch slots) is
         computed per group of positions whose union fits, each pending before the next reads."""
         h, s = self._h, self._h.streamer
         outs, used, start = [], [], 0
-        for pos, experts, slots in s.steps(h.layer, idx):
+        for pos, experts, slots in s.steps(h.layer, idx, phase):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
                 y, used = self._glu(x, mx.array(h.lut[idx])), experts
                 continue
             flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
             out = self._glu(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
-            s.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
+            s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
             used += experts
             start += len(pos)
@@ -201,7 +202,7 @@ class StreamedSwitchGLU(nn.Module):
         the shared expert (if the family has one). The scale stays lazy: no second host sync.
         """
         h = self._h
-        h.lut[experts] = h.streamer.resident_slots(h.layer, experts)
+        h.lut[experts] = h.streamer.source.resident_slots(h.layer, experts)
         slots = h.lut[idx]  # [..., k], -1 where not resident
         keep = mx.array(slots >= 0)
         _, scores = h.route(h.block, x)  # [..., k], the family's own gate values

@@ -30,6 +30,7 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.simulate import trace_steps
 from specdec.model.discover import switch_sites
+from specdec.model.steplog import Call
 from specdec.probes.eviction import select_positions
 from specdec.trace.format import Trace
 
@@ -109,7 +110,7 @@ def gates_table(
     errs = {name: [] for name in variants}
     sites = switch_sites(sm.model)
     for j, lid in enumerate(trace.layer_ids):
-        with sm.streamer.phase_of("probe"):  # budget 100%: every expert is already resident
+        with sm.streamer.serving(Call("probe")):  # budget 100%: every expert is already resident
             x = rec.inputs[lid][decode[pick]]  # [P, H]
             y, outs = block_parts(sites[lid], x, trace.experts[pick, j])
         g = trace.gates[pick, j].astype(np.float64)  # [P, k]

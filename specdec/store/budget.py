@@ -1,10 +1,10 @@
 """Budget resolution: how many arena slots a cache budget buys, checked against memory.
 
-    plan = plan_slots("9GB", index, top_k=8, resident_bytes=2_400_000_000)
+    plan = plan_slots(Budget.parse("9GB"), index, top_k=8, resident_bytes=2_400_000_000)
     plan.n_slots, plan.holds_all, plan.arena_bytes
 
-A budget is bytes (`9GB`), slots (`96slots`) or a share of the routed experts (`25%`); its
-string is parsed by `specdec.units.parse_budget`. A budget above the model's routed experts
+A budget is bytes (`9GB`), slots (`96slots`) or a share of the routed experts (`25%`), parsed
+once where it enters (`specdec.units.Budget.parse`). A budget above the model's routed experts
 holds all of them: the plan is capped at one slot per expert (`holds_all`, and `requested_slots`
 says what was asked), so nothing is allocated beyond the model. A budget whose arena plus the
 resident weights does not fit the memory available now (Linux: MemAvailable) is a BudgetError
@@ -21,7 +21,7 @@ from specdec.errors import BudgetError
 from specdec.host.machine import physical_memory
 from specdec.store.arena import arena_bytes
 from specdec.store.layout import ExpertIndex
-from specdec.units import format_bytes, parse_budget, parse_percent
+from specdec.units import Budget, format_bytes
 
 
 @dataclass(frozen=True)
@@ -77,16 +77,8 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def requested_slots(budget: str | int, index: ExpertIndex, n_experts: int) -> int:
-    """Slots the budget asks for; `N%` counts a share of n_experts."""
-    text = str(budget).strip()
-    if text.endswith("%"):
-        return int(n_experts * parse_percent(text) / 100)
-    return parse_budget(text).to_slots(index.slot_bytes)
-
-
 def plan_slots(
-    budget: str | int,
+    budget: Budget,
     index: ExpertIndex,
     top_k: int,
     resident_bytes: int = 0,
@@ -98,7 +90,7 @@ def plan_slots(
     `N%` is a share of every packed expert; layers: the MoE layers streamed (default: all
     packed); available: bytes free for the arena and the resident weights (default: now's).
     """
-    want = requested_slots(budget, index, index.n_blocks)
+    want = budget.slots_of(index.slot_bytes, index.n_blocks)
     n_experts = sum(index.layers[lid].n_experts for lid in layers or index.layer_ids)
     n = min(want, n_experts)
     if n < top_k:

@@ -7,6 +7,9 @@ import numpy as np
 from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, register, stack_q
 from specdec.decode.rollback import CacheMark, roll_back
 from specdec.decode.state import DecodeState, forward
+from specdec.model.steplog import Call
+
+RESIDENT_DRAFT = Call("draft", resident_only=True)  # experts not resident are dropped
 
 
 @register
@@ -24,11 +27,10 @@ class SelfDrafter(Drafter):
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         drafts, qs, tok = [], [], st.tokens[-1]
         mark = CacheMark.before(st.cache)
-        with st.sm.streamer.phase_of("draft", resident_only=True):
-            for _ in range(n):
-                tok, q = st.pick(forward(st, [tok], False)[-1])
-                drafts.append(tok)
-                qs.append(q)
+        for _ in range(n):
+            tok, q = st.pick(forward(st, [tok], False, RESIDENT_DRAFT)[-1])
+            drafts.append(tok)
+            qs.append(q)
         # the draft positions were computed without the missing experts: forget them all
         roll_back(st, mark, n, [], False)
         return drafts, stack_q(qs)
