@@ -198,7 +198,9 @@ class Decode:
         )
 
     def _record(self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start):
-        """The pass's record; `start`: `_clocks()` when the pass began."""
+        """The pass's record; `start`: `_clocks()` when the pass began. Every pass ends here,
+        once its verdict is known: the cache hears it first (speculation-aware options)."""
+        self.sm.streamer.cache.verdict(accepted)
         stats = self.sm.streamer.reader.stats
         t0, blocked0, reads0, context, read_s0 = start
         wall = time.perf_counter() - t0

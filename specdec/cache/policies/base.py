@@ -25,6 +25,7 @@ class Policy:
     needs_hotlist = False  # useless without one (static pins it): the edges ask for one
     uses_select = False  # the cache skips select() unless set: one call fewer per step
     prefetchable = True  # static is not: it keeps only pinned keys, whatever is read ahead
+    demotable = True  # +demote takes keys out through remove(); static's pins may not leave
 
     def __init__(self, n_slots: int):
         if n_slots < 1:
