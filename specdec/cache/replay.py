@@ -76,6 +76,34 @@ class Access:
             passes=S,
         )
 
+    @classmethod
+    def from_routes(cls, routes: np.ndarray, plan: np.ndarray, n_keys: int, new_seq=None) -> Access:
+        """Verify passes: routes [P, γ, L, k] keys (-1 past a pass's end), plan [P, 3] (first
+        position, positions, accepted drafts); new_seq [P]: a prompt starts at the pass."""
+        P, gamma, L, k = routes.shape
+        if gamma == 1:  # one position per call: its steps are its own experts
+            keys = np.sort(routes, axis=-1).ravel()  # [P·L·k]
+            ptr = np.arange(P * L + 1, dtype=np.int64) * k
+            counts = np.ones(len(keys), np.int64)
+        else:
+            keys, ptr, counts = _union_steps(routes, n_keys)
+        tick = np.zeros(P * L, np.int64)
+        tick[L - 1 :: L] = plan[:, 1]
+        starts = np.zeros(P * L, bool)
+        starts[::L] = np.zeros(P, bool) if new_seq is None else new_seq
+        return cls(
+            keys=keys,
+            ptr=ptr,
+            counts=counts,
+            tick=tick,
+            new_seq=starts,
+            n_keys=n_keys,
+            committed=int(plan[:, 2].sum() + P),
+            passes=P,
+            routes=routes,
+            plan=plan,
+        )
+
     def steps(self) -> list[list[int]]:
         """The steps as lists (for the Python policy classes)."""
         return [s.tolist() for s in np.split(self.keys, self.ptr[1:-1])]
@@ -202,31 +230,11 @@ def access_sequence(
     E = trace.n_experts
     starts = prompt_starts(trace, T)
     plan = plan_passes(T, gamma, alpha, seed, starts)  # [P, 3]
-    P = len(plan)
-    if gamma == 1:  # one position per call: its steps are its own experts
+    if gamma == 1:  # one position per call
         routes = (e + np.arange(L)[:, None] * E)[:, None]  # [P, 1, L, k]
-        keys = np.sort(routes, axis=-1).ravel()  # [T·L·k]
-        ptr = np.arange(P * L + 1, dtype=np.int64) * k
-        counts = np.ones(len(keys), np.int64)
     else:
         routes = _routes(trace, e, plan, gamma, seed)  # [P, γ, L, k]
-        keys, ptr, counts = _union_steps(routes, L * E)
-    tick = np.zeros(P * L, np.int64)
-    tick[L - 1 :: L] = plan[:, 1]
-    new_seq = np.zeros(P * L, bool)
-    new_seq[::L] = np.isin(plan[:, 0], starts)
-    return Access(
-        keys=keys,
-        ptr=ptr,
-        counts=counts,
-        tick=tick,
-        new_seq=new_seq,
-        n_keys=L * E,
-        committed=int(plan[:, 2].sum() + P),
-        passes=P,
-        routes=routes,
-        plan=plan,
-    )
+    return Access.from_routes(routes, plan, L * E, np.isin(plan[:, 0], starts))
 
 
 def first_used(acc: Access, n: int) -> np.ndarray:
