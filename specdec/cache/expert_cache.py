@@ -82,6 +82,7 @@ class ExpertCache:
         self.preload_reads = self.forgotten = 0
         self.version = 0  # bumped whenever a key enters or leaves a slot
         self.spec = spec
+        self.noting = bool(spec)  # the streamer notes verify routing only then
         self._routing: list[tuple[int, np.ndarray]] = []  # this pass's verify calls (note)
         self._demoted: OrderedDict[int, None] = OrderedDict()  # resident, out of the policy
         self._protected: frozenset[int] = frozenset()
@@ -162,10 +163,13 @@ class ExpertCache:
 
     def verdict(self, accepted: int) -> None:
         """The noted pass's verdict: its first 1 + accepted positions were committed."""
-        if self._routing:
-            demote, protect = verdict_keys(self._routing, accepted + 1)
-            self._routing = []
-            self.judge(demote, protect)
+        if not self._routing:
+            return
+        rows = [idx.reshape(-1, idx.shape[-1]) + base for base, idx in self._routing]  # [γ, k]
+        self._routing = []
+        if len({r.shape[0] for r in rows}) == 1:  # one set operation for the whole pass
+            rows = [np.concatenate(rows, axis=1)]  # [γ, L·k]
+        self.judge(*verdict_keys([(0, r) for r in rows], accepted + 1))
 
     def judge(self, demote: list[int], protect: list[int]) -> None:
         """Demote and protect these keys (as the options say) until the next verdict."""
