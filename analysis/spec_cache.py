@@ -3,10 +3,11 @@
     .venv/bin/specdec-exp gamma=1,2,4,8 drafter=oracle "cache.budget=5%,10%,25%,50%" \
         "cache.policy=lru,lru+demote,lru+protect,lru+demote+protect,sieve,sieve+demote+protect,s3fifo,s3fifo+demote+protect" \
         max_tokens=256 sweep=spec-cache logger=disabled
-    .venv/bin/python -m analysis.spec_cache --runs runs/sweeps/spec-cache     # + MiniMax, ~5 min
+    .venv/bin/python -m analysis.spec_cache --runs runs/sweeps/spec-cache --no-trace  # bundled
+    .venv/bin/python -m analysis.spec_cache         # MiniMax trace, ~12 min on a loaded 2 cores
 
 Two markdown tables (the README's "Speculation-aware caching"), rows (budget, γ), one column
-per policy, bytes per committed token:
+per policy, bytes per committed token (KB for the bundled model, GB for MiniMax):
 
 - the bundled model, runtime: each policy's own `specdec-exp` job (oracle drafter, α = 0.9);
   beside it the replay of the LRU job's own verify passes (records' routing, accepted counts)
@@ -123,8 +124,8 @@ def trace_rows(trace: Trace, alpha: float, seed: int) -> tuple[list[str], list[d
     return cols, out
 
 
-def render(cols: list[str], rows: list[dict], unit: float, unit_name: str) -> str:
-    """Markdown: bytes per committed token in `unit_name`; bold marks the best real policy."""
+def render(cols: list[str], rows: list[dict], unit: float) -> str:
+    """Markdown: bytes per committed token over `unit`; bold marks the best real policy."""
     real = [c for c in cols if c not in BOUNDS and "replay" not in c and not c.startswith("lcs:")]
     head = ["budget", "γ", *cols, "best vs lru"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
@@ -138,7 +139,7 @@ def render(cols: list[str], rows: list[dict], unit: float, unit_name: str) -> st
             cells.append(f"**{text}**" if c == best else text)
         ratio = f"{best} {have[best] / have['lru']:.2f}x" if best and have.get("lru") else "—"
         lines.append(f"| {r['budget']} | {r['gamma']} | " + " | ".join(cells) + f" | {ratio} |")
-    return "\n".join(lines) + f"\n\n(bytes per committed token, {unit_name})\n"
+    return "\n".join(lines) + "\n"
 
 
 def synthesize(positions: int, seed: int, where: str) -> Trace:
@@ -162,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.runs:
             cols, rows = runtime_rows(args.runs)
-            print("Bundled model, runtime (oracle drafter):\n")
-            print(render(cols, rows, 1e3, "KB"))
+            print(render(cols, rows, 1e3), end="" if args.no_trace else "\n")
         if not args.no_trace:
             with tempfile.TemporaryDirectory() as tmp:
                 trace = (
@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     else synthesize(args.positions, args.seed, tmp)
                 )
             cols, rows = trace_rows(trace, args.alpha, args.seed)
-            print(f"Calibrated MiniMax-M2.5 trace, replay at α = {args.alpha}:\n")
-            print(render(cols, rows, 1e9, "GB"))
+            print(render(cols, rows, 1e9), end="")
     except SpecdecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
