@@ -211,6 +211,8 @@ def simulate(
     lookahead d > 0 (γ = 1 only) prefetches the trace's layer l + d predictions after each step
     of layer l (static and the bounds ignore it: they read nothing ahead)."""
     _check_policies(policies)
+    if lookahead and any("+" in p for p in policies):
+        raise SpecdecError("--lookahead replays no verdicts: drop the +demote/+protect options")
     if lookahead and any(g != 1 for g in gammas):
         raise SpecdecError("--lookahead replays plain decoding only: use --gamma 1 with it")
     given = hotlist is not None
