@@ -85,7 +85,7 @@ class ExpertCache:
         self.noting = bool(spec)  # the streamer notes verify routing only then
         self._routing: list[tuple[int, np.ndarray]] = []  # this pass's verify calls (note)
         self._demoted: OrderedDict[int, None] = OrderedDict()  # resident, out of the policy
-        self._protected: frozenset[int] = frozenset()
+        self._protected: set[int] = set()
         self.demoted = self.demoted_hits = self.demoted_evicted = 0
         # the policy's hooks, bound once: the hot path calls them for every step
         self._uses_select = policy.uses_select
@@ -152,7 +152,7 @@ class ExpertCache:
 
     def new_sequence(self) -> None:
         """A prefill from position 0 begins: policies with per-sequence state reset it."""
-        self._routing, self._protected = [], frozenset()
+        self._routing, self._protected = [], set()
         self.policy.new_sequence()
 
     # -- speculation-aware options -----------------------------------------------------------
@@ -182,7 +182,7 @@ class ExpertCache:
                 self._demoted.update(dict.fromkeys(keys))
                 self.demoted += len(keys)
         if self.spec.protect:
-            self._protected = frozenset(protect)
+            self._protected = set(protect)
 
     # -- prefetch and preload ----------------------------------------------------------------
 
@@ -285,9 +285,15 @@ class ExpertCache:
 
     def _evict(self, n: int, exclude: Collection[int], in_step: bool) -> int:
         """Free n slots: protected keys last (when protecting), see _evict_from."""
-        if not self._protected:
+        protected = self._protected
+        if not protected:
             return self._evict_from(n, exclude, in_step)
-        got = self._evict_from(n, self._protected.union(exclude), False)
+        added = [k for k in exclude if k not in protected]  # the step's keys, for this call only
+        protected.update(added)  # no copy of the protected set per step
+        try:
+            got = self._evict_from(n, protected, False)
+        finally:
+            protected.difference_update(added)
         if got < n:
             got += self._evict_from(n - got, exclude, False)
         return got

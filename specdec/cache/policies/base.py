@@ -6,6 +6,7 @@ import dataclasses
 from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse, islice
 
 from specdec.errors import BudgetError, SpecdecError
 from specdec.registry import Registry
@@ -75,12 +76,10 @@ def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[
     """Move up to n keys not in `exclude` from the old end of `order` into `out`."""
     if n <= 0:
         return
-    taken = []
-    for k in order:
-        if k not in exclude:
-            taken.append(k)
-            if len(taken) == n:
-                break
+    if not isinstance(exclude, (set, frozenset, dict)):
+        exclude = set(exclude)
+    # the scan in C: +protect's exclusions may sit at the old end, skipped on every step
+    taken = list(islice(filterfalse(exclude.__contains__, order), n))
     for k in taken:
         del order[k]
     out.extend(taken)
