@@ -32,7 +32,7 @@ class ModelConfig:
 
 @dataclass
 class CacheConfig:
-    policy: str = "lru"  # lru | slru | hotness | lfu | static
+    policy: str = "lru"  # lru | slru | hotness | lfu | static | sieve | s3fifo, +demote +protect
     budget: str = DEFAULT_BUDGET  # 512MiB, 2GB, 96slots or N% of all experts
     lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on will want
     hotlist: str | None = None  # a ds4 hotlist: seeds hotness, pinned by static (required)

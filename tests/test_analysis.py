@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from analysis import eviction, read_path, readme, scale, speculation, union_cost
+from analysis import eviction, read_path, readme, scale, spec_cache, speculation, union_cost
 from specdec.probes.eviction import eviction_table
 from specdec.trace.synthetic import synthetic_trace
 
@@ -105,3 +105,27 @@ def test_speculation_table_from_a_sweep(tmp_path, capsys):
         ["| oracle:0.9", "2"],
     ]
     assert " 1.00x | 1.00x |" not in rows[2]  # γ = 2 is measured against the γ = 1 jobs
+
+
+def test_spec_cache_tables(tmp_path, capsys, monkeypatch):
+    """Runtime jobs of two policies plus the replays of their passes; the trace table's bounds."""
+    env = {**os.environ, "SPECDEC_CACHE": str(tmp_path / "cache"), "WANDB_SILENT": "true"}
+    sweep = tmp_path / "sweep"
+    args = ["gamma=1,2", "drafter=oracle", "cache.budget=25%", "cache.policy=lru,lru+protect"]
+    cmd = [sys.executable, "-m", "experiments.run", "-m", *args, "max_tokens=12"]
+    cmd += ["logger=disabled", "progress=false", f"hydra.sweep.dir={sweep}", "hydra.callbacks={}"]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert spec_cache.main(["--runs", str(sweep), "--no-trace"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    head = rows[0].split(" | ")
+    assert [r.split(" | ")[1] for r in rows[1:]] == ["1", "2"]
+    for r in rows[1:]:
+        cells = dict(zip(head, r.split(" | "), strict=True))
+        assert cells["lru+demote"] == "—" and cells["lru+protect"].strip("*") != "—"
+        assert float(cells["opt_bypass (replay)"]) <= float(cells["belady (replay)"])
+    trace = synthetic_trace(n_positions=80, n_layers=4, n_experts=32, top_k=4, seed=3)
+    monkeypatch.setattr(spec_cache, "SHARES", (0.5,))
+    cols, trows = spec_cache.trace_rows(trace, 0.7, 0)
+    for r in trows:
+        assert r["opt_bypass"] <= r["belady"] <= min(r[p] for p in spec_cache.POLICIES)

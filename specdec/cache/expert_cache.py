@@ -19,6 +19,13 @@ victims not in `exclude`. A prefetched key is held outside the policy, at the lo
 (evicted first, oldest prefetch first) until a demand hit hands it to the policy as an admission
 followed by a hit; it then counts as a hit and a `prefetch_hit`; evicted unhit, `prefetch_wasted`.
 
+Speculation-aware options (specdec.cache.speculative): the streamer `note`s each verify call's
+routing, the decode loop reports the pass's `verdict`; with `demote`, keys only rejected
+positions selected leave the policy for a queue evicted right after unhit prefetches (a demand
+hit hands one back to the policy as an admission followed by a hit, like a prefetch); with
+`protect`, the last committed position's keys are evicted during the next pass only when
+nothing else can go. Without options `note` is never called and `verdict` returns at once.
+
 Failed reads: `forget(keys)` drops keys whose read failed, so a slot holding a partial or stale
 block is never handed out as a hit; the next access reads the block again.
 
@@ -38,7 +45,8 @@ from itertools import filterfalse
 import numpy as np
 
 from specdec.cache.policies import Policy, _pop_oldest
-from specdec.errors import BudgetError
+from specdec.cache.speculative import NO_SPEC, SpecOptions, verdict_keys
+from specdec.errors import BudgetError, SpecdecError
 
 
 @dataclass
@@ -52,7 +60,11 @@ class StepResult:
 class ExpertCache:
     """Fixed slots, one eviction policy; counters for accesses, hits, misses, evictions."""
 
-    def __init__(self, n_slots: int, policy: Policy):
+    def __init__(self, n_slots: int, policy: Policy, spec: SpecOptions = NO_SPEC):
+        if spec.demote and not policy.demotable:
+            raise SpecdecError(
+                f"policy {policy.name} cannot demote (its keys are pinned): drop +demote"
+            )
         if n_slots != policy.n_slots:
             raise BudgetError(
                 f"cache has {n_slots} slots but its policy was built for {policy.n_slots}: "
@@ -69,6 +81,12 @@ class ExpertCache:
         self.prefetch_reads = self.prefetch_hits = self.prefetch_wasted = 0
         self.preload_reads = self.forgotten = 0
         self.version = 0  # bumped whenever a key enters or leaves a slot
+        self.spec = spec
+        self.noting = bool(spec)  # the streamer notes verify routing only then
+        self._routing: list[tuple[int, np.ndarray]] = []  # this pass's verify calls (note)
+        self._demoted: OrderedDict[int, None] = OrderedDict()  # resident, out of the policy
+        self._protected: set[int] = set()
+        self.demoted = self.demoted_hits = self.demoted_evicted = 0
         # the policy's hooks, bound once: the hot path calls them for every step
         self._uses_select = policy.uses_select
         self._select, self._hit = policy.select, policy.hit
@@ -105,8 +123,8 @@ class ExpertCache:
         m = len(missed)
         if m < n:
             hit_keys = list(filter(slot_of.__contains__, ks)) if m else ks
-            if self._prefetched:
-                self._claim_prefetched(hit_keys)
+            if self._prefetched or self._demoted:
+                self._claim(hit_keys)
             self._hit(hit_keys)
             if not m:
                 return missed
@@ -134,7 +152,37 @@ class ExpertCache:
 
     def new_sequence(self) -> None:
         """A prefill from position 0 begins: policies with per-sequence state reset it."""
+        self._routing, self._protected = [], set()
         self.policy.new_sequence()
+
+    # -- speculation-aware options -----------------------------------------------------------
+
+    def note(self, base: int, idx: np.ndarray) -> None:
+        """A verify call's routing idx [..., positions, k] (keys base + expert), for `verdict`."""
+        self._routing.append((base, idx))
+
+    def verdict(self, accepted: int) -> None:
+        """The noted pass's verdict: its first 1 + accepted positions were committed."""
+        if not self._routing:
+            return
+        rows = [idx.reshape(-1, idx.shape[-1]) + base for base, idx in self._routing]  # [γ, k]
+        self._routing = []
+        if len({r.shape[0] for r in rows}) == 1:  # one set operation for the whole pass
+            rows = [np.concatenate(rows, axis=1)]  # [γ, L·k]
+        self.judge(*verdict_keys([(0, r) for r in rows], accepted + 1))
+
+    def judge(self, demote: list[int], protect: list[int]) -> None:
+        """Demote and protect these keys (as the options say) until the next verdict."""
+        if self.spec.demote:
+            held = self._slot_of
+            skip = self._prefetched.keys() | self._demoted.keys() | set(self._transient)
+            keys = [k for k in demote if k in held and k not in skip]
+            if keys:
+                self.policy.remove(keys)
+                self._demoted.update(dict.fromkeys(keys))
+                self.demoted += len(keys)
+        if self.spec.protect:
+            self._protected = set(protect)
 
     # -- prefetch and preload ----------------------------------------------------------------
 
@@ -187,6 +235,8 @@ class ExpertCache:
             n += 1
             if k in self._prefetched:
                 del self._prefetched[k]
+            elif k in self._demoted:
+                del self._demoted[k]
             elif k in self._transient:
                 self._transient = [t for t in self._transient if t != k]
             else:
@@ -221,21 +271,44 @@ class ExpertCache:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _claim_prefetched(self, hit_keys: list[int]) -> None:
-        """Hand prefetched keys that a demand step hits over to the policy."""
-        claimed = [k for k in hit_keys if k in self._prefetched]
-        for k in claimed:
-            del self._prefetched[k]
+    def _claim(self, hit_keys: list[int]) -> None:
+        """Hand prefetched and demoted keys that a demand step hits over to the policy."""
+        claimed = []
+        for held, what in ((self._prefetched, "prefetch_hits"), (self._demoted, "demoted_hits")):
+            mine = [k for k in hit_keys if k in held]
+            for k in mine:
+                del held[k]
+            setattr(self, what, getattr(self, what) + len(mine))
+            claimed += mine
         if claimed:
-            self.policy.admit(claimed)
-            self.prefetch_hits += len(claimed)
+            self.policy.admit(sorted(claimed))
 
     def _evict(self, n: int, exclude: Collection[int], in_step: bool) -> int:
-        """Free n slots: unhit prefetches first, then the policy's victims. Returns freed."""
+        """Free n slots: protected keys last (when protecting), see _evict_from."""
+        protected = self._protected
+        if not protected:
+            return self._evict_from(n, exclude, in_step)
+        added = [k for k in exclude if k not in protected]  # the step's keys, for this call only
+        protected.update(added)  # no copy of the protected set per step
+        try:
+            got = self._evict_from(n, protected, False)
+        finally:
+            protected.difference_update(added)
+        if got < n:
+            got += self._evict_from(n - got, exclude, False)
+        return got
+
+    def _evict_from(self, n: int, exclude: Collection[int], in_step: bool) -> int:
+        """Free n slots: unhit prefetches first, then demoted keys, then the policy's victims.
+        Returns freed."""
         victims: list[int] = []
         if self._prefetched:
             _pop_oldest(self._prefetched, n, exclude, victims)
             self.prefetch_wasted += len(victims)
+        if self._demoted and len(victims) < n:
+            before = len(victims)
+            _pop_oldest(self._demoted, n - before, exclude, victims)
+            self.demoted_evicted += len(victims) - before
         if len(victims) < n:
             victims += self._victims(n - len(victims), exclude, in_step)
         self._free.extend(map(self._slot_of.pop, victims))

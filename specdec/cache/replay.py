@@ -19,7 +19,9 @@ plain replay (one position per forward call). Passes never cross a prompt bounda
 
 Policies by name (`POLICY_NAMES`, and `lcs:NAME` for libCacheSim's, see specdec.cache.lcs):
 the runtime's policies and Belady run as compiled loops equal to the Python classes
-(specdec.cache.kernels); `opt_bypass` is the offline optimum when misses may bypass the cache
+(specdec.cache.kernels); sieve, s3fifo and any policy with speculation-aware options
+(lru+demote+protect, specdec.cache.speculative) run through the runtime's ExpertCache itself,
+hearing each pass's verdict (specdec.cache.drive); `opt_bypass` is the offline optimum when misses may bypass the cache
 (specdec.cache.bounds.opt_bypass_hits), a lower bound on the misses of every policy.
 """
 
@@ -29,11 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec.cache.policies import POLICIES
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
 KERNEL_POLICIES = ("lru", "slru", "hotness", "lfu", "static")
-POLICY_NAMES = (*KERNEL_POLICIES, "belady", "opt_bypass")
+DRIVEN_POLICIES = tuple(p for p in POLICIES if p not in KERNEL_POLICIES)  # specdec.cache.drive
+POLICY_NAMES = (*KERNEL_POLICIES, *DRIVEN_POLICIES, "belady", "opt_bypass")
 
 
 @dataclass
@@ -48,6 +52,9 @@ class Access:
     n_keys: int  # L * n_experts
     committed: int  # positions committed by the passes
     passes: int
+    # for the speculation-aware options' verdicts (specdec.cache.drive); None: from_steps
+    routes: np.ndarray | None = None  # [P, γ, L, k] keys per pass position, -1 past its end
+    plan: np.ndarray | None = None  # [P, 3] (first position, positions, accepted drafts)
 
     @property
     def widest(self) -> int:
@@ -67,6 +74,34 @@ class Access:
             n_keys=n_keys if n_keys is not None else int(keys.max(initial=-1)) + 1,
             committed=S,
             passes=S,
+        )
+
+    @classmethod
+    def from_routes(cls, routes: np.ndarray, plan: np.ndarray, n_keys: int, new_seq=None) -> Access:
+        """Verify passes: routes [P, γ, L, k] keys (-1 past a pass's end), plan [P, 3] (first
+        position, positions, accepted drafts); new_seq [P]: a prompt starts at the pass."""
+        P, gamma, L, k = routes.shape
+        if gamma == 1:  # one position per call: its steps are its own experts
+            keys = np.sort(routes, axis=-1).ravel()  # [P·L·k]
+            ptr = np.arange(P * L + 1, dtype=np.int64) * k
+            counts = np.ones(len(keys), np.int64)
+        else:
+            keys, ptr, counts = _union_steps(routes, n_keys)
+        tick = np.zeros(P * L, np.int64)
+        tick[L - 1 :: L] = plan[:, 1]
+        starts = np.zeros(P * L, bool)
+        starts[::L] = np.zeros(P, bool) if new_seq is None else new_seq
+        return cls(
+            keys=keys,
+            ptr=ptr,
+            counts=counts,
+            tick=tick,
+            new_seq=starts,
+            n_keys=n_keys,
+            committed=int(plan[:, 2].sum() + P),
+            passes=P,
+            routes=routes,
+            plan=plan,
         )
 
     def steps(self) -> list[list[int]]:
@@ -139,8 +174,8 @@ def rejected_routing(
     return out
 
 
-def _union_steps(trace: Trace, e: np.ndarray, plan: np.ndarray, gamma: int, seed: int):
-    """(keys, ptr, counts) of passes of γ positions: one step per layer over their union."""
+def _routes(trace: Trace, e: np.ndarray, plan: np.ndarray, gamma: int, seed: int) -> np.ndarray:
+    """[P, γ, L, k] keys (layer·E + expert) each pass's positions select; -1 past its end."""
     T, L, k = e.shape
     E = trace.n_experts
     P = len(plan)
@@ -162,8 +197,14 @@ def _union_steps(trace: Trace, e: np.ndarray, plan: np.ndarray, gamma: int, seed
             rej = rej[~have]
         if len(rej):
             routes[rej, i] = rejected_routing(routes[rej, i - 1], rho, logp, rng)
-    big = L * E
-    x = np.where(routes >= 0, routes + np.arange(L)[:, None] * E, big)  # [P, γ, L, k]
+    return np.where(routes >= 0, routes + np.arange(L)[:, None] * E, -1)
+
+
+def _union_steps(routes: np.ndarray, n_keys: int):
+    """(keys, ptr, counts) of passes routes [P, γ, L, k]: one step per layer over their union."""
+    P, gamma, L, k = routes.shape
+    big = n_keys
+    x = np.where(routes >= 0, routes, big)  # [P, γ, L, k]
     x = np.sort(x.transpose(0, 2, 1, 3).reshape(P * L, gamma * k), axis=1)  # [S, γk]
     flat = (x + (np.arange(P * L) * (big + 1))[:, None]).ravel()  # rows stay sorted
     first = np.flatnonzero(np.r_[True, flat[1:] != flat[:-1]])
@@ -189,27 +230,11 @@ def access_sequence(
     E = trace.n_experts
     starts = prompt_starts(trace, T)
     plan = plan_passes(T, gamma, alpha, seed, starts)  # [P, 3]
-    P = len(plan)
-    if gamma == 1:  # one position per call: its steps are its own experts
-        keys = np.sort(e + np.arange(L)[:, None] * E, axis=-1).ravel()  # [T·L·k]
-        ptr = np.arange(P * L + 1, dtype=np.int64) * k
-        counts = np.ones(len(keys), np.int64)
+    if gamma == 1:  # one position per call
+        routes = (e + np.arange(L)[:, None] * E)[:, None]  # [P, 1, L, k]
     else:
-        keys, ptr, counts = _union_steps(trace, e, plan, gamma, seed)
-    tick = np.zeros(P * L, np.int64)
-    tick[L - 1 :: L] = plan[:, 1]
-    new_seq = np.zeros(P * L, bool)
-    new_seq[::L] = np.isin(plan[:, 0], starts)
-    return Access(
-        keys=keys,
-        ptr=ptr,
-        counts=counts,
-        tick=tick,
-        new_seq=new_seq,
-        n_keys=L * E,
-        committed=int(plan[:, 2].sum() + P),
-        passes=P,
-    )
+        routes = _routes(trace, e, plan, gamma, seed)  # [P, γ, L, k]
+    return Access.from_routes(routes, plan, L * E, np.isin(plan[:, 0], starts))
 
 
 def first_used(acc: Access, n: int) -> np.ndarray:
@@ -232,6 +257,10 @@ def policy_hits(
         from specdec.cache.lcs import lcs_hits
 
         return lcs_hits(name[4:], acc, n_slots), hot[:0]
+    if "+" in name or name in DRIVEN_POLICIES:  # no compiled loop: the runtime's classes
+        from specdec.cache.drive import drive_hits
+
+        return drive_hits(name, acc, n_slots, hotlist)
     from specdec.cache import kernels
 
     keys, ptr = acc.keys, acc.ptr

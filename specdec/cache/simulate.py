@@ -10,7 +10,9 @@ steps are the MoE layers in order (keys layer * n_experts + expert), then `tick(
 replays verify passes of G positions, one step per layer over the union of the pass's experts,
 with acceptance --alpha (specdec.cache.replay says how rejected positions route). Policies run
 as compiled loops equal to the runtime's ExpertCache and policy classes (specdec.cache.kernels,
-tested access by access); `lcs:NAME` runs libCacheSim's NAME on the same requests
+tested access by access), or through ExpertCache itself: sieve, s3fifo, and any policy with
+speculation-aware options (lru+demote+protect: specdec.cache.speculative, hearing each pass's
+verdict); `lcs:NAME` runs libCacheSim's NAME on the same requests
 (specdec.cache.lcs). Byte budgets become slots of the largest expert of any layer. Offline:
 `belady` (MIN, every miss admitted), `opt_bypass` (the optimum when misses may bypass the
 cache, with a free warm start: a bound on the misses of every policy, static included) and
@@ -44,6 +46,7 @@ from specdec.cache.replay import (
     result,
     score,
 )
+from specdec.cache.speculative import split_policy
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, load_trace, profile_hotlist, read_hotlist
 from specdec.units import format_bytes, parse_budget
@@ -188,7 +191,7 @@ def _check_policies(policies: list[str]) -> None:
             from specdec.cache.lcs import lcs_policy
 
             lcs_policy(p[4:])  # raises naming the known ones
-        elif p not in ALL:
+        elif (name := split_policy(p)[0]) not in ALL or ("+" in p and name not in POLICIES):
             raise SpecdecError(f"unknown policy {p!r}: use one of {', '.join(ALL)}, or lcs:NAME")
 
 
@@ -208,10 +211,12 @@ def simulate(
     lookahead d > 0 (γ = 1 only) prefetches the trace's layer l + d predictions after each step
     of layer l (static and the bounds ignore it: they read nothing ahead)."""
     _check_policies(policies)
+    if lookahead and any("+" in p for p in policies):
+        raise SpecdecError("--lookahead replays no verdicts: drop the +demote/+protect options")
     if lookahead and any(g != 1 for g in gammas):
         raise SpecdecError("--lookahead replays plain decoding only: use --gamma 1 with it")
     given = hotlist is not None
-    if hotlist is None and "static" in policies:
+    if hotlist is None and any(split_policy(p)[0] == "static" for p in policies):
         hotlist_static = hotlist_keys(trace, profile_hotlist(trace))
     else:
         hotlist_static = hotlist
@@ -239,7 +244,7 @@ def simulate(
             sizes = _budgets(trace, budgets, acc.widest)
             rows = []
             for policy in policies:
-                hot = hotlist_static if policy == "static" else hotlist
+                hot = hotlist_static if split_policy(policy)[0] == "static" else hotlist
                 for n, nbytes in sizes:
                     rows.append(
                         _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given)

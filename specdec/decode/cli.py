@@ -43,7 +43,12 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_BUDGET,
         help="expert cache: 512MiB, 2GB, 96slots or N%% of experts",
     )
-    p.add_argument("--policy", default="lru", help="lru, slru, hotness, lfu or static")
+    p.add_argument(
+        "--policy",
+        default="lru",
+        help="lru, slru, hotness, lfu, static, sieve or s3fifo; +demote, +protect: "
+        "speculation-aware options (lru+demote+protect)",
+    )
     p.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"
     )
@@ -59,9 +64,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def policy_options(policy: str, hotlist: Path | None) -> dict | None:
     """The policy's options from the command line: the hotlist's (layer, expert) pairs."""
     from specdec.cache.policies import REGISTRY
+    from specdec.cache.speculative import split_policy
 
     if hotlist is None:
-        if policy in REGISTRY and REGISTRY[policy].needs_hotlist:
+        name = split_policy(policy)[0]
+        if name in REGISTRY and REGISTRY[name].needs_hotlist:
             raise SpecdecError(
                 f"--policy {policy} pins a hotlist: pass --hotlist FILE (a ds4 hotlist, e.g. "
                 "from `specdec trace hotlist TRACE --out FILE`)"

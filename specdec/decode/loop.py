@@ -209,7 +209,9 @@ class Decode:
         self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start, refeed=(0, [])
     ):
         """The pass's record; `start`: `_clocks()` when the pass began; `refeed`: positions fed
-        again after a rollback (rollback.py) and their steps."""
+        again after a rollback (rollback.py) and their steps. Every pass ends here, once its
+        verdict is known: the cache hears it first (speculation-aware options)."""
+        self.sm.streamer.cache.verdict(accepted)
         stats = self.sm.streamer.reader.stats
         t0, blocked0, reads0, context, read_s0 = start
         wall = time.perf_counter() - t0

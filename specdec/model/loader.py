@@ -30,6 +30,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
+from specdec.cache.speculative import split_policy
 from specdec.errors import SpecdecError, StoreError
 from specdec.model.discover import model_classes, switch_sites
 from specdec.model.families import Family, get_family
@@ -326,11 +327,13 @@ def _check_hotlist(pairs, index: ExpertIndex) -> None:
 
 
 def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:
-    """An empty cache; hotlist (layer, expert) pairs become cache keys."""
+    """An empty cache; hotlist (layer, expert) pairs become cache keys; `policy` may carry
+    speculation-aware options (lru+demote+protect, specdec.cache.speculative)."""
     opts = dict(options or {})
     if opts.get("hotlist"):
         opts["hotlist"] = [int(layer) * key_stride + int(e) for layer, e in opts["hotlist"]]
-    return ExpertCache(n_slots, make_policy(policy, n_slots, **opts))
+    name, spec = split_policy(policy)
+    return ExpertCache(n_slots, make_policy(name, n_slots, **opts), spec)
 
 
 def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None:

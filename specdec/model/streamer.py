@@ -125,6 +125,9 @@ class Streamer:
         (positions [n, k], experts, slots) before the next may read; then the per-forward
         tick. replay: a deferred call's steps, all hits (slots None)."""
         self.log.observe(layer, idx, phase)
+        cache = self.source.cache
+        if cache.noting and phase == "verify":  # +demote/+protect: routing for the verdict
+            cache.note(layer * self.source.key_stride, idx)
         experts, counts = union(idx)
         if len(experts) <= self.source.cache.max_step:
             yield idx, experts, self._step(layer, experts, counts, phase, replay)

@@ -6,6 +6,7 @@ import dataclasses
 from collections import OrderedDict, deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse, islice
 
 from specdec.errors import BudgetError, SpecdecError
 from specdec.registry import Registry
@@ -25,6 +26,7 @@ class Policy:
     needs_hotlist = False  # useless without one (static pins it): the edges ask for one
     uses_select = False  # the cache skips select() unless set: one call fewer per step
     prefetchable = True  # static is not: it keeps only pinned keys, whatever is read ahead
+    demotable = True  # +demote takes keys out through remove(); static's pins may not leave
 
     def __init__(self, n_slots: int):
         if n_slots < 1:
@@ -74,12 +76,10 @@ def _pop_oldest(order: OrderedDict, n: int, exclude: Collection[int], out: list[
     """Move up to n keys not in `exclude` from the old end of `order` into `out`."""
     if n <= 0:
         return
-    taken = []
-    for k in order:
-        if k not in exclude:
-            taken.append(k)
-            if len(taken) == n:
-                break
+    if not isinstance(exclude, (set, frozenset, dict)):
+        exclude = set(exclude)
+    # the scan in C: +protect's exclusions may sit at the old end, skipped on every step
+    taken = list(islice(filterfalse(exclude.__contains__, order), n))
     for k in taken:
         del order[k]
     out.extend(taken)

@@ -33,6 +33,7 @@ class Static(Policy):
     listed = 4
     needs_hotlist = True
     prefetchable = False
+    demotable = False
 
     def __init__(
         self, n_slots: int, hotlist: Sequence[int] = (), scratch: int = 64, preload: bool = True

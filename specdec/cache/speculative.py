@@ -1,0 +1,78 @@
+"""Speculation-aware cache options: what the cache does once a verify pass's verdict is known.
+
+    name, spec = split_policy("lru+demote+protect")   # ("lru", SpecOptions(True, True))
+    cache = ExpertCache(n, make_policy(name, n), spec)
+    demote, protect = verdict_keys([(base, idx)], n_true)  # idx [γ, k]: a pass's routing
+
+A policy name may carry options after `+`, wherever a policy is named (`--policy`,
+`cache.policy=`, `specdec simulate --policy`):
+
+  demote   rejection-aware demotion: once the verdict is known, the experts that only rejected
+           positions selected (no committed position did, at that layer) move to the eviction
+           end: out of the policy, evicted before any key the policy orders, handed back to the
+           policy (admitted, then hit) if a later step selects them first.
+  protect  the experts of the pass's last committed position (the next token's likely set:
+           consecutive tokens share a third to a half of their experts) are not evicted during
+           the next pass while any other key can go instead.
+
+Both change only which keys stay resident, never what is computed: decoding stays exact. The
+runtime (specdec.model.streamer notes each verify call's routing, the decode loop reports the
+verdict) and the replay (specdec.cache.replay) compute the keys with the same `verdict_keys`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.errors import SpecdecError
+
+OPTIONS = ("demote", "protect")
+
+
+@dataclass(frozen=True)
+class SpecOptions:
+    demote: bool = False
+    protect: bool = False
+
+    def __bool__(self) -> bool:
+        return self.demote or self.protect
+
+    def suffix(self) -> str:
+        return "".join(f"+{o}" for o in OPTIONS if getattr(self, o))
+
+
+NO_SPEC = SpecOptions()  # plain caching: no verdict hook runs
+
+
+def split_policy(text: str) -> tuple[str, SpecOptions]:
+    """`NAME[+demote][+protect]` -> (NAME, options); a one-line error for an unknown option."""
+    name, *opts = text.split("+")
+    for o in opts:
+        if o not in OPTIONS:
+            raise SpecdecError(
+                f"policy {text!r}: unknown option +{o}; options are "
+                + ", ".join(f"+{x}" for x in OPTIONS)
+                + " (e.g. lru+demote+protect)"
+            )
+    return name, SpecOptions(demote="demote" in opts, protect="protect" in opts)
+
+
+def verdict_keys(routing: list[tuple[int, np.ndarray]], n_true: int) -> tuple[list[int], list[int]]:
+    """(keys to demote, keys to protect) of one verify pass.
+
+    routing: (key base, idx [..., positions, k]) per MoE call of the pass, positions in order
+    (a call's keys are base + expert); n_true: the positions whose input was committed (the
+    pass's first and its accepted drafts). Demote: keys only positions >= n_true selected;
+    protect: the keys of position n_true - 1."""
+    demote: list[int] = []
+    protect: list[int] = []
+    for base, idx in routing:
+        rows = idx.reshape(-1, idx.shape[-1])  # [γ, k]
+        n = min(n_true, len(rows))
+        protect.extend((rows[n - 1] + base).tolist())
+        if len(rows) > n:
+            gone = np.setdiff1d(rows[n:], rows[:n])  # [≤ (γ - n)·k] sorted, distinct
+            demote.extend((gone + base).tolist())
+    return demote, protect
