@@ -36,13 +36,13 @@ def target(tmp_path_factory):
     prompt = tok.encode("import os\nimport sys\n\ndef main(argv):\n    ")
     ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
     sm = load(src, budget="30%", io="buffered")
-    yield sm, ref_model, prompt, ref
+    yield sm, ref_model, prompt, ref, src
     sm.close()
     mp.undo()
 
 
 def test_mark_and_restore_are_exact(target):
-    _, model, prompt, _ = target
+    _, model, prompt, _, _ = target
     cache = make_prompt_cache(model)
     assert can_roll_back(cache) and CacheMark.before(cache) is not None
     model(mx.array([prompt]), cache=cache)
@@ -58,7 +58,7 @@ def test_mark_and_restore_are_exact(target):
 
 @pytest.mark.parametrize("drafter,gamma", [("mtp", 2), ("mtp", 4), ("self", 3), ("oracle:0.6", 4)])
 def test_speculation_rolls_back_losslessly(target, drafter, gamma):
-    sm, _, prompt, ref = target
+    sm, _, prompt, ref, _ = target
     if drafter == "mtp":
         assert isinstance(sm.mtp, Qwen3NextMTP)
     sm.reset_cache()
@@ -71,6 +71,18 @@ def test_speculation_rolls_back_losslessly(target, drafter, gamma):
     assert res.summary["misses"] > 0
     total = sum(r.draft_bytes_read + r.verify_bytes_read + r.refeed_bytes_read for r in res.records)
     assert total == sum(r.bytes_read for r in res.records)
+
+
+def test_rollback_with_speculation_aware_caching(target):
+    """+demote/+protect hear each verdict after the re-feed; greedy still equals plain."""
+    _, _, prompt, ref, src = target
+    sm = load(src, budget="30%", io="buffered", policy="lru+demote+protect")
+    try:
+        res = generate(sm, prompt, "oracle:0.6", DecodeConfig(gamma=4, max_tokens=N_TOKENS))
+        assert res.tokens == ref
+        assert any(r.refed for r in res.records)
+    finally:
+        sm.close()
 
 
 def test_deepseek_v41_window_cache_restores_exactly():
