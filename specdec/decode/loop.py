@@ -105,12 +105,8 @@ class Decode:
             raise SpecdecError("the prompt is empty: give at least one token")
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
+        sm.check_speculation(cfg.gamma)
         cache = make_prompt_cache(sm.model)
-        if cfg.gamma > 1 and not can_trim_prompt_cache(cache):
-            raise SpecdecError(
-                f"{sm.config['model_type']}'s KV cache cannot be trimmed, so rejected drafts "
-                "cannot be rolled back: use --gamma 1"
-            )
         self.st = DecodeState(
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
         )

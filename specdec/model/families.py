@@ -1,14 +1,16 @@
-"""Per-family adapters: where a family keeps its MoE block and how its router computes.
+"""Router adapters: how a family's MoE block picks its experts, for code outside the block.
 
-The streamed model never re-implements a family's MoE block: it swaps the block's `switch_mlp`
-(the one module that touches routed-expert weights in every mlx-lm MoE family) for a streamed
-one, so routing, gate weighting and shared experts run the family's own code, unchanged. An
-adapter is needed only where specdec must evaluate a router *outside* that code: cache-only
-self-drafts (renormalise the gates over resident experts), router lookahead (layer L+d's router
-on layer L's input) and trace recording. Each `route` below mirrors the family's `__call__` line
-for line; tests check it against the family's own selection.
+Streaming needs no per-family code: `specdec.model.discover` finds each layer's switch module
+(SwitchGLU / SwitchMLP) by type and the loader swaps where its projections read their weights, so
+routing, gate weighting, shared experts and the family's activation run the family's own code.
+A `route` is needed only where specdec evaluates a router *outside* that code: cache-only
+self-drafts (renormalise the gates over resident experts), router lookahead (layer L+d's router on
+layer L's input) and trace recording. Each `route` below mirrors the family's `__call__` line for
+line and returns (indices, scores) aligned with the indices the block passes its switch module;
+tests/test_families.py checks both against the family's own block. A family without one streams
+and decodes with every other drafter; those three features say so in one line (`require_route`).
 
-Add a family: write its `route`, register it in FAMILIES, add it to `make-random`.
+Add a router adapter: write its `route`, register it in FAMILIES (make-random: tiny_configs.py).
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from specdec.errors import SpecdecError
 Route = Callable[[nn.Module, mx.array], tuple[mx.array, mx.array]]
 
 
-def _route_gate_tuple(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
-    """DeepSeek V3 and siblings: `block.gate(x)` already returns (indices, scores)."""
-    return block.gate(x)
+def _tuple_router(attr: str) -> Route:
+    """Families whose router module already returns (indices, scores): `block.<attr>(x)`."""
+
+    def route(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+        return getattr(block, attr)(x)
+
+    return route
 
 
-def _route_qwen3(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+def _softmax_topk_high(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    """Qwen3-MoE / Qwen3-Next: softmax, the top k from the high end, optional renormalisation."""
     gates = mx.softmax(block.gate(x), axis=-1, precise=True)  # [..., E]
     k = block.top_k
     inds = mx.argpartition(gates, kth=-k, axis=-1)[..., -k:]  # [..., k]
@@ -39,19 +46,25 @@ def _route_qwen3(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
     return inds, scores
 
 
-def _route_qwen2(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+def _softmax_topk(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    """Qwen2-MoE / Hunyuan: softmax, the top k of the negated gates, no renormalisation."""
     gates = mx.softmax(block.gate(x), axis=-1, precise=True)
     k = block.top_k
     inds = mx.argpartition(-gates, kth=k - 1, axis=-1)[..., :k]
     return inds, mx.take_along_axis(gates, inds, axis=-1)
 
 
-def _route_mixtral(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
-    gates = block.gate(x)
-    k = block.num_experts_per_tok
-    inds = mx.argpartition(-gates, kth=k - 1, axis=-1)[..., :k]
-    scores = mx.softmax(mx.take_along_axis(gates, inds, axis=-1), axis=-1, precise=True)
-    return inds, scores
+def _topk_softmax(attr: str, k_attr: str) -> Route:
+    """Mixtral / Jamba: top k of the logits, softmax over the chosen ones."""
+
+    def route(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+        gates = getattr(block, attr)(x)
+        k = getattr(block, k_attr)
+        inds = mx.argpartition(-gates, kth=k - 1, axis=-1)[..., :k]
+        scores = mx.softmax(mx.take_along_axis(gates, inds, axis=-1), axis=-1, precise=True)
+        return inds, scores
+
+    return route
 
 
 def _route_minimax(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
@@ -63,46 +76,128 @@ def _route_minimax(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
     return inds, picked.astype(x.dtype)
 
 
+def _route_olmoe(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    """OLMoE routes the flattened positions: [B*L, k], as its switch module sees them."""
+    weights = mx.softmax(block.gate(x.reshape(-1, x.shape[-1])), axis=1, precise=True)
+    k = block.top_k
+    inds = mx.argpartition(-weights, kth=k - 1, axis=-1)[..., :k]  # [T, k]
+    scores = mx.take_along_axis(weights, inds, axis=-1)
+    if block.norm_topk_prob:
+        scores = scores / scores.sum(axis=-1, keepdims=True)
+    return inds, scores
+
+
+def _route_phimoe(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    from mlx_lm.models.phimoe import sparsemixer
+
+    return sparsemixer(block.gate(x), top_k=block.top_k, jitter_eps=block.jitter_eps)
+
+
+def _route_ernie(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    gates = block.gate_act(block.gate(x).astype(mx.float32))
+    k = block.k
+    inds = mx.argpartition(-gates, kth=k - 1, axis=-1)[..., :k]
+    scores = mx.take_along_axis(gates, inds, axis=-1)
+    return inds, scores / mx.maximum(scores.sum(axis=-1, keepdims=True), 1e-12)
+
+
+def _route_lfm2(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    weights = mx.sigmoid(block.gate(x))
+    k = block.top_k
+    if block.use_expert_bias:
+        biased = weights.astype(mx.float32) + block.expert_bias
+        inds = mx.argpartition(biased, kth=-k, axis=-1)[..., -k:]
+    else:
+        inds = mx.argpartition(weights, kth=-k, axis=-1)[..., -k:]
+    scores = mx.take_along_axis(weights, inds, axis=-1)
+    if block.norm_topk_prob:
+        scores = scores / (mx.sum(scores, axis=-1, keepdims=True) + 1e-6)
+    return inds, (scores * block.routed_scaling_factor).astype(x.dtype)
+
+
+def _route_llama4(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    """Llama 4 scales the experts' *input* by its score; top-1, so renormalising keeps it."""
+    logits = block.router(x)
+    k = block.top_k
+    inds = mx.argpartition(-logits, kth=k - 1, axis=-1)[..., :k]
+    scores = mx.take_along_axis(logits, inds, axis=-1)
+    return inds, mx.sigmoid(scores.astype(mx.float32)).astype(x.dtype)
+
+
+def _route_gpt_oss(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    from mlx_lm.models.gpt_oss import mlx_topk
+
+    experts, inds = mlx_topk(block.router(x), k=block.num_experts_per_tok, axis=-1)
+    return inds, mx.softmax(experts, axis=-1, precise=True)
+
+
+def _route_klear(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    weights = mx.sigmoid(block.gate(x).astype(mx.float32))
+    biased = weights + block.expert_bias.reshape((1, 1, -1))
+    k = block.top_k
+    inds = mx.argpartition(-biased, kth=k - 1, axis=-1)[..., :k]
+    scores = mx.take_along_axis(weights, inds, axis=-1)
+    if block.norm_topk_prob:
+        scores = scores / mx.sum(scores, axis=-1, keepdims=True)
+    return inds, scores.astype(x.dtype)
+
+
 @dataclass(frozen=True)
 class Family:
-    """How one mlx-lm model family routes; `moe_attr` is the decoder layer's MoE attribute."""
+    """A model family: its router adapter (None: none written) and its MTP layout."""
 
     name: str
-    moe_attr: str
-    route: Route
+    route: Route | None = None
     has_mtp: bool = False  # DeepSeek-V3-layout MTP module at model.layers.{num_hidden_layers}
 
+    def require_route(self, feature: str) -> Route:
+        """The route, or a one-line error naming the feature that needs it."""
+        if self.route is None:
+            raise SpecdecError(
+                f"{feature} evaluates the router outside {self.name}'s own code and specdec has "
+                f"no router adapter for {self.name}: run without it (streaming and the other "
+                "drafters work), or add a `route` in specdec/model/families.py"
+            )
+        return self.route
 
+
+_gate = _tuple_router("gate")
+_router = _tuple_router("router")
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("deepseek_v3", "mlp", _route_gate_tuple, has_mtp=True),
-        Family("deepseek_v32", "mlp", _route_gate_tuple, has_mtp=True),
-        Family("glm4_moe", "mlp", _route_gate_tuple),
-        Family("kimi_k25", "mlp", _route_gate_tuple, has_mtp=True),
-        Family("qwen3_moe", "mlp", _route_qwen3),
-        Family("qwen2_moe", "mlp", _route_qwen2),
-        Family("mixtral", "block_sparse_moe", _route_mixtral),
-        Family("minimax", "block_sparse_moe", _route_minimax),
+        Family("deepseek_v3", _gate, has_mtp=True),
+        Family("deepseek_v32", _gate, has_mtp=True),
+        Family("kimi_k25", _gate, has_mtp=True),
+        Family("deepseek", _gate),
+        Family("deepseek_v2", _gate),
+        Family("deepseek_v41", _gate),
+        Family("glm4_moe", _gate),
+        Family("glm4_moe_lite", _gate),
+        Family("dots1", _gate),
+        Family("bailing_moe", _gate),
+        Family("exaone_moe", _gate),
+        Family("nemotron_h", _gate),
+        Family("granitemoe", _router),
+        Family("granitemoehybrid", _router),
+        Family("qwen3_moe", _softmax_topk_high),
+        Family("qwen3_next", _softmax_topk_high),
+        Family("qwen2_moe", _softmax_topk),
+        Family("hunyuan", _softmax_topk),
+        Family("mixtral", _topk_softmax("gate", "num_experts_per_tok")),
+        Family("jamba", _topk_softmax("router", "num_experts_per_tok")),
+        Family("minimax", _route_minimax),
+        Family("olmoe", _route_olmoe),
+        Family("phimoe", _route_phimoe),
+        Family("ernie4_5_moe", _route_ernie),
+        Family("lfm2_moe", _route_lfm2),
+        Family("llama4", _route_llama4),
+        Family("gpt_oss", _route_gpt_oss),
+        Family("Klear", _route_klear),
     )
 }
 
 
 def get_family(model_type: str) -> Family:
-    """The adapter of `model_type` (config.json's field); a clear error for any other."""
-    if model_type not in FAMILIES:
-        raise SpecdecError(
-            f"unknown model family {model_type!r}: specdec streams "
-            f"{', '.join(sorted(FAMILIES))}; add an adapter in specdec/model/families.py"
-        )
-    return FAMILIES[model_type]
-
-
-def moe_blocks(model: nn.Module, family: Family) -> dict[int, nn.Module]:
-    """{decoder layer index: MoE block} for the layers whose block routes experts."""
-    blocks = {}
-    for i, layer in enumerate(model.layers):
-        block = getattr(layer, family.moe_attr, None)
-        if block is not None and "switch_mlp" in block:
-            blocks[i] = block
-    return blocks
+    """The family of `model_type` (config.json's field); one without a router adapter streams."""
+    return FAMILIES.get(model_type) or Family(model_type)

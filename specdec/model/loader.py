@@ -5,7 +5,8 @@
 
 The model is mlx-lm's own class, built and quantized by mlx-lm's loader from the packed
 directory's `model.safetensors` (every non-routed weight); then each MoE block's `switch_mlp`
-is replaced by a `StreamedSwitchGLU` before any expert weight is materialised, so a 100 GB model
+(found by type, whatever attribute holds it: specdec.model.discover) is replaced by a
+`StreamedSwitchGLU` before any expert weight is materialised, so a 100 GB model
 never touches memory beyond its resident weights and the arena. An mlx-lm directory that is not
 packed yet is packed into a cache directory on first use (SPECDEC_CACHE, default
 ~/.cache/specdec).
@@ -24,13 +25,15 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
+from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.speculative import split_policy
 from specdec.errors import SpecdecError, StoreError
-from specdec.model.families import Family, get_family, moe_blocks
+from specdec.model.discover import switch_sites
+from specdec.model.families import Family, get_family
 from specdec.model.source import ExpertSource
 from specdec.model.stream import StreamConfig
 from specdec.model.streamed import StreamedSwitchGLU
@@ -77,6 +80,25 @@ class StreamedModel:
         src.reader.reset_stats()
         s.log.drain()
         s.preload()
+
+    def check_speculation(self, gamma: int) -> None:
+        """γ > 1 needs the rejected drafts' cache entries trimmed; say why a model cannot.
+
+        The one place this is decided (the decode loop asks here); a family whose state could be
+        snapshotted and restored instead (linear attention, SSM) would lift it here."""
+        if gamma <= 1:
+            return
+        from mlx_lm.models.cache import make_prompt_cache
+
+        fixed = sorted(
+            {type(c).__name__ for c in make_prompt_cache(self.model) if not c.is_trimmable()}
+        )
+        if fixed:
+            raise SpecdecError(
+                f"{self.config.get('model_type')} keeps recurrent state ({', '.join(fixed)}: "
+                "linear attention, SSM or conv layers) that cannot be trimmed, so rejected drafts "
+                f"cannot be rolled back: use --gamma 1 (got {gamma})"
+            )
 
     @property
     def top_k(self) -> int:
@@ -201,7 +223,15 @@ def _load_packed(
         read_safetensors_header(f)
     model, config = load_model(packed, lazy=True, strict=False)
     tokenizer = _load_tokenizer(packed)
-    blocks = moe_blocks(model, family)
+    sites = switch_sites(model)
+    if not sites:
+        raise SpecdecError(
+            f"{packed}: mlx-lm's {family.name} has no SwitchGLU/SwitchMLP layers, so there are "
+            "no routed experts to stream; run a dense model with mlx-lm itself"
+        )
+    blocks = {lid: site.block for lid, site in sites.items()}
+    if lookahead:
+        family.require_route(f"--lookahead {lookahead}")
     n_main = len(model.layers)
     _check_layers(packed, sorted(blocks), n_main, index)
 
@@ -237,9 +267,10 @@ def _load_packed(
         lookahead=Lookahead(lookahead, ahead_of),
         warm=tuple(streamed) if stream.warm else (),
     )
-    for lid, block in blocks.items():
-        _check_experts(packed, lid, block.switch_mlp, index)
-        block.switch_mlp = StreamedSwitchGLU(streamer, lid, block.switch_mlp, block, family.route)
+    for lid, site in sites.items():
+        _check_experts(packed, lid, site.switch, index)
+        streamed_switch = StreamedSwitchGLU(streamer, lid, site.switch, site.block, family.route)
+        setattr(site.owner, site.attr, streamed_switch)
     streamer.preload()
 
     _load_resident_strictly(model, packed, n_main)
@@ -338,8 +369,7 @@ def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None
 def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertIndex) -> None:
     """config.json must describe the experts experts.json packed: count and matrix shapes.
 
-    `original` is the family's SwitchGLU that mlx-lm built from config.json, never evaluated and
-    not quantized (its weights are not in model.safetensors): dense [E, out, in] per projection.
+    `original` is the family's switch module that mlx-lm built from config.json, never evaluated.
     A config edited after packing (expert count, MoE width, hidden size) would otherwise compute
     garbage or fail deep inside a matmul.
     """
@@ -347,9 +377,13 @@ def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertI
     for proj in layout.projections:
         spec, q = layout.tensor(f"{proj}.weight"), layout.quant.get(proj)
         out_dim, cols = spec.shape
-        in_dim = cols * 32 // q.bits if q is not None else cols  # packed uint32 columns
+        module = getattr(original, proj, None)
+        # mlx-lm quantizes a switch projection at load only where config.json names its path
+        # (mixed-precision recipes); else it is dense [E, out, in] and the packed one may not be
+        as_built = isinstance(module, QuantizedSwitchLinear) or q is None
+        in_dim = cols if as_built else cols * 32 // q.bits  # packed uint32 columns
         want = [layout.n_experts, out_dim, in_dim]
-        weight = getattr(getattr(original, proj, None), "weight", None)
+        weight = getattr(module, "weight", None)
         got = None if weight is None else list(weight.shape)
         if got != want:
             raise SpecdecError(

@@ -1,7 +1,8 @@
 """Tiny random-weight checkpoints of real mlx-lm model classes, for tests and demos.
 
 `specdec make-random FAMILY OUT_DIR [--quantize BITS] [--seed N]` builds the family's mlx-lm
-`Model` from a scaled-down config (hidden 64, 3 layers, 16 experts, top-4, float32), draws every
+`Model` from a scaled-down config (specdec.model.tiny_configs: hidden 64, 3 layers, 16 experts,
+top-4, float32; ~28 MoE families), draws every
 parameter at random (routers and DeepSeek's `e_score_correction_bias` too, so routing is real and
 varies across tokens), optionally quantizes the whole model the way `mlx_lm.convert -q` does
 (affine, group size 64), and writes it with mlx-lm's own `save_model`/`save_config`, so
@@ -36,105 +37,14 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
+from specdec.model.tiny_configs import FAMILIES, VOCAB, family_config
 from specdec.store.files import check_replaceable, fresh_dir, swap_dir
 from specdec.store.layout import MTP_FILE
 
-VOCAB = 512
 GROUP_SIZE = 64
 EOS = "<|endoftext|>"
 RANDOM_KIND = "random"  # the ownership marker's kind (store/files.py)
-
-# Scaled-down configs; every dim a multiple of 64 so mlx-lm's affine group size 64 divides it.
-_COMMON: dict[str, Any] = {
-    "hidden_size": 64,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": False,
-    "num_experts_per_tok": 4,
-}
-FAMILIES: dict[str, dict[str, Any]] = {
-    "deepseek_v3": {
-        "intermediate_size": 128,
-        "moe_intermediate_size": 64,
-        "num_key_value_heads": 4,
-        "n_shared_experts": 1,
-        "n_routed_experts": 16,
-        "routed_scaling_factor": 2.5,
-        "kv_lora_rank": 64,
-        "q_lora_rank": 64,
-        "qk_rope_head_dim": 16,
-        "qk_nope_head_dim": 32,
-        "v_head_dim": 32,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "n_group": 4,
-        "topk_group": 2,
-        "moe_layer_freq": 1,
-        "first_k_dense_replace": 1,
-    },
-    "qwen3_moe": {
-        "intermediate_size": 128,
-        "moe_intermediate_size": 64,
-        "num_experts": 16,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-        "head_dim": 16,
-        "norm_topk_prob": True,
-    },
-    "qwen2_moe": {
-        "intermediate_size": 128,
-        "moe_intermediate_size": 64,
-        "num_experts": 16,
-        "shared_expert_intermediate_size": 128,
-    },
-    "mixtral": {"intermediate_size": 64, "num_local_experts": 8, "num_experts_per_tok": 2},
-    "minimax": {
-        "intermediate_size": 64,
-        "num_local_experts": 16,
-        "shared_intermediate_size": 0,
-        "rotary_dim": 8,
-        "head_dim": 16,
-        "scoring_func": "sigmoid",
-        "use_qk_norm": True,
-    },
-    "glm4_moe": {
-        "intermediate_size": 128,
-        "moe_intermediate_size": 64,
-        "norm_topk_prob": True,
-        "n_group": 1,
-        "topk_group": 1,
-        "head_dim": 16,
-        "n_shared_experts": 1,
-        "n_routed_experts": 16,
-        "routed_scaling_factor": 2.5,
-        "first_k_dense_replace": 1,
-        "rope_scaling": None,
-        "use_qk_norm": True,
-        "attention_bias": True,
-        "partial_rotary_factor": 0.5,
-    },
-}
-FAMILIES["deepseek_v32"] = {
-    **FAMILIES["deepseek_v3"],
-    "index_head_dim": 32,
-    "index_n_heads": 4,
-    "index_topk": 64,
-}
 MTP_FAMILIES = ("deepseek_v3",)
-
-
-def family_config(family: str) -> dict[str, Any]:
-    """The scaled-down config.json contents of a family (vocab_size included)."""
-    if family not in FAMILIES:
-        raise SpecdecError(
-            f"unknown model family {family!r}; supported: {', '.join(sorted(FAMILIES))}"
-        )
-    return {"model_type": family, **_COMMON, **FAMILIES[family], "vocab_size": VOCAB}
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -245,14 +155,12 @@ def make_random(
     """Write a tiny random checkpoint of `family` to out_dir (see writing_checkpoint).
 
     overrides: config.json entries to change (tests: e.g. a huge expert width, few experts)."""
-    import importlib
-
-    from mlx_lm.utils import save_config, save_model
+    from mlx_lm.utils import _get_classes, save_config, save_model
 
     config = {**family_config(family), **(overrides or {})}
-    module = importlib.import_module(f"mlx_lm.models.{family}")
-    args = module.ModelArgs.from_dict(config)
-    model = module.Model(args)
+    model_class, args_class = _get_classes(config)
+    args = args_class.from_dict(config)
+    model = model_class(args)
     key = mx.random.key(seed)
     k_model, k_mtp = mx.random.split(key)
     _randomize(model, k_model)

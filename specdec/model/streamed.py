@@ -1,11 +1,14 @@
 """The streamed MoE block: routed experts come from the expert cache, not from resident memory.
 
-`StreamedSwitchGLU` replaces a family's `switch_mlp` (mlx-lm's `SwitchGLU`). On each call it
-reads the router's indices to the host, asks the `Streamer` for the union of the call's experts
-(hits stay, misses are read from disk into arena slots), remaps expert ids to slot ids, and runs
-mlx-lm's own `SwitchGLU.__call__` with `ArenaLinear` projections that call `mx.gather_(q)mm` on
-strided views of the arena. Everything else in the family's block (gate weighting, shared experts)
-is the family's own code, so streamed logits equal resident logits.
+`StreamedSwitchGLU` replaces a family's switch module (mlx-lm's `SwitchGLU` or `SwitchMLP`, found
+by type: specdec.model.discover). On each call it reads the router's indices to the host, asks the
+`Streamer` for the union of the call's experts (hits stay, misses are read from disk into arena
+slots), remaps expert ids to slot ids, and runs the family's own switch module, whose
+`SwitchLinear` projections are swapped for `ArenaLinear`s that call `mx.gather_(q)mm` on views of
+the arena: only where the weights are read changes. The switch module's structure and activation
+(gpt-oss's and DeepSeek-V4.1's clamped SwiGLU, SwitchMLP's GELU), expert biases and everything
+else in the family's block (gate weighting, shared experts) are the family's own code, so
+streamed logits equal resident logits.
 
 A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
 scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
@@ -30,8 +33,10 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx_lm.models.switch_layers import SwitchGLU
+from mlx.utils import tree_flatten
 
+from specdec.errors import SpecdecError
+from specdec.model.discover import SWITCH_TYPES, projections
 from specdec.model.families import Route
 from specdec.model.streamer import Streamer, union
 from specdec.store.arena import Arena
@@ -85,35 +90,52 @@ class ArenaLinear(nn.Module):
 
 
 class StreamedSwitchGLU(nn.Module):
-    """Drop-in for mlx-lm's SwitchGLU whose experts live in the streamer's arena."""
+    """Drop-in for the family's switch module whose experts live in the streamer's arena.
+
+    `original` (a SwitchGLU / SwitchMLP, weights never evaluated) becomes the computing module:
+    each projection is replaced by an ArenaLinear; it is kept out of the parameter tree, so the
+    model has no expert parameters left. route: the family's router adapter, or None."""
+
+    streams_experts = True  # specdec.model.discover finds it where the switch module was
 
     def __init__(
         self,
         streamer: Streamer,
         layer: int,
-        original: SwitchGLU,
+        original: nn.Module,
         block: nn.Module,
-        route: Route,
+        route: Route | None,
     ):
         super().__init__()
-        if not isinstance(original, SwitchGLU):
-            raise TypeError(f"layer {layer}: expected SwitchGLU, got {type(original).__name__}")
+        if not isinstance(original, SWITCH_TYPES):
+            raise TypeError(f"layer {layer}: expected a switch module, got {type(original)}")
         layout = streamer.index.layers[layer]
-        self.gate_proj = ArenaLinear(streamer.arena, layout, "gate_proj")
-        self.up_proj = ArenaLinear(streamer.arena, layout, "up_proj")
-        self.down_proj = ArenaLinear(streamer.arena, layout, "down_proj")
-        self.activation = original.activation
+        if set(projections(original)) != set(layout.projections):
+            raise SpecdecError(
+                f"layer {layer}: the model's experts have projections "
+                f"{sorted(projections(original))} but experts.json packs "
+                f"{sorted(layout.projections)}; re-pack the model (specdec pack --force)"
+            )
+        for proj in layout.projections:
+            setattr(original, proj, ArenaLinear(streamer.arena, layout, proj))
+        left = [name for name, _ in tree_flatten(original.parameters())]
+        if left:  # a parameter the arena does not hold would never be loaded
+            raise SpecdecError(
+                f"layer {layer}: {type(original).__name__} has parameters outside its "
+                f"projections ({left[0]}); specdec cannot stream this switch module"
+            )
         self._h = _Hidden(
             streamer=streamer,
             layer=layer,
             block=block,
             route=route,
+            switch=original,
             lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
         )
 
     def _glu(self, x: mx.array, slots: mx.array) -> mx.array:
-        """mlx-lm's SwitchGLU arithmetic on the arena, with expert ids replaced by slot ids."""
-        return SwitchGLU.__call__(self, x, slots)
+        """The family's switch module on the arena, with expert ids replaced by slot ids."""
+        return self._h.switch(x, slots)
 
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
         h = self._h

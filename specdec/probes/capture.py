@@ -6,8 +6,8 @@
     tap.calls[0].lookahead[(d, lid)] # MoE layer lid's router on the input of the MoE layer
                                      # d MoE layers before it
 
-Every decoder layer's MLP (`family.moe_attr`) is wrapped for the duration of the `with`; the MoE
-ones record. Distances count MoE layers, as the runtime's `--lookahead`, the simulator and
+Every MoE decoder layer's block (the attribute holding its switch module: specdec.model.discover)
+is wrapped for the duration of the `with` and records; the family needs a router adapter. Distances count MoE layers, as the runtime's `--lookahead`, the simulator and
 docs/trace-format.md do (dense layers are not in a trace): d = 1 is the previous MoE layer. At
 each MoE layer's call the family's own `route` (specdec.model.families) is evaluated on the same
 array the block receives, so the recorded gates belong to exactly the experts the block selects,
@@ -23,7 +23,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specdec.model.families import Family, moe_blocks
+from specdec.model.discover import switch_sites
+from specdec.model.families import Family
 
 
 @dataclass
@@ -61,27 +62,28 @@ class MoETap:
         keep_inputs: bool = False,
     ):
         self.model, self.family = model, family
+        self.route = family.require_route("trace recording")
         self.layers = model.layers
-        self.blocks = moe_blocks(model, family)
+        self.sites = switch_sites(model)
+        self.blocks = {lid: site.block for lid, site in self.sites.items()}
         self._moe_ids = sorted(self.blocks)
         self._moe_order = {lid: i for i, lid in enumerate(self._moe_ids)}
         self.distances, self.keep_inputs = tuple(distances), keep_inputs
         self.calls: list[CallCapture] = []
-        self._saved: list[tuple[nn.Module, nn.Module]] = []
+        self._saved: list[tuple[nn.Module, str, nn.Module]] = []
         self._last_layer = -1  # a layer id not above the last one seen starts a new call
 
     def __enter__(self) -> MoETap:
         self._last_layer = -1
-        for i, layer in enumerate(self.layers):
-            mlp = getattr(layer, self.family.moe_attr, None)
-            if mlp is not None:
-                self._saved.append((layer, mlp))
-                setattr(layer, self.family.moe_attr, _Tap(mlp, i, self))
+        for i, site in self.sites.items():
+            layer = self.layers[i]
+            self._saved.append((layer, site.block_attr, site.block))
+            setattr(layer, site.block_attr, _Tap(site.block, i, self))
         return self
 
     def __exit__(self, *exc) -> None:
-        for layer, mlp in self._saved:
-            setattr(layer, self.family.moe_attr, mlp)
+        for layer, attr, block in self._saved:
+            setattr(layer, attr, block)
         self._saved.clear()
 
     def _see(self, layer: int, x: mx.array) -> None:
@@ -90,7 +92,7 @@ class MoETap:
             self.calls.append(CallCapture(flat.shape[0]))
         self._last_layer = layer
         call = self.calls[-1]
-        route = self.family.route
+        route = self.route
         if layer in self.blocks:
             inds, scores = route(self.blocks[layer], x)
             call.route[layer] = (

@@ -29,7 +29,7 @@ import numpy as np
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.simulate import trace_steps
-from specdec.model.families import moe_blocks
+from specdec.model.discover import switch_sites
 from specdec.model.steplog import Call
 from specdec.probes.eviction import select_positions
 from specdec.trace.format import Trace
@@ -63,10 +63,11 @@ def residency(trace: Trace, n_slots: int, policy: str = "lru") -> tuple[np.ndarr
     return out, cache.hits / max(cache.accesses, 1)
 
 
-def block_parts(block, x: np.ndarray, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def block_parts(site, x: np.ndarray, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(block output y [T, H], routed experts' outputs [T, k, H]) of one MoE block at inputs x."""
     xs = mx.array(x)[None]  # [1, T, H]
-    outs = block.switch_mlp(xs, mx.array(experts)[None])[0]  # [T, k, H]
+    block = site.block
+    outs = site.switch(xs, mx.array(experts)[None])[0]  # [T, k, H]
     y = block(xs)[0]  # [T, H]
     return np.array(y.astype(mx.float32)), np.array(outs.astype(mx.float32))
 
@@ -107,11 +108,11 @@ def gates_table(
         mask, hit = residency(trace, n, policy)
         variants[f"drop non-resident ({policy}, {n / total:.0%} budget)"] = (mask, hit, n)
     errs = {name: [] for name in variants}
-    blocks = moe_blocks(sm.model, sm.family)
+    sites = switch_sites(sm.model)
     for j, lid in enumerate(trace.layer_ids):
         with sm.streamer.serving(Call("probe")):  # budget 100%: every expert is already resident
             x = rec.inputs[lid][decode[pick]]  # [P, H]
-            y, outs = block_parts(blocks[lid], x, trace.experts[pick, j])
+            y, outs = block_parts(sites[lid], x, trace.experts[pick, j])
         g = trace.gates[pick, j].astype(np.float64)  # [P, k]
         for name, (mask, _, _) in variants.items():
             errs[name].append(dropped_error(y, outs, g, mask[pick, j]))

@@ -12,8 +12,9 @@ A packed directory (written by `specdec pack`, read by `store.reader`) holds:
                                    block, the quantization of each projection, per expert the
                                    block offset and crc32
 
-Routed-expert tensors are recognised by name alone (mlx-lm's stacked layout, leading dim = number
-of experts), so the format knows nothing of model families. Try it:
+Routed-expert tensors are mlx-lm's stacked switch projections (leading dim = number of experts),
+found by `specdec.model.discover` from the family's module tree; the format itself knows nothing
+of model families. Try it:
 `python -c "from specdec.store.layout import ExpertIndex; print(ExpertIndex.load('PACKED').layer_ids)"`
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +40,6 @@ EXPERTS_BIN = "experts.bin"
 EXPERTS_JSON = "experts.json"
 RESIDENT = "model.safetensors"
 MTP_FILE = "mtp.safetensors"
-
-EXPERT_RE = re.compile(
-    r"^model\.layers\.(\d+)\.(.+)\.switch_mlp\.(\w+)\.(weight|scales|biases|bias)$"
-)
 
 # safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
 _ST_DTYPES: dict[str, str] = {

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from specdec.errors import StoreError
+from specdec.model.discover import expert_matcher
 from specdec.store.copypipe import Chunk, Piece, open_source, write_chunks
 from specdec.store.files import (
     MARKER_PREFIX,
@@ -48,7 +49,6 @@ from specdec.store.files import (
 )
 from specdec.store.layout import (
     ALIGN,
-    EXPERT_RE,
     EXPERTS_BIN,
     INDEX_VERSION,
     MTP_FILE,
@@ -118,12 +118,25 @@ def _quant_of(prefix: str, proj: str, names: set[str], config: dict) -> Quant | 
     )
 
 
+def _config(model_dir: Path) -> dict:
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except ValueError as e:
+        raise StoreError(
+            f"{model_dir}/config.json is not valid JSON ({e}); restore it from the original model"
+        ) from None
+    if not isinstance(config, dict):
+        raise StoreError(f"{model_dir}/config.json is not a JSON object; restore it")
+    return config
+
+
 def plan(model_dir: Path) -> tuple[list[SafeTensor], dict[int, tuple[LayerLayout, dict]]]:
     """Split the checkpoint's tensors: (resident tensors, {layer: (layout, {name: source})}).
 
     Layout offsets are laid out layer-major, expert-minor; crc32s are filled in while packing.
     """
-    config = json.loads((model_dir / "config.json").read_text())
+    config = _config(model_dir)
+    match = expert_matcher(config)  # from the family's mlx-lm module tree, not from its name
     resident: list[SafeTensor] = []
     experts: dict[int, dict[str, SafeTensor]] = {}
     prefixes: dict[int, str] = {}
@@ -133,18 +146,20 @@ def plan(model_dir: Path) -> tuple[list[SafeTensor], dict[int, tuple[LayerLayout
             if t.name in seen:
                 raise StoreError(f"{model_dir}: tensor {t.name} appears in two safetensors files")
             seen.add(t.name)
-            m = EXPERT_RE.match(t.name)
+            m = match(t.name)
             if m is None:
                 resident.append(t)
                 continue
-            layer, prefix = int(m.group(1)), t.name.rsplit(".", 2)[0]
+            layer, prefix, name = m
             if prefixes.setdefault(layer, prefix) != prefix:
                 raise StoreError(f"layer {layer} has experts under two prefixes: {prefix}")
-            experts.setdefault(layer, {})[f"{m.group(3)}.{m.group(4)}"] = t
+            experts.setdefault(layer, {})[name] = t
     if not experts:
         raise StoreError(
-            f"{model_dir}: no routed-expert tensors (model.layers.N.*.switch_mlp.*) found; "
-            "pack needs an MoE checkpoint in mlx-lm layout (convert with `mlx_lm.convert`)"
+            f"{model_dir}: no routed-expert tensors found (mlx-lm's {config.get('model_type')} "
+            "keeps them in SwitchGLU/SwitchMLP layers, none of whose weights are in the "
+            "safetensors files); pack needs an MoE checkpoint in mlx-lm layout (convert with "
+            "`mlx_lm.convert`)"
         )
     layers: dict[int, tuple[LayerLayout, dict]] = {}
     file_pos = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from mlx_lm.models.cache import trim_prompt_cache
 
-from specdec.decode.drafters.registry import Drafter, register, stack_q
+from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, register, stack_q
 from specdec.decode.state import DecodeState, forward
 from specdec.model.steplog import Call
 
@@ -18,6 +18,11 @@ class SelfDrafter(Drafter):
 
     name = "self"
     draft_compute = "main"
+
+    @classmethod
+    def build(cls, options: NoOptions, ctx: DraftContext) -> SelfDrafter:
+        ctx.sm.family.require_route("the self drafter")  # it renormalises the router's gates
+        return cls()
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         drafts, qs, tok = [], [], st.tokens[-1]
