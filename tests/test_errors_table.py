@@ -6,7 +6,8 @@ each row is `case | command | message`; this test reads it, prepares the case's 
 entry point (`specdec.cli.main`, in process: the same code path as the `specdec` script, minus
 the interpreter start) and requires exit status 2, nothing on stderr but
 `specdec: error: <message>` and no traceback. Placeholders: {model} a random DeepSeek-V3
-checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory.
+checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory,
+{hybrid} a random Qwen3-Next checkpoint.
 tests/test_store_errors.py checks a few of these through a subprocess (exit code, no traceback).
 """
 
@@ -171,7 +172,13 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "config.json: other MoE width": lambda c: edit_config(c["packed"], moe_intermediate_size=128),
     "config.json: other MoE layers": lambda c: edit_config(c["packed"], first_k_dense_replace=0),
     "config.json is not JSON": lambda c: (c["packed"] / "config.json").write_text("{"),
-    "unknown model family": lambda c: edit_config(c["packed"], model_type="olmoe"),
+    "model_type mlx-lm does not know": lambda c: edit_config(c["packed"], model_type="not_a_model"),
+    "a dense checkpoint (generate)": lambda c: edit_config(c["packed"], model_type="llama"),
+    "a dense checkpoint (pack)": lambda c: edit_config(c["packed"], model_type="llama"),
+    "self drafter without a router adapter": lambda c: no_router(c),
+    "lookahead without a router adapter": lambda c: no_router(c),
+    "trace record without a router adapter": lambda c: no_router(c),
+    "gamma above 1 on an untrimmable model": nothing,
     "trace: wrong shape": lambda c: save_experts(c["trace"], np.zeros((10, 2), np.int32)),
     "trace: wrong layer count": lambda c: save_experts(c["trace"], np.zeros((10, 3, 4), np.int32)),
     "trace: wrong dtype": lambda c: save_experts(c["trace"], np.zeros((10, 2, 4), np.float32)),
@@ -255,6 +262,13 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
 }
 
 
+def no_router(c) -> None:
+    """deepseek_v3 as a family with no router adapter (as any family specdec has none for)."""
+    from specdec.model import families
+
+    c["monkeypatch"].setitem(families.FAMILIES, "deepseek_v3", families.Family("deepseek_v3"))
+
+
 def edit_config_drop(path: Path, key: str) -> None:
     cfg = json.loads((path / "config.json").read_text())
     del cfg[key]
@@ -273,7 +287,9 @@ def pristine(tmp_path_factory) -> dict[str, Path]:
     rng = np.random.default_rng(0)
     experts = np.stack([[rng.permutation(16)[:4] for _ in range(2)] for _ in range(10)])
     save_trace(Trace(experts, 16, [8192, 8192], model="random"), root / "trace")
-    return {"model": model, "packed": pack(model, root / "packed"), "trace": root / "trace"}
+    hybrid = random_checkpoint(root, "qwen3_next", None)
+    packed = pack(model, root / "packed")
+    return {"model": model, "packed": packed, "trace": root / "trace", "hybrid": hybrid}
 
 
 def test_every_case_has_a_row_and_a_setup():
@@ -287,6 +303,7 @@ def test_documented_error(pristine, tmp_path, monkeypatch, capsys, case, command
         "model": pristine["model"],
         "packed": Path(shutil.copytree(pristine["packed"], tmp_path / "packed")),
         "trace": Path(shutil.copytree(pristine["trace"], tmp_path / "trace")),
+        "hybrid": pristine["hybrid"],
         "tmp": tmp_path,
         "monkeypatch": monkeypatch,
     }

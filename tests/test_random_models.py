@@ -1,7 +1,9 @@
 """Every family's tiny random checkpoint opens with `mlx_lm.load` and generates.
 
 Run: `pytest tests/test_random_models.py`. Also checks that routing is not degenerate (different
-tokens pick different experts) and that unknown families give the one-line error.
+tokens pick different experts) and that unknown families give the one-line error. Loading and
+generating is checked here for the first families, float and 4-bit; tests/test_families.py runs
+every family make-random builds through mlx-lm and through specdec.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from specdec.errors import SpecdecError
-from specdec.model.random_models import FAMILIES, make_random
+from specdec.model.random_models import make_random
+
+FIRST = ["deepseek_v3", "deepseek_v32", "glm4_moe", "minimax", "mixtral", "qwen2_moe", "qwen3_moe"]
 
 
 @pytest.mark.parametrize("bits", [None, 4])
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", FIRST)
 def test_loads_and_generates(family, bits, tmp_path):
     out = make_random(family, tmp_path / family, bits=bits, seed=3)
     config = json.loads((out / "config.json").read_text())
@@ -57,7 +61,7 @@ def test_same_seed_same_weights(tmp_path):
 
 
 def test_unknown_family_lists_supported(tmp_path):
-    with pytest.raises(SpecdecError, match="supported: deepseek_v3"):
+    with pytest.raises(SpecdecError, match="supported: .*deepseek_v3"):
         make_random("llama", tmp_path / "x")
 
 

@@ -94,19 +94,29 @@ def switch_sites(model: nn.Module) -> dict[int, SwitchSite]:
     return sites
 
 
-def skeleton(config: dict) -> nn.Module:
-    """The family's mlx-lm Model built from config.json; no weight is ever evaluated."""
+def model_classes(config: dict) -> tuple[type, type]:
+    """(Model, ModelArgs) of config.json's model_type in the installed mlx-lm."""
     from mlx_lm.utils import _get_classes
 
-    model_type = config.get("model_type", "?")
     try:
-        model_class, args_class = _get_classes(config)
+        return _get_classes(config)
+    except ValueError:
+        raise SpecdecError(
+            f"the installed mlx-lm has no model_type {config.get('model_type', '?')!r}: give "
+            "a checkpoint mlx-lm loads (`mlx_lm.convert` output), or upgrade mlx-lm"
+        ) from None
+
+
+def skeleton(config: dict) -> nn.Module:
+    """The family's mlx-lm Model built from config.json; no weight is ever evaluated."""
+    model_class, args_class = model_classes(config)
+    try:
         return model_class(args_class.from_dict(config))
-    except Exception as e:  # mlx-lm raises ValueError for an unknown type, others for bad fields
+    except Exception as e:  # a config.json whose fields the family's ModelArgs cannot take
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise SpecdecError(
-            f"mlx-lm cannot build model_type {model_type!r} from config.json ({first}); give "
-            "a checkpoint the installed mlx-lm loads (`mlx_lm.convert` output)"
+            f"mlx-lm cannot build {config.get('model_type', '?')!r} from config.json ({first}); "
+            "restore the config.json of the original model"
         ) from None
 
 

@@ -35,6 +35,11 @@ def _tuple_router(attr: str) -> Route:
     return route
 
 
+def _route_deepseek_v41(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
+    """DeepSeek-V4.1 routes the flattened positions: [B*L, k], as its experts module sees them."""
+    return block.gate(x.reshape(-1, block.dim))
+
+
 def _softmax_topk_high(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
     """Qwen3-MoE / Qwen3-Next: softmax, the top k from the high end, optional renormalisation."""
     gates = mx.softmax(block.gate(x), axis=-1, precise=True)  # [..., E]
@@ -171,7 +176,7 @@ FAMILIES: dict[str, Family] = {
         Family("kimi_k25", _gate, has_mtp=True),
         Family("deepseek", _gate),
         Family("deepseek_v2", _gate),
-        Family("deepseek_v41", _gate),
+        Family("deepseek_v41", _route_deepseek_v41),
         Family("glm4_moe", _gate),
         Family("glm4_moe_lite", _gate),
         Family("dots1", _gate),

@@ -32,7 +32,7 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.speculative import split_policy
 from specdec.errors import SpecdecError, StoreError
-from specdec.model.discover import switch_sites
+from specdec.model.discover import model_classes, switch_sites
 from specdec.model.families import Family, get_family
 from specdec.model.source import ExpertSource
 from specdec.model.stream import StreamConfig
@@ -95,9 +95,9 @@ class StreamedModel:
         )
         if fixed:
             raise SpecdecError(
-                f"{self.config.get('model_type')} keeps recurrent state ({', '.join(fixed)}: "
-                "linear attention, SSM or conv layers) that cannot be trimmed, so rejected drafts "
-                f"cannot be rolled back: use --gamma 1 (got {gamma})"
+                f"{self.config.get('model_type')} keeps state that cannot be trimmed "
+                f"({', '.join(fixed)}: linear-attention, SSM, conv or compressed-KV layers), so "
+                f"rejected drafts cannot be rolled back: use --gamma 1 (got {gamma})"
             )
 
     @property
@@ -198,6 +198,7 @@ def load(
         raise SpecdecError(
             f"{src}/config.json is not a JSON object ({e}); restore it from the original model"
         ) from None
+    model_classes({"model_type": model_type})  # one line for a type mlx-lm does not know
     family = get_family(model_type)
     packed = ensure_packed(src)
     in_use = hold_in_use(packed) if packed != src else None  # a cached copy: not to be removed
