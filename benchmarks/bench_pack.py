@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec.model.presets import like_config  # noqa: E402
 from specdec.store.files import write_atomic  # noqa: E402
 from specdec.store.layout import safetensors_header_bytes  # noqa: E402
 from specdec.store.pack import weight_files  # noqa: E402
@@ -113,14 +114,9 @@ def write_checkpoint(model_dir: Path, total_gb: float) -> dict:
             _write_random(f, sum(e[3] for e in entries), rng, pool)
             f.flush()
             os.fsync(f.fileno())
+    # the preset's full config (pack builds the family's mlx-lm module tree to find the experts)
     config = {
-        "model_type": "minimax",
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTER,
-        "num_local_experts": EXPERTS,
-        "num_experts_per_tok": 8,
-        "num_hidden_layers": n_layers,
-        "vocab_size": VOCAB,
+        **like_config("minimax-m2.5", n_layers, EXPERTS, VOCAB),
         "quantization": {"group_size": 64, "bits": 4},
     }
     (model_dir / "config.json").write_text(json.dumps(config, indent=1))

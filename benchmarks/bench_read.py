@@ -53,6 +53,10 @@ def _write(name: str, text: str) -> None:
     write_atomic(RESULTS / name, text)
 
 
+def _share(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction:.0%}"
+
+
 def markdown(results: list[dict], argv: list[str]) -> str:
     lines = [
         "# Read path vs fio's best (O_DIRECT random block reads, interleaved rounds)",
@@ -67,7 +71,7 @@ def markdown(results: list[dict], argv: list[str]) -> str:
             lines.append(
                 f"| {r['block_bytes'] / 1e6:.2f} MB | {b['ours']} | {b['ours_gbps']:.2f} | "
                 f"{b['fio']} | {b['fio_gbps']:.2f} | {b['ours_over_fio_best']:.2f} | "
-                f"{b['per_round_ratio_median']:.2f} | {r['arena_huge_pages']} |"
+                f"{b['per_round_ratio_median']:.2f} | {_share(r['arena_huge_pages'])} |"
             )
     m = results[0]["machine"]
     lines += [

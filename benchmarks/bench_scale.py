@@ -20,6 +20,12 @@ Steps, each in a fresh process (so every peak RSS is that run's own):
      run here: the point is a model larger than the cache), with the time split per token.
   4. `specdec bench read` at the checkpoint's block size: the read path's own GB/s, to set the
      misses' effective GB/s against.
+  5. capacity (`--steps capacity --capacity-layers 16 --capacity-budget 9GB [--src-root RAMDISK]`):
+     the 16-layer MiniMax shape (34 GB, 33 GB of routed experts: a 9 GB cache holds 28%),
+     mlx-lm and `specdec generate --budget 9GB` side by side (two fresh processes at once):
+     equal tokens, RSS bound, evictions. `--tokens 0 --keep` only makes and packs (reused
+     by the next call). Needs ~70 GB of disk for source + pack, or the source
+     on a RAM disk (--src-root /dev/shm) and ~110 GB of RAM for it and mlx-lm's resident copy.
   0. gather_qmm on the arena's row views vs the flat as_strided views it used to build.
 Writes benchmarks/results/scale.json (with the machine and its load: the machine is shared).
 Checks, per run: peak RSS <= arena + resident weights + 1 GB.
@@ -28,6 +34,7 @@ Checks, per run: peak RSS <= arena + resident weights + 1 GB.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import json
 import os
 import shutil
@@ -76,10 +83,16 @@ def resident_bytes(packed: Path) -> int:
 
 
 def generate(
-    packed: Path, budget: str, tokens: int, drafter: str = "none", gamma: int = 1, ahead: int = 0
+    packed: Path,
+    budget: str,
+    tokens: int,
+    drafter: str = "none",
+    gamma: int = 1,
+    ahead: int = 0,
+    prompt: str = PROMPT,
 ) -> dict:
     out, peak = specdec(
-        "generate", "--model", str(packed), "--budget", budget, "--prompt", PROMPT,
+        "generate", "--model", str(packed), "--budget", budget, "--prompt", prompt,
         "--max-tokens", str(tokens), "--drafter", drafter, "--gamma", str(gamma), "--json",
         "--lookahead", str(ahead),
     )  # fmt: skip
@@ -100,6 +113,9 @@ def generate(
         "per_token_ms": {k: round(v, 1) for k, v in s["per_token_ms"].items()},
         "miss_gb_per_s": s["miss_gb_per_s"] and round(s["miss_gb_per_s"], 2),
         "acceptance": s.get("acceptance"),
+        "arena_huge_pages": s.get("arena_huge_pages"),
+        "cache_counters": s.get("cache_counters"),
+        "prefill_s": s.get("prefill_s") and round(s["prefill_s"], 1),
     }
     print(json.dumps(row), flush=True)
     return row
@@ -252,6 +268,45 @@ def big_model(root: Path, layers: int, tokens: int) -> dict:
     return out
 
 
+def capacity_model(
+    root: Path, src_root: Path, layers: int, tokens: int, budget: str, prompt: str
+) -> dict:
+    """The question's capacity run: an N-layer MiniMax shape whose routed experts are several
+    times the budget; mlx-lm (resident, from the source) and `specdec generate --budget` run
+    at the same time, each in a fresh process (each one's own peak RSS; each computes on its
+    own cores where the machine has them). Tokens must be equal; how full the cache got is in
+    `cache_counters` (evictions > 0: the budget was filled and recycled)."""
+    src, packed = src_root / f"mm{layers}", root / f"mm{layers}.packed"
+    out = {"layers": layers, "budget": budget, "max_tokens": tokens, "prompt": prompt}
+    out["machine"] = machine_info()
+    # --keep'd checkpoints from an earlier call are reused (a lent machine's calls are short)
+    if not (src / "config.json").exists():
+        cmd = ("make-random", "--like", "minimax-m2.5", "--layers", str(layers), str(src))
+        out["make_random_peak_rss_mb"] = specdec(*cmd)[1] // 2**20
+    out["source_gb"] = round(sum(f.stat().st_size for f in src.iterdir()) / 1e9, 1)
+    if not (packed / "experts.json").exists():
+        t0 = time.perf_counter()
+        _, peak = specdec("pack", str(src), str(packed), "--force")
+        out["pack_s"], out["pack_peak_rss_mb"] = round(time.perf_counter() - t0, 1), peak // 2**20
+    if tokens == 0:
+        return out  # prepared only
+    index = json.loads((packed / "experts.json").read_text())
+    out["expert_gb"] = round((packed / "experts.bin").stat().st_size / 1e9, 1)
+    with cf.ThreadPoolExecutor(2) as pool:
+        ref = pool.submit(python, REFERENCE.format(src=str(src), prompt=prompt, n=tokens))
+        ours = pool.submit(generate, packed, budget, tokens, prompt=prompt)
+        ref_out, ref_peak = ref.result()
+        run = ours.result()
+    out["mlx_lm"] = {"tokens": json.loads(ref_out.splitlines()[-1]), "peak_rss_gib": ref_peak}
+    out["mlx_lm"]["peak_rss_gib"] = round(ref_peak / 2**30, 2)
+    run["equals_mlx_lm"] = run["tokens"] == out["mlx_lm"]["tokens"]
+    run["cache_share_of_experts"] = round(
+        run["cache_slots"] * index["slot_bytes"] / (packed / "experts.bin").stat().st_size, 3
+    )
+    out["runs"] = [run]
+    return out
+
+
 def save(result: dict, root: Path) -> None:
     """Write what is measured so far (merged into the file: each --steps run adds its parts).
     Paths under --root are written as ROOT: results never name the machine's directories."""
@@ -271,6 +326,13 @@ def main() -> int:
         "--steps", default="view,small,big", help="which of view, small, big (merged into the file)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints under --root")
+    parser.add_argument("--prompt", default=PROMPT, help="capacity step's prompt")
+    parser.add_argument("--capacity-layers", type=int, default=16, help="capacity step's layers")
+    parser.add_argument("--capacity-budget", default="9GB", help="capacity step's budget")
+    parser.add_argument(
+        "--src-root", type=Path, help="capacity step: where the source checkpoint goes (a RAM "
+        "disk where --root cannot hold source and pack); default --root",
+    )  # fmt: skip
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     result = {"prompt": PROMPT, "machine": machine_info()}
@@ -287,11 +349,24 @@ def main() -> int:
         if "big" in steps:
             result["big"] = big_model(args.root, args.big_layers, args.tokens)
             save(result, args.root)
+        if "capacity" in steps:
+            src_root = args.src_root or args.root
+            src_root.mkdir(parents=True, exist_ok=True)
+            result["capacity"] = capacity_model(
+                args.root,
+                src_root,
+                args.capacity_layers,
+                args.tokens,
+                args.capacity_budget,
+                args.prompt,
+            )
+            save(result, args.root)
     finally:
         if not args.keep:
-            for p in args.root.iterdir():
+            for p in {*args.root.iterdir(), *((args.src_root or args.root).glob("mm*"))}:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
-    runs = [r for part in ("small", "big") if part in result for r in result[part]["runs"]]
+    parts = ("small", "big", "capacity")
+    runs = [r for part in parts if part in result for r in result[part].get("runs", [])]
     ok = [r.get("equals_mlx_lm", r.get("equals_9gb_plain")) and r["rss_ok"] for r in runs]
     print(
         f"{sum(ok)}/{len(ok)} runs lossless within their RSS bound; " * bool(ok) + f"wrote {RESULT}"

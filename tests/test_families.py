@@ -138,3 +138,13 @@ def test_switch_linear_outside_a_switch_module_stays_resident(tmp_path):
         (tmp_path / "p" / "model.safetensors").read_bytes()[8:].split(b"}}")[0] + b"}}"
     )
     assert any(".o_a_proj." in name for name in header)
+
+
+def test_experts_with_a_global_scale_are_refused_not_mis_streamed(tmp_path):
+    """nvfp4 experts carry a per-expert global scale that the arena's gather_qmm does not take."""
+    src = make_random("olmoe", tmp_path / "o")
+    weights = mx.load(str(src / "model.safetensors"))
+    weights["model.layers.0.mlp.switch_mlp.gate_proj.global_scale"] = mx.ones((16,))
+    mx.save_safetensors(str(src / "model.safetensors"), weights)
+    with pytest.raises(SpecdecError, match="global scale"):
+        pack(src, tmp_path / "p")

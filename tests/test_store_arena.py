@@ -64,15 +64,57 @@ def test_bad_sizes_are_store_errors():
         Arena(0, ALIGN)
 
 
-def test_huge_pages_requested_on_linux():
+def _thp_off() -> bool:
     import sys
 
-    arena = Arena(4, 1 << 20)  # 4 MiB: holds at least one whole 2 MiB page
     if not sys.platform.startswith("linux"):
+        return True
+    return "[never]" in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+
+
+def test_huge_pages_requested_on_linux():
+    arena = Arena(4, 1 << 20)  # 4 MiB: holds at least one whole 2 MiB page
+    if _thp_off():
         assert arena.huge_pages is False
         return
-    thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
-    if "[never]" in thp:
+    if not arena.huge_pages and "failed" in (arena.pages.reason or ""):
+        pytest.skip(f"the kernel refused huge pages now (memory pressure): {arena.pages.reason}")
+    assert arena.huge_pages is True, arena.pages
+    assert arena.huge_page_fraction == 1.0
+    off = Arena(4, 1 << 20, huge_pages=False)
+    assert off.huge_pages is False and off.huge_page_fraction is None
+
+
+def test_huge_page_count_is_measured_not_assumed():
+    """The fraction comes from smaps: a huge page split after the fact is counted as lost."""
+    import ctypes
+
+    from specdec.store.arena import HUGE, huge_page_bytes
+
+    if _thp_off():
         pytest.skip("transparent huge pages are off on this kernel")
-    assert arena.huge_pages is True
-    assert Arena(4, 1 << 20, huge_pages=False).huge_pages is False
+    arena = Arena(8, 1 << 20)  # 8 MiB: three or four whole 2 MiB pages
+    if not arena.huge_pages:
+        pytest.skip(f"the kernel granted no huge pages now ({arena.pages.reason})")
+    start = -(-arena.slot_np(0).ctypes.data // HUGE) * HUGE
+    length = arena.pages.advised_bytes
+    assert huge_page_bytes(start, length) == length
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.madvise(start, 4096, 4) == 0  # MADV_DONTNEED one 4 KiB page: splits its huge page
+    assert huge_page_bytes(start, length) == length - HUGE
+
+
+def test_short_huge_pages_warn_and_report(monkeypatch, capsys):
+    """Memory pressure (mocked: smaps reports no huge page, as under fragmentation): the arena
+    says so on stderr and reports 0, never a huge-page arena."""
+    from specdec.store import arena as arena_mod
+
+    if _thp_off():
+        pytest.skip("transparent huge pages are off on this kernel")
+    monkeypatch.setattr(arena_mod, "huge_page_bytes", lambda start, length: 0)
+    arena = Arena(4, 1 << 20)
+    assert arena.huge_pages is False and arena.huge_page_fraction == 0.0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "specdec: warning: expert arena" in err
+    assert "only 0% of" in err and "compact_memory" in err

@@ -60,3 +60,27 @@ def test_bench_cli_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert [p["threads"] for p in result["paths"]] == [1] * len(PATHS)
+
+
+def test_bench_paths_subset_and_huge_page_warning(tmp_path, monkeypatch):
+    """--paths runs only those paths; an arena short of huge pages says so in the table (mocked
+    shortfall: smaps reports none), never a silent 4 KiB-page figure under the arena's name."""
+    from specdec.store import arena as arena_mod
+    from specdec.store import readbench
+    from specdec.store.readbench import format_table
+
+    monkeypatch.setattr(arena_mod, "huge_page_bytes", lambda start, length: 0)
+    monkeypatch.setattr(readbench, "COMPACT_MEMORY", tmp_path / "absent")  # no real compaction
+    result = bench_read(
+        tmp_path,
+        block_bytes=1 << 20,
+        file_bytes=20 << 20,
+        threads=(2,),
+        rounds=1,
+        paths=("preadv_direct_arena",),
+    )
+    assert [(p["name"], p["threads"]) for p in result["paths"]] == [("preadv_direct_arena", 2)]
+    if result["arena_huge_pages"] is None:  # not Linux: no huge pages asked for
+        return
+    assert result["arena_huge_pages"] == 0.0
+    assert "WARNING: the arena got 2 MiB pages for only 0%" in format_table(result)

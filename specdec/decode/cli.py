@@ -8,7 +8,8 @@ or a packed directory. With --json the last stdout line is one JSON object:
 {"tokens", "text", "stats": {bytes_read, hits, misses, hit_rate, blocked_s, tokens_per_s,
 acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_read,
 cache_slots, holds_all_experts, peak_rss_bytes, per_token_ms {compute, blocked_on_reads,
-reads_overlapped}, miss_gb_per_s, ...}} where tokens_per_s is decode speed (prefill excluded).
+reads_overlapped}, miss_gb_per_s, arena_huge_pages (measured share of 2 MiB pages),
+cache_counters (prefill included), ...}} where tokens_per_s is decode speed (prefill excluded).
 """
 
 from __future__ import annotations
@@ -155,6 +156,11 @@ def run(args: argparse.Namespace) -> int:
             + (
                 f", cache holds all {s['cache_slots']} experts"
                 if s.get("holds_all_experts")
+                else ""
+            )
+            + (
+                f", arena huge pages {s['arena_huge_pages']:.0%}"
+                if s.get("arena_huge_pages") is not None
                 else ""
             )
             + f", peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB]"

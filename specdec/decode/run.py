@@ -129,5 +129,8 @@ def generate(
     summary["prefill_s"] = run.prefill_s
     summary.update(sm.plan.stats())
     summary["peak_rss_bytes"] = peak_rss_bytes()  # prefill and load included
+    # measured, not asked for: under memory pressure the kernel grants fewer 2 MiB pages
+    summary["arena_huge_pages"] = sm.streamer.arena.huge_page_fraction
+    summary["cache_counters"] = sm.streamer.cache.stats()  # since load, prefill included
     text = sm.tokenizer.decode(run.generated)
     return GenerationResult(list(run.generated), text, records, summary, run.prefill_s)

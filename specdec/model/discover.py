@@ -34,7 +34,7 @@ from specdec.errors import SpecdecError
 
 SWITCH_TYPES = (SwitchGLU, SwitchMLP)
 PROJ_TYPES = (SwitchLinear, QuantizedSwitchLinear)
-_KINDS = "weight|scales|biases|bias"
+_KINDS = "weight|scales|biases|bias|global_scale"  # global_scale: pack refuses it (nvfp4)
 
 # tensor name -> (layer, switch module prefix, 'proj.kind'), or None for a resident tensor
 Matcher = Callable[[str], tuple[int, str, str] | None]

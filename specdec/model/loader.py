@@ -4,7 +4,7 @@
     logits = sm.model(mx.array([[1, 2, 3]]))   # experts read through sm.streamer
 
 The model is mlx-lm's own class, built and quantized by mlx-lm's loader from the packed
-directory's `model.safetensors` (every non-routed weight); then each MoE block's `switch_mlp`
+directory's `model.safetensors` (every non-routed weight); then each MoE block's switch module
 (found by type, whatever attribute holds it: specdec.model.discover) is replaced by a
 `StreamedSwitchGLU` before any expert weight is materialised, so a 100 GB model
 never touches memory beyond its resident weights and the arena. An mlx-lm directory that is not

@@ -59,18 +59,18 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
     return out.stdout
 
 
-def _ours(model: str, tokens: int, budget: str, env: dict[str, str]) -> float:
+def _ours(model: str, tokens: int, budget: str, env: dict[str, str], prompt: str) -> float:
     cmd = [sys.executable, "-m", "specdec", "generate", "--model", model, "--budget", budget]
-    cmd += ["--max-tokens", str(tokens), "--prompt", PROMPT, "--io", "buffered", "--warm", "--json"]
+    cmd += ["--max-tokens", str(tokens), "--prompt", prompt, "--io", "buffered", "--warm", "--json"]
     stats = json.loads(_run(cmd, env).strip().splitlines()[-1])["stats"]
     if stats["committed"] != tokens - 1:
         raise RuntimeError(f"specdec stopped after {stats['committed'] + 1} tokens, not {tokens}")
     return stats["tokens_per_s"]
 
 
-def _peer(model: str, tokens: int, env: dict[str, str]) -> float:
+def _peer(model: str, tokens: int, env: dict[str, str], prompt: str) -> float:
     cmd = [sys.executable, "-m", "mlx_lm", "generate", "--model", str(resolve(model))]
-    cmd += ["--prompt", PROMPT, "--max-tokens", str(tokens), "--ignore-chat-template"]
+    cmd += ["--prompt", prompt, "--max-tokens", str(tokens), "--ignore-chat-template"]
     n, rate = _MLX_RATE.search(_run(cmd, env)).groups()
     if int(n) != tokens:
         raise RuntimeError(f"mlx-lm stopped after {n} tokens, not {tokens}")
@@ -81,22 +81,25 @@ def _spread(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "all": xs}
 
 
-def cli_pairs(model: str, tokens: int, pairs: int, budget: str = "100%") -> dict:
+def cli_pairs(
+    model: str, tokens: int, pairs: int, budget: str = "100%", prompt: str = PROMPT
+) -> dict:
     """Fresh-process pairs, alternating order: tokens/s of each and their pairwise ratio."""
     env = fast_blas_env()
     ours, peer = [], []
     for i in range(pairs):
         if i % 2:
-            peer.append(_peer(model, tokens, env))
-            ours.append(_ours(model, tokens, budget, env))
+            peer.append(_peer(model, tokens, env, prompt))
+            ours.append(_ours(model, tokens, budget, env, prompt))
         else:
-            ours.append(_ours(model, tokens, budget, env))
-            peer.append(_peer(model, tokens, env))
+            ours.append(_ours(model, tokens, budget, env, prompt))
+            peer.append(_peer(model, tokens, env, prompt))
     ratios = [a / b for a, b in zip(ours, peer, strict=True)]
     return {
         "budget": budget,
         "blas": env.get("LD_PRELOAD", "reference"),
         "peer": "python -m mlx_lm generate --ignore-chat-template (fresh process)",
+        "prompt": prompt,
         "specdec_tokens_per_s": _spread(ours),
         "mlx_lm_tokens_per_s": _spread(peer),
         "ratio": _spread(ratios),

@@ -322,7 +322,7 @@ def family_config(family: str) -> dict[str, Any]:
     """The scaled-down config.json contents of a family (vocab_size included)."""
     if family not in FAMILIES:
         raise SpecdecError(
-            f"unknown model family {family!r} for make-random; supported: "
+            f"make-random has no tiny config for {family!r}; supported: "
             f"{', '.join(sorted(FAMILIES))}"
         )
     return {"model_type": family, **COMMON, **FAMILIES[family], "vocab_size": VOCAB}

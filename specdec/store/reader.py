@@ -170,6 +170,12 @@ class ExpertReader:
             os.close(self._fd)
             raise
         self._pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="expert-read")
+        # Start every thread now: the executor spawns them lazily, one per submit, so the first
+        # batch of misses would pay thread creation on the critical path.
+        started = threading.Barrier(threads + 1)
+        for _ in range(threads):
+            self._pool.submit(started.wait)
+        started.wait()
 
     # ------------------------------------------------------------------ public
 
