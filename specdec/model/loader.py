@@ -85,8 +85,8 @@ class StreamedModel:
         """γ > 1 needs the rejected drafts rolled back; say why a model cannot.
 
         The one place this is decided (the decode loop asks here). Caches that cannot be
-        trimmed but only ever rebind their state (linear attention, SSM, conv, deepseek_v41's
-        compressed KV) are restored instead (specdec.decode.rollback)."""
+        trimmed but keep their state in arrays (linear attention, SSM, conv, deepseek_v41's
+        compressed KV, a wrapped sliding window) are restored instead (specdec.decode.rollback)."""
         if gamma <= 1:
             return
         from mlx_lm.models.cache import make_prompt_cache
