@@ -102,8 +102,7 @@ class ExpertSource:
         Returns the blocks it started reading."""
         s = self.key_stride
         keys = [e + layer * s for e in experts]
-        slot_of = self.cache.slot_of
-        if all(slot_of(k) is not None for k in keys):  # all resident: nothing to read, no step
+        if None not in map(self.cache.slot_of, keys):  # all resident: nothing to read, no step
             return 0
         reqs = self.cache.prefetch(keys, [e + at * s for e in using])
         if not reqs:
