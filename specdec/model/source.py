@@ -2,7 +2,7 @@
 
     src = ExpertSource(index, arena, reader, cache, key_stride)
     slots, misses = src.fetch(layer, experts, counts)   # reads the misses, then [n] slots
-    src.prefetch(layer, experts, exclude, running)      # lookahead: reads started, not awaited
+    src.prefetch(layer, experts, at, using, running)    # lookahead: reads started, not awaited
 
 It owns the index, arena, reader and cache, and keeps slots safe to reuse: the lazy outputs still
 computing on slots (`pending`) are evaluated, and the reads still landing in them (`inflight`,
