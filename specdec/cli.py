@@ -19,13 +19,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pack": ("specdec.store.pack", "pack an mlx-lm model directory for streaming"),
     "verify": ("specdec.store.verify", "check every expert block of a packed directory"),
     "make-random": ("specdec.model.random_models", "write a tiny random-weight checkpoint"),
-    "models": ("specdec.model.bundled", "list the bundled models"),
+    "models": ("specdec.model.cli", "list the bundled models"),
     "extract-mtp": (
         "specdec.model.extract_mtp",
         "take the MTP layer out of a DeepSeek-V3 HF checkpoint",
     ),
     "bench": (
-        "specdec.bench",
+        "specdec.host.cli",
         "benchmarks: read paths (`bench read`), host overhead (`bench overhead`)",
     ),
     "trace": (
@@ -44,8 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "specdec.probes.cli",
         "the question's measurements: eviction, lookahead, gates, basis, read_path",
     ),
-    "report": ("specdec.report", "tables and plots from a run or sweep directory"),
-    "clock": ("specdec.clock.check", "device profiles: `clock show NAME`, `clock check`"),
+    "report": ("specdec.report.cli", "tables and plots from a run or sweep directory"),
+    "clock": ("specdec.clock.cli", "device profiles: `clock show NAME`, `clock check`"),
 }
 
 

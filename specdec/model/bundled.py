@@ -1,7 +1,4 @@
-"""Models shipped inside the package, and `specdec models [--json]` to list them.
-
-    python -m specdec models           # name and path, one a line
-    python -m specdec models --json    # {"tiny": "/.../specdec/models/tiny"}
+"""Models shipped inside the package (`specdec models` lists them: specdec.model.cli).
 
 `resolve_model("tiny")` gives the bundled directory; any other argument must be an existing
 model directory. Every command's `--model` goes through it, so `--model tiny` works everywhere
@@ -11,8 +8,6 @@ described in specdec/models/tiny/README.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 from specdec.errors import SpecdecError
@@ -34,17 +29,3 @@ def resolve_model(name_or_path: str | Path) -> Path:
         f"model {str(name_or_path)!r}: {path} {what}; pass an mlx-lm model directory "
         f"or one of the bundled models: {', '.join(sorted(BUNDLED))}"
     )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print {name: path} as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    models = {name: str(path) for name, path in BUNDLED.items()}
-    if args.json:
-        print(json.dumps(models))
-    else:
-        for name, path in models.items():
-            print(f"{name}\t{path}")
-    return 0

@@ -21,7 +21,10 @@ Three measurements, all greedy decode of the same prompt:
   launch (the layer's async_eval: scheduling its graph, which mlx-lm does once per token for the
   whole graph, so it is left out of `added_cpu`; the all-in figure above counts both), cache step, deferred steps (run after the token), read issue and lookahead (L+d's router graph
   and the prefetch's cache work); sync wait as wall time. For a warm full budget (device tables,
-  the synced path, lookahead 2) and a partial budget with lookahead 0 and 2.
+  the synced path, lookahead 2) and a partial budget with lookahead 0 and 2. Each part is its
+  CPU time less the timer's own cost (a thread CPU clock read is a system call: 1-4 µs here),
+  calibrated on an empty function before and after each decode; `host_cpu_with_timer` keeps
+  the uncorrected sum.
 """
 
 from __future__ import annotations
@@ -109,20 +112,26 @@ def cli_pairs(
 class HostSplit:
     """Exclusive time of wrapped functions, by part (a call's time less its children's): the
     main thread's CPU time (what the host spends, unaffected by waiting or by other processes
-    taking the cores) and wall time (sync wait is wall: it is waiting)."""
+    taking the cores) and wall time (sync wait is wall: it is waiting).
+
+    Reading the thread's CPU clock is a system call (1-4 µs on this VM, not a vDSO read), so
+    each timed call inflates its own part and its caller's: `own_cpu` gives each part's CPU
+    time less that, calibrated on an empty function timed in the same process (`calibrate`).
+    """
 
     def __init__(self):
         self.cpu: dict[str, float] = defaultdict(float)
         self.wall: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
-        self._stack: list[list[float]] = []  # children's [cpu, wall] of each open call
+        self.timed_kids: dict[str, int] = defaultdict(int)  # timed calls made from the part
+        self._stack: list[list[float]] = []  # children's [cpu, wall, n timed] per open call
         self._undo: list[tuple[object, str, object]] = []
 
     def wrap(self, owner: object, name: str, part: str) -> None:
         inner = getattr(owner, name)
 
         def timed(*a, **kw):
-            self._stack.append([0.0, 0.0])
+            self._stack.append([0.0, 0.0, 0])
             c, w = time.thread_time(), time.perf_counter()
             try:
                 return inner(*a, **kw)
@@ -132,9 +141,11 @@ class HostSplit:
                 self.cpu[part] += c - kids[0]
                 self.wall[part] += w - kids[1]
                 self.calls[part] += 1
+                self.timed_kids[part] += kids[2]
                 if self._stack:
                     self._stack[-1][0] += c
                     self._stack[-1][1] += w
+                    self._stack[-1][2] += 1
 
         self._undo.append((owner, name, owner.__dict__.get(name)))
         setattr(owner, name, timed)
@@ -146,6 +157,45 @@ class HostSplit:
             else:
                 setattr(owner, name, old)
         self._undo.clear()
+
+    def own_cpu(self, timer: tuple[float, float]) -> dict[str, float]:
+        """CPU seconds per part less the timer's cost: `timer` = (s a timed call adds to its own
+        part, s it adds to its caller's part), from `calibrate`."""
+        own, caller = timer
+        return {
+            p: t - self.calls[p] * own - self.timed_kids[p] * caller for p, t in self.cpu.items()
+        }
+
+
+class _Empty:
+    def leaf(self) -> None:
+        pass
+
+    def caller(self, n: int) -> None:
+        for _ in range(n):
+            self.leaf()
+
+
+def calibrate(n: int = 2000, rounds: int = 5) -> tuple[float, float]:
+    """(CPU s a timed call adds to its own part, CPU s it adds to its caller's): the median over
+    `rounds` of n timed calls of an empty method from a timed caller, less the same loop
+    untimed."""
+    owns, callers = [], []
+    for _ in range(rounds):
+        bare = _Empty()
+        c = time.thread_time()
+        bare.caller(n)
+        loop = time.thread_time() - c
+        hs = HostSplit()
+        hs.wrap(_Empty, "leaf", "leaf")
+        hs.wrap(_Empty, "caller", "caller")
+        try:
+            _Empty().caller(n)
+        finally:
+            hs.restore()
+        owns.append(hs.cpu["leaf"] / n)
+        callers.append((hs.cpu["caller"] - loop) / n)
+    return statistics.median(owns), statistics.median(callers)
 
 
 def _split(sm: StreamedModel, prompt: list[int], tokens: int, repeats: int) -> dict:
@@ -169,16 +219,21 @@ def _split_once(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
     hs.wrap(Streamer, "prefetch", "lookahead")
     hs.wrap(s.reader, "read", "read_issue")
     hs.wrap(s.reader, "submit", "read_issue")
+    before = calibrate()
     try:
         res = generate(sm, prompt, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False)
     finally:
         hs.restore()
+    after = calibrate()
+    timer = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2)
     calls = hs.calls["graph"]
-    out = {f"{part}_cpu": 1e6 * t / calls for part, t in hs.cpu.items()}
+    out = {f"{part}_cpu": 1e6 * t / calls for part, t in hs.own_cpu(timer).items()}
     for part in ("graph", "launch", "sync_wait", "cache_step", "deferred", "read_issue"):
         out.setdefault(f"{part}_cpu", 0.0)
     out.setdefault("lookahead_cpu", 0.0)
     out["host_cpu"] = sum(out.values())
+    out["host_cpu_with_timer"] = 1e6 * sum(hs.cpu.values()) / calls  # before the correction
+    out["timer_own_us"], out["timer_caller_us"] = 1e6 * timer[0], 1e6 * timer[1]
     out["sync_wait_wall"] = 1e6 * hs.wall.get("sync_wait", 0.0) / calls
     out["misses"] = res.summary["misses"]
     return out
@@ -188,12 +243,14 @@ def _glu_us(model, prompt: list[int], tokens: int) -> float:
     """CPU µs per call that mlx-lm's own SwitchGLU spends building its graph (resident)."""
     hs = HostSplit()
     hs.wrap(SwitchGLU, "__call__", "glu")
+    before = calibrate()
     try:
         for _ in generate_step(mx.array(prompt), model, max_tokens=tokens):
             pass
     finally:
         hs.restore()
-    return 1e6 * hs.cpu["glu"] / hs.calls["glu"]
+    own = (before[0] + calibrate()[0]) / 2
+    return 1e6 * hs.own_cpu((own, 0.0))["glu"] / hs.calls["glu"]
 
 
 def _resident(model, prompt: list[int], n: int) -> tuple[float, float]:

@@ -2,7 +2,7 @@
 
     src = ExpertSource(index, arena, reader, cache, key_stride)
     slots, misses = src.fetch(layer, experts, counts)   # reads the misses, then [n] slots
-    src.prefetch(layer, experts, exclude, running)      # lookahead: reads started, not awaited
+    src.prefetch(layer, experts, at, using, running)    # lookahead: reads started, not awaited
 
 It owns the index, arena, reader and cache, and keeps slots safe to reuse: the lazy outputs still
 computing on slots (`pending`) are evaluated, and the reads still landing in them (`inflight`,
@@ -69,8 +69,12 @@ class ExpertSource:
         step can hit a slot that holds a partial or stale block."""
         base = layer * self.key_stride
         keys = [e + base for e in experts]
-        if self.inflight:  # lookahead reads into keys about to hit must land (or fail) first
-            self.settle(self.cache.slot_of(k) for k in keys)
+        inflight = self.inflight
+        if inflight:  # lookahead reads into keys about to hit must land (or fail) first
+            slot_of = self.cache.slot_of
+            landing = [s for k in keys if (s := slot_of(k)) in inflight]
+            if landing:
+                self.settle(landing)
         misses = self.cache.access(keys, counts)
         if misses:
             fresh = frozenset(slot for _, slot in misses)
@@ -90,12 +94,17 @@ class ExpertSource:
         if self.cache.access([e + base for e in experts], counts):
             raise AssertionError("a deferred step missed: residency moved under it")
 
-    def prefetch(self, layer: int, experts: list[int], exclude: list[int], running) -> int:
+    def prefetch(
+        self, layer: int, experts: list[int], at: int, using: list[int], running: mx.array
+    ) -> int:
         """Start reading `experts` of `layer` not resident, without waiting; never evicts the
-        keys `exclude` (the slots of `running`, an output left computing meanwhile). Returns
-        the blocks it started reading."""
-        base = layer * self.key_stride
-        reqs = self.cache.prefetch([e + base for e in experts], exclude)
+        experts `using` of layer `at`, whose output `running` is left computing meanwhile.
+        Returns the blocks it started reading."""
+        s = self.key_stride
+        keys = [e + layer * s for e in experts]
+        if None not in map(self.cache.slot_of, keys):  # all resident: nothing to read, no step
+            return 0
+        reqs = self.cache.prefetch(keys, [e + at * s for e in using])
         if not reqs:
             return 0
         self.flush(keep=running)

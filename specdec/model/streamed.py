@@ -159,8 +159,7 @@ class StreamedSwitchGLU(nn.Module):
         y, experts = self._streamed(x, idx, phase)
         self._launch(y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
-            base = h.layer * src.key_stride  # exclude this call's keys: its slots are computing
-            s.prefetch(ahead[0], ahead[1], [e + base for e in experts], y, phase)
+            s.prefetch(ahead[0], ahead[1], (h.layer, experts, y), phase)  # y's slots: kept
         return y
 
     def _launch(self, y: mx.array) -> mx.array:

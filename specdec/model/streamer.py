@@ -16,7 +16,7 @@ flows.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -35,10 +35,18 @@ VERIFY = Call("verify")
 @dataclass
 class Lookahead:
     """Router lookahead: MoE layer L evaluates the router of the MoE layer `distance` MoE layers
-    later on its own input, and the predicted experts start reading (0 = off)."""
+    later on its own input, and the predicted experts start reading (0 = off).
+
+    The prediction runs through mx.compile (one graph node to build instead of the router's
+    several: 2 µs of host time instead of 5.4 on tiny); it only picks what to read ahead, the
+    layer's own routing stays the family's uncompiled code, so streamed logits stay exact.
+    """
 
     distance: int = 0
     ahead_of: dict[int, tuple[int, nn.Module]] = field(default_factory=dict)  # L -> (L+d, block)
+    # L+d -> its router's choice, compiled at first use (the weights are loaded by then; a
+    # compiled function keeps the arrays it closed over, which never change after load)
+    predictors: dict[int, Callable[[mx.array], mx.array]] = field(default_factory=dict)
 
     def route(
         self, layer: int, x: mx.array, resident_here: bool, source: ExpertSource, route: Route
@@ -48,7 +56,10 @@ class Lookahead:
         target, block = self.ahead_of[layer]
         if resident_here and source.table(target) is not None:
             return None
-        return target, route(block, x)[0]
+        predict = self.predictors.get(target)
+        if predict is None:
+            predict = self.predictors[target] = mx.compile(lambda x: route(block, x)[0])
+        return target, predict(x)  # [..., k]
 
 
 @dataclass
@@ -153,12 +164,12 @@ class Streamer:
         return slots
 
     def prefetch(
-        self, layer: int, ahead: mx.array, exclude: list[int], running: mx.array, phase: str
+        self, layer: int, ahead: mx.array, running: tuple[int, list[int], mx.array], phase: str
     ) -> None:
         """Start reading the experts `ahead` [..., k] (evaluated) predicts for `layer` without
-        waiting; never evicts the keys `exclude` (the slots of `running`, the current layer's
-        output, left computing meanwhile)."""
-        n = self.source.prefetch(layer, union(np.array(ahead))[0], exclude, running)
+        waiting; never evicts the experts of `running` = (its layer, its experts, the output
+        left computing on them meanwhile)."""
+        n = self.source.prefetch(layer, choice(ahead), *running)
         if n:
             block = self.source.index.layers[layer].block_bytes
             self.log.add(LayerStep(layer, 0, 0, n * block, phase, n))
@@ -181,6 +192,18 @@ class Streamer:
     def preload(self) -> None:
         """Read the policy's preload set, and with --warm every expert of the streamed layers."""
         self.source.preload(self.warm)
+
+
+def choice(ahead: mx.array) -> list[int]:
+    """Sorted distinct experts of an evaluated router choice [..., k]; one position's straight
+    from the array (a numpy copy and bincount cost ~1 µs more, per lookahead)."""
+    if ahead.size == ahead.shape[-1]:
+        ids = ahead.tolist()
+        for _ in range(ahead.ndim - 1):
+            ids = ids[0]
+        if len(set(ids)) == len(ids):
+            return sorted(ids)
+    return union(np.array(ahead))[0]
 
 
 def union(idx: np.ndarray) -> tuple[list[int], list[int]]:

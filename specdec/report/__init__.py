@@ -1,7 +1,7 @@
-"""`specdec report DIR`: markdown tables, PNG plots and a wandb run from a run or sweep directory.
+"""Markdown tables, PNG plots and a wandb run from a run or sweep directory (`build_report`).
 
-    specdec report runs/sweeps/main                     # writes runs/sweeps/main/report/
-    specdec report runs/sweeps/main --wandb disabled --alpha 0.7,0.8,0.9,1.0
+    build_report(Path("runs/sweeps/main"))   # writes runs/sweeps/main/report/
+    (`specdec report DIR`: specdec.report.cli)
 
 Reads only what the jobs wrote (records JSONL, trace union, config; see specdec.report.collect)
 and writes `report.md`, PNGs and `tables/*.json` into DIR/report (or --out), then logs the same
@@ -13,7 +13,6 @@ runs this at the end of every sweep.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -25,7 +24,7 @@ import numpy as np
 from specdec.report.collect import collect_jobs
 from specdec.report.markdown import render
 from specdec.report.sections import Setting, build_setting
-from specdec.report.wandb_sink import MODES, WandbSink
+from specdec.report.wandb_sink import WandbSink
 
 
 @dataclass
@@ -231,25 +230,3 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", type=Path, help="a run directory or a sweep directory (runs/sweeps/NAME)")
-    p.add_argument("--out", type=Path, help="where to write (default DIR/report)")
-    p.add_argument("--wandb", default="offline", choices=MODES, help="log the report to wandb")
-    p.add_argument(
-        "--alpha",
-        help="acceptances for best γ, e.g. 0.7,0.8,0.9,1.0 (default: the jobs' task.alphas)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    from specdec.costmodel.cli import _list, _number
-
-    alphas = (
-        None
-        if args.alpha is None
-        else [_number(a, "--alpha") for a in _list(args.alpha, "--alpha")]
-    )
-    print(build_report(args.dir, args.out, args.wandb, alphas).describe())
-    return 0

@@ -1,4 +1,4 @@
-"""`specdec bench BENCH ...`: the benchmarks, one subcommand each.
+"""`specdec bench BENCH ...`: the benchmarks of this host, one subcommand each.
 
     specdec bench read [--json]     read paths: pread->heap, fresh buffer, arena (direct,
                                     buffered), mmap, against fio (specdec/store/readbench.py)
