@@ -11,12 +11,13 @@ annotations at class creation.
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Union
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from specdec.decode.drafters import DrafterSpec
+from specdec.decode.gamma import parse_gamma
 from specdec.errors import SpecdecError
 from specdec.units import DEFAULT_BUDGET
 
@@ -71,7 +72,9 @@ class Config:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
-    gamma: int = 1  # positions per verify pass; 1 = plain decoding
+    # positions per verify pass (1 = plain decoding), or auto: chosen before each pass
+    # (specdec.decode.gamma); checked by to_config
+    gamma: Union[int, str] = 1  # noqa: UP007 -- OmegaConf's schema needs typing.Union
     max_tokens: int = 64
     temp: float = 0.0
     seed: int = 0
@@ -102,6 +105,7 @@ def to_config(cfg: DictConfig) -> Config:
             "(conf/ leaves it to you)"
         )
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
+    typed.gamma = parse_gamma(typed.gamma)
     typed.drafter_spec  # noqa: B018 -- a bad drafter option fails here, before any job starts
     bad = [g for g in typed.task.trace_gammas if g < 1]
     if bad:

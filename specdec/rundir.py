@@ -46,7 +46,7 @@ class JobCard:
 
     task: str  # the task that ran (union_cost, eviction, ...)
     drafter: str  # the DrafterSpec's label: `oracle:0.9`, `mtp`, ...
-    gamma: int
+    gamma: int | str  # a fixed γ, or "auto"
     profile: str  # device profile name of the modeled times
     setting: dict  # what must match for two jobs to be compared (model, cache, tokens, ...)
     title: str  # the setting in a few words, for headings

@@ -4,6 +4,8 @@
         --budget 96slots,2GB --json
     specdec simulate runs/trace-x --gamma 1,2,3,4,8 --alpha 1,0.9,0.8,0.7 --policy lru,lcs:ARC
     specdec simulate runs/trace-x --policy hotness,static --budget 1GB --hotlist hot.txt
+    specdec simulate runs/trace-x --gamma 1,4,auto --alpha 0.8 --policy lru \
+        --config model/config.json --profile m4-24gb
 
 With --gamma 1 (default) each position of the trace is one forward call of one position: its
 steps are the MoE layers in order (keys layer * n_experts + expert), then `tick(1)`. --gamma G
@@ -23,6 +25,11 @@ starts over (new_sequence) where prompt_ids.npy changes prompt. --lookahead D (�
 the trace's router predictions (lookahead.npy) for layer l + D after the step of layer l, as
 the runtime does, through the Python classes. bytes_read counts misses and prefetches; hotlist
 preloads (and opt_bypass's warm start) are preload_bytes.
+
+`--gamma auto` (specdec.decode.gamma) chooses γ before each pass from the cache as it is, so its
+rows replay pass by pass through the runtime's policy classes (specdec.cache.adaptive), modeled
+on --profile with the shapes of --config (a model's config.json, or `minimax-m2.5`); they add
+modeled_tokens_per_s and gamma_hist (passes per γ). Runtime policies only (no bounds, no lcs:).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from specdec.cache.replay import (
     score,
 )
 from specdec.cache.speculative import split_policy
+from specdec.decode.gamma import AUTO
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, load_trace, profile_hotlist, read_hotlist
 from specdec.units import format_bytes, parse_budget
@@ -68,7 +76,7 @@ class SimResult:
     bytes_read: float  # bytes read during the replay: misses, plus prefetches with lookahead
     bytes_per_token: float  # bytes_read per committed position
     positions: int  # positions the passes ran (rejected drafts included)
-    gamma: int = 1  # positions per verify pass
+    gamma: int | str = 1  # positions per verify pass, or "auto"
     alpha: float = 1.0  # draft acceptance
     committed: int = 0  # positions committed
     mean_union: float = 0.0  # accesses per step: the mean per-layer union of a pass
@@ -80,6 +88,8 @@ class SimResult:
     hotlist: str = (
         ""  # "given" (--hotlist/--hotlist-trace) or "self" (static: this trace's profile)
     )
+    modeled_tokens_per_s: float | None = None  # auto rows: on --profile
+    gamma_hist: list[int] | None = None  # auto rows: passes per γ (index γ)
 
 
 def trace_steps(trace: Trace, positions: int | None = None) -> list[list[list[int]]]:
@@ -312,7 +322,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="prefetch the trace's router predictions D MoE layers ahead (needs lookahead.npy)",
     )
-    parser.add_argument("--gamma", default="1", help="positions per verify pass, e.g. 1,2,4,8")
+    parser.add_argument(
+        "--gamma", default="1", help="positions per verify pass, e.g. 1,2,4,8 or auto"
+    )
+    parser.add_argument(
+        "--config", help="auto: the model's config.json (or minimax-m2.5) for modeled time"
+    )
+    parser.add_argument("--profile", default="m4-24gb", help="auto: device profile")
     parser.add_argument("--alpha", default="1", help="draft acceptance, e.g. 1,0.9,0.8")
     parser.add_argument("--seed", type=int, default=0, help="seed of the acceptance process")
     parser.add_argument("--json", action="store_true", help="print a JSON list of results")
@@ -332,11 +348,35 @@ def run(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     budgets = [b.strip() for b in args.budget.split(",") if b.strip()]
     check_budgets(trace, budgets)
-    gammas = _numbers(args.gamma, int, "--gamma")
-    alphas = _numbers(args.alpha, float, "--alpha")
-    results = simulate(
-        trace, policies, budgets, hotlist, args.positions, args.lookahead, gammas, alphas, args.seed
+    auto = AUTO in [g.strip().lower() for g in args.gamma.split(",")]
+    gammas = _numbers(
+        ",".join(g for g in args.gamma.split(",") if g.strip().lower() != AUTO) or "",
+        int,
+        "--gamma",
     )
+    alphas = _numbers(args.alpha, float, "--alpha")
+    if auto:
+        from specdec.cache.adaptive import auto_rows, auto_setup
+
+        clock_setup = auto_setup(trace, policies, args)
+    results = (
+        simulate(
+            trace,
+            policies,
+            budgets,
+            hotlist,
+            args.positions,
+            args.lookahead,
+            gammas,
+            alphas,
+            args.seed,
+        )
+        if gammas
+        else []
+    )
+    if auto:
+        sizes = _budgets(trace, budgets, trace.top_k)
+        results += auto_rows(trace, policies, sizes, hotlist, args, alphas, *clock_setup)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))
         return 0
@@ -351,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for r in results:
         print(
-            f"{r.policy:<15}{r.gamma:>6}{r.alpha:>6.2f}{r.budget_slots:>7}"
+            f"{r.policy:<15}{r.gamma!s:>6}{r.alpha:>6.2f}{r.budget_slots:>7}"
             f"{format_bytes(r.budget_bytes):>10}{r.mean_union:>7.2f}{r.hit_rate:>10.4f}"
             f"{r.misses:>12.0f}{format_bytes(r.bytes_per_token):>12}"
         )

@@ -123,3 +123,58 @@ class PassClock:
         for shape, fwd in forwards:
             total.add(forward_time(profile, shape, fwd))
         return total
+
+    def expected(
+        self,
+        profile: DeviceProfile,
+        gamma: int,
+        context: int,
+        layers: Sequence[int],
+        union: np.ndarray,
+        misses: np.ndarray,
+        block_bytes,
+        draft_union: float = 0.0,
+        draft_misses: float = 0.0,
+    ) -> float:
+        """Modeled seconds of a pass not yet run (`--gamma auto`'s cost): γ positions, expected
+        verify union and misses per MoE layer in `layers` ([L] each), and, per draft, the
+        draft phase's expected union and misses on the MTP layer (other drafters read
+        nothing while drafting)."""
+        verify = expected_steps(layers, union, misses, block_bytes)
+        draft = []
+        if gamma > 1 and self.mtp_layer is not None:
+            n, mean = gamma - 1, float(np.mean(block_bytes))
+            draft = expected_steps(
+                [self.mtp_layer] * n, [draft_union] * n, [draft_misses] * n, mean
+            )
+        t = self.modeled(
+            profile,
+            drafted=gamma - 1,
+            context=context,
+            draft_steps=draft,
+            verify_steps=verify,
+            measured_compute_s=0.0,
+        )
+        return t.total_s
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """A cache step as the clock reads it (a LayerStep's fields), for passes not yet run."""
+
+    layer: int
+    union: float
+    misses: int
+    bytes_read: int
+
+
+def expected_steps(layers, union, misses, block_bytes) -> list[StepCounts]:
+    """Per-layer steps of expected unions and misses ([L] each, floats). Reads come whole: the
+    misses are rounded cumulatively over the layers, so their sum is kept (0.3 per layer over
+    10 layers is 3 reads, not 0)."""
+    whole = np.diff(np.round(np.cumsum(np.asarray(misses, np.float64))), prepend=0.0)  # [L]
+    sizes = np.broadcast_to(np.asarray(block_bytes, np.float64), (len(whole),))
+    return [
+        StepCounts(layer, float(u), int(n), int(n * b))
+        for layer, u, n, b in zip(layers, union, whole, sizes, strict=True)
+    ]

@@ -2,6 +2,7 @@
 
     specdec generate --model tiny --prompt "def fib(n):" --max-tokens 64 --budget 25% --json
     specdec generate --drafter mtp --gamma 3 --records steps.jsonl --profile m4-24gb
+    specdec generate --drafter self --gamma auto --records steps.jsonl   # γ chosen per pass
 
 `--model` takes a bundled name, an mlx-lm model directory (packed into the cache on first use)
 or a packed directory. With --json the last stdout line is one JSON object:
@@ -10,6 +11,10 @@ acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_rea
 cache_slots, holds_all_experts, peak_rss_bytes, per_token_ms {compute, blocked_on_reads,
 reads_overlapped}, miss_gb_per_s, arena_huge_pages (measured share of 2 MiB pages),
 cache_counters (prefill included), ...}} where tokens_per_s is decode speed (prefill excluded).
+With --gamma auto, stats also hold gamma "auto" and gamma_chosen_hist (passes per γ), and each
+--records line its gamma_choice (γ, why, and at a block's first pass every candidate's expected
+tokens, modeled seconds and bytes; auto costs passes on the first roofline --profile, else
+m4-24gb).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 from specdec.clock.profiles import get_profile
 from specdec.decode.drafters import DrafterSpec
+from specdec.decode.gamma import parse_gamma
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.errors import SpecdecError
@@ -102,7 +108,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafter", default="none", help="none, mtp, self, lookup, oracle:ALPHA, draft:PATH"
     )
-    p.add_argument("--gamma", type=int, default=1, help="positions per verify pass (1 = plain)")
+    p.add_argument(
+        "--gamma",
+        default="1",
+        help="positions per verify pass (1 = plain), or auto: chosen before each pass",
+    )
     p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -117,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
     drafter = DrafterSpec.parse(args.drafter)
+    gamma = parse_gamma(args.gamma)
     sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
     try:
         tok = sm.tokenizer
@@ -130,9 +141,7 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             prompt = sm.encode(args.prompt)
-        cfg = DecodeConfig(
-            gamma=args.gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed
-        )
+        cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
         res = generate(sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append)
     finally:
         sm.close()

@@ -19,6 +19,7 @@ syncs on its router); its cache steps run deferred, after t's, so records stay p
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator
@@ -28,22 +29,27 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from specdec.cache.adaptive import shadow_plain
 from specdec.clock.passes import PassClock
-from specdec.clock.profiles import DeviceProfile
+from specdec.clock.profiles import DeviceProfile, get_profile
 from specdec.decode.drafters import Drafter
+from specdec.decode.gamma import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
 from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, roll_back
+from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
 from specdec.errors import SpecdecError
-from specdec.model.loader import StreamedModel
+from specdec.model.loader import StreamedModel, build_cache
 from specdec.model.steplog import Call
 from specdec.store.budget import peak_rss_bytes
+
+AUTO_PROFILE = "m4-24gb"  # what `auto` costs passes on when no roofline --profile is given
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    gamma: int = 1
+    gamma: Gamma = 1  # an int, or "auto" (specdec.decode.gamma, parsed at the edge)
     max_tokens: int = 64
     temp: float = 0.0
     seed: int = 0
@@ -93,7 +99,7 @@ class Decode:
         profiles: tuple[DeviceProfile, ...] = (),
         eos_ids: frozenset[int] = frozenset(),
     ):
-        if cfg.gamma < 1:
+        if cfg.gamma != AUTO and (not isinstance(cfg.gamma, int) or cfg.gamma < 1):
             raise SpecdecError(f"gamma must be >= 1 (got {cfg.gamma}); gamma = 1 is plain decoding")
         if cfg.max_tokens < 1:
             raise SpecdecError(
@@ -107,13 +113,35 @@ class Decode:
             raise SpecdecError("the prompt is empty: give at least one token")
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
-        sm.check_speculation(cfg.gamma)
+        auto = cfg.gamma == AUTO and drafter.name != "none"  # nothing to draft: plain decoding
+        self.gamma = 1 if cfg.gamma == AUTO and not auto else cfg.gamma
+        sm.check_speculation(MAX_GAMMA if auto else self.gamma)
         cache = make_prompt_cache(sm.model)
         self.st = DecodeState(
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
         )
         self.prefill_s = 0.0
-        self.clock = PassClock.for_decode(sm, drafter) if profiles else None
+        self.clock = PassClock.for_decode(sm, drafter) if profiles or auto else None
+        self.chooser = self._chooser() if auto else None
+
+    def _chooser(self) -> GammaChooser:
+        """`--gamma auto`: costs passes on the first roofline profile given, else AUTO_PROFILE."""
+        profile = next((p for p in self.profiles if p.compute == "roofline"), None)
+        profile = profile or get_profile(AUTO_PROFILE)
+        layers = self.sm.main_moe_layers
+        slot = self.sm.streamer.index.slot_bytes
+
+        def cost(gamma, context, union, misses, d_union, d_misses) -> float:
+            return self.clock.expected(
+                profile, gamma, context, layers, union, misses, slot, d_union, d_misses
+            )
+
+        s = self.sm.streamer  # the shadow: plain decoding's cache, for the bytes rule
+        self.shadow = build_cache(
+            self.sm.policy, s.cache.n_slots, self.sm.policy_options, s.key_stride
+        )
+        self.shadow.preload()
+        return GammaChooser(cost, len(layers), self.sm.top_k, slot, slot)
 
     @property
     def generated(self) -> list[int]:
@@ -131,15 +159,29 @@ class Decode:
         drafter.start(st)
         streamer.drain()
         self.prefill_s = time.perf_counter() - t0
-        if cfg.gamma == 1 and cfg.temp == 0 and drafter.name == "none":
+        if self.gamma == 1 and cfg.temp == 0 and drafter.name == "none":
             yield from self._greedy_passes(y)
             return
+        if self.chooser:  # plain decoding would start from the cache the prefill left
+            self.shadow.preload(streamer.cache.resident_keys())
+        self.tap = RoutingRecorder() if self.chooser else None  # auto's: shadow_plain's input
+        watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
+        with watch:
+            yield from self._spec_passes(y)
+
+    def _spec_passes(self, y: int) -> Iterator[PassRecord]:
+        """Draft, verify, judge; one record per pass."""
+        st, cfg, drafter, streamer = self.st, self.cfg, self.drafter, self.sm.streamer
         n_pass = 0
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
+            if self.tap:
+                self.tap.calls.clear()  # one pass's calls at a time
             start = self._clocks()
             left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
+            choice = self.chooser.choose(len(st.tokens) - 1, left) if self.chooser else None
+            gamma = choice.gamma if choice else self.gamma
             with streamer.serving(DRAFT):
-                drafts, q = drafter.propose(st, min(cfg.gamma, left) - 1)
+                drafts, q = drafter.propose(st, min(gamma, left) - 1)
             draft_steps = streamer.drain()
             mark = CacheMark.before(st.cache)  # None unless a layer's state cannot be trimmed
             with streamer.serving(VERIFY):
@@ -156,7 +198,7 @@ class Decode:
                 tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_ids) + 1]
             st.tokens += tokens
             y = tokens[-1]
-            yield self._record(
+            rec = self._record(
                 n_pass,
                 drafts,
                 verdict.accepted,
@@ -165,8 +207,44 @@ class Decode:
                 verify_steps,
                 start,
                 (refed, refeed_steps),
+                gamma,
             )
+            if choice:
+                rec.gamma_choice = choice.record()
+                plain = self._shadow_plain(self.tap.calls, len(tokens))
+                self.chooser.observe(self._observed(rec, plain))
+            yield rec
             n_pass += 1
+
+    def _shadow_plain(self, calls: list, committed: int) -> np.ndarray:
+        """[L] misses plain decoding would have had on the committed tokens (auto's reference):
+        their verify routing, one position per forward, through the shadow cache."""
+        rows: dict[int, list[np.ndarray]] = {}
+        for layer, idx, phase in calls:
+            if phase == "verify":
+                rows.setdefault(layer, []).append(idx.reshape(-1, idx.shape[-1]))
+        stride = self.sm.streamer.key_stride
+        keys = np.stack(
+            [
+                np.concatenate(rows[lid])[:committed] + lid * stride
+                for lid in self.sm.main_moe_layers
+            ],
+            axis=1,
+        )  # [committed, L, k]
+        return shadow_plain(self.shadow, keys)
+
+    def _observed(self, rec: PassRecord, plain_misses: np.ndarray) -> Observed:
+        """What the chooser learns from a pass, per main MoE layer in order."""
+        layers = [str(lid) for lid in self.sm.main_moe_layers]
+        return Observed(
+            gamma=rec.drafted + 1,
+            accepted=rec.accepted,
+            union=np.array([rec.union.get(lid, 0) for lid in layers], np.float64),  # [L]
+            misses=np.array([rec.misses.get(lid, 0) for lid in layers], np.float64),  # [L]
+            draft_union=float(sum(rec.draft_union.values())),
+            draft_misses=float(rec.draft_misses),
+            plain_misses=plain_misses,
+        )
 
     def _greedy_passes(self, y: int) -> Iterator[PassRecord]:
         """Plain greedy decoding, pipelined across tokens where no read can be pending."""
@@ -206,10 +284,20 @@ class Decode:
         )
 
     def _record(
-        self, n_pass, drafts, accepted, tokens, draft_steps, verify_steps, start, refeed=(0, [])
+        self,
+        n_pass,
+        drafts,
+        accepted,
+        tokens,
+        draft_steps,
+        verify_steps,
+        start,
+        refeed=(0, []),
+        gamma=1,
     ):
         """The pass's record; `start`: `_clocks()` when the pass began; `refeed`: positions fed
-        again after a rollback (rollback.py) and their steps. Every pass ends here, once its
+        again after a rollback (rollback.py) and their steps; `gamma` as configured (auto: as
+        chosen; the last pass may draft fewer). Every pass ends here, once its
         verdict is known: the cache hears it first (speculation-aware options)."""
         self.sm.streamer.cache.verdict(accepted)
         stats = self.sm.streamer.reader.stats
@@ -230,7 +318,7 @@ class Decode:
         }
         return PassRecord.build(
             n_pass,
-            self.cfg.gamma,
+            gamma,
             drafted=len(drafts),
             accepted=accepted,
             tokens=tokens,

@@ -69,6 +69,9 @@ class PassRecord:
     # (decode/rollback.py: Qwen3-Next's gated delta-net), and what that forward read
     refed: int = 0
     refeed_bytes_read: int = 0
+    # --gamma auto: the γ chosen and why, with every candidate's expected tokens, modeled
+    # seconds and bytes (specdec.decode.gamma.Choice.record); {} for a fixed γ
+    gamma_choice: dict = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -195,6 +198,9 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
         "tokens_per_s": committed / wall if wall > 0 else None,
         **_time_split(records, committed, total_bytes),
     }
+    if any(r.gamma_choice for r in records):  # --gamma auto: how often each γ was chosen
+        out["gamma"] = "auto"
+        out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
     for name in profiles:
         t = sum(r.modeled_s[name] for r in records)
         out[f"modeled_tokens_per_s/{name}"] = committed / t if t > 0 else None

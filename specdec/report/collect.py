@@ -31,8 +31,14 @@ class Job(JobFiles):
         return self.card.task
 
     @property
-    def gamma(self) -> int:
+    def gamma(self) -> int | str:
+        """The fixed γ, or "auto" (chosen per pass: such jobs are listed, not fitted)."""
         return self.card.gamma
+
+    @property
+    def speculative(self) -> bool:
+        """A fixed γ above 1: the jobs the union and speed-up fits compare."""
+        return isinstance(self.gamma, int) and self.gamma > 1
 
     @property
     def drafter(self) -> str:
@@ -74,4 +80,4 @@ def collect_jobs(root: Path) -> list[Job]:
             by_hash[key] = job
     if not by_hash:
         raise SpecdecError(f"{root} holds no finished job: run `specdec-exp -m ...` into it first")
-    return sorted(by_hash.values(), key=lambda j: (j.setting, j.drafter, j.gamma))
+    return sorted(by_hash.values(), key=lambda j: (j.setting, j.drafter, str(j.gamma).zfill(4)))

@@ -128,11 +128,11 @@ def build_setting(label: str, jobs: list[Job], alphas: list[float]) -> Setting:
             _source(st, "trace", {g: list(t.per_layer.values()) for g, t in trace.items()})
         )
     plain = [j for j in jobs if j.gamma == 1]
-    for drafter in sorted({j.drafter for j in jobs if j.gamma > 1}):
+    for drafter in sorted({j.drafter for j in jobs if j.speculative}):
         per_layer = {
             j.gamma: list(j.per_layer_union.values())
             for j in jobs
-            if j.drafter == drafter and j.gamma > 1
+            if j.drafter == drafter and j.speculative
         }
         if plain:
             per_layer[1] = list(np.mean([list(p.per_layer_union.values()) for p in plain], axis=0))
@@ -153,7 +153,7 @@ def _source(st: Setting, name: str, per_layer: dict[int, list[float]]) -> UnionS
 
 def _speedup(st: Setting, plain: list[Job]) -> None:
     """Measured speedup of each drafting job over the mean of the setting's γ = 1 jobs."""
-    spec = [j for j in st.jobs if j.gamma > 1 and j.summary["acceptance"] is not None]
+    spec = [j for j in st.jobs if j.speculative and j.summary["acceptance"] is not None]
     if not plain or not spec:
         return
     unions: dict[int, list[float]] = {1: [p.summary["mean_union"] for p in plain]}
@@ -191,7 +191,7 @@ def _trace_rows(st: Setting) -> None:
     if not trace:
         return
     for j in st.jobs:
-        if j.gamma > 1 and j.gamma in trace:
+        if j.speculative and j.gamma in trace:
             t = trace[j.gamma].mean
             st.trace_rows.append(
                 {
