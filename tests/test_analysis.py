@@ -129,3 +129,12 @@ def test_spec_cache_tables(tmp_path, capsys, monkeypatch):
     cols, trows = spec_cache.trace_rows(trace, 0.7, 0)
     for r in trows:
         assert r["opt_bypass"] <= r["belady"] <= min(r[p] for p in spec_cache.POLICIES)
+
+
+def test_gamma_auto_reproduces_the_readme_table(tmp_path, capsys):
+    from analysis import gamma_auto
+
+    assert gamma_auto.main(["--out", str(tmp_path / "gamma-auto.md")]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert len(rows) == 4 and all(r in README for r in rows)
+    assert (tmp_path / "gamma-auto.md").read_text().count("\n| ") > 20

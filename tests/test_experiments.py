@@ -25,6 +25,7 @@ from hydra.errors import ConfigCompositionException
 from experiments.config import Config, register, to_config
 from experiments.jobs import config_hash
 from experiments.run import slug
+from specdec.errors import SpecdecError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -74,8 +75,11 @@ def test_schema_rejects_unknown_keys_and_wrong_types():
     with initialize_config_dir(str(CONF), version_base="1.3"):
         with pytest.raises(ConfigCompositionException):
             compose("config", overrides=["gama=4"])
-        with pytest.raises(ConfigCompositionException):
-            compose("config", overrides=["gamma=four"])
+        # γ is an int or "auto": any other text is refused when the typed config is made
+        with pytest.raises(SpecdecError, match="gamma 'four'"):
+            to_config(compose("config", overrides=["gamma=four"]))
+        assert to_config(compose("config", overrides=["gamma=auto"])).gamma == "auto"
+        assert to_config(compose("config", overrides=["gamma=3"])).gamma == 3
 
 
 def test_slug_and_hash():
