@@ -35,6 +35,7 @@ from specdec.errors import SpecdecError, StoreError
 from specdec.model.discover import model_classes, switch_sites
 from specdec.model.families import Family, get_family
 from specdec.model.source import ExpertSource
+from specdec.model.mixed import pooled_cache
 from specdec.model.stream import StreamConfig
 from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Lookahead, Streamer
@@ -49,6 +50,7 @@ from specdec.store.layout import (
 )
 from specdec.store.pack import pack
 from specdec.store.packed_cache import hold_in_use, remove_old_copies
+from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
 from specdec.store.reader import ExpertReader
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -65,7 +67,8 @@ class StreamedModel:
     config: dict
     family: Family
     path: Path  # the packed directory
-    plan: SlotPlan  # what the budget bought: slots, arena bytes, whether it holds every expert
+    # what the budget bought: slots, arena bytes, whether it holds every expert (per pool)
+    plan: SlotPlan | PoolPlan
     policy: str = "lru"
     policy_options: dict | None = None
     in_use_lock: int | None = None  # fd of the shared lock on a cached pack (packed_cache.py)
@@ -76,7 +79,9 @@ class StreamedModel:
         src = s.source
         src.settle_all()  # a failed lookahead read no longer matters: the cache is rebuilt
         s.deferred.clear()
-        src.cache = build_cache(self.policy, src.cache.n_slots, self.policy_options, src.key_stride)
+        src.cache = new_cache(
+            self.policy, self.plan, self.policy_options, src.key_stride, src.index
+        )
         src.reader.reset_stats()
         s.log.drain()
         s.preload()
@@ -241,23 +246,27 @@ def _load_packed(
     k = _top_k(config)
     resident = [*packed.glob("model*.safetensors"), *([packed / MTP_FILE] if with_mtp else [])]
     streamed = [lid for lid in index.layer_ids if lid < n_main or with_mtp]
-    plan = plan_slots(
-        budget, index, k, sum(f.stat().st_size for f in resident if f.is_file()), streamed
-    )
-    n_slots = plan.n_slots
-    arena = Arena(n_slots, index.slot_bytes)
-    reader = ExpertReader(
-        packed,
-        index,
-        arena,
-        io=stream.io,
-        threads=stream.threads,
-        verify_checksums=stream.verify_checksums,
-    )
+    resident_bytes = sum(f.stat().st_size for f in resident if f.is_file())
     key_stride = max(index.layers[lid].n_experts for lid in index.layer_ids)
     policy_options = {"scratch": 8 * k, **stream.policy_options}
     _check_hotlist(policy_options.get("hotlist") or (), index)
-    cache = build_cache(policy, n_slots, policy_options, key_stride)
+
+    def open_reader(view: ExpertIndex, arena: Arena) -> ExpertReader:
+        io, threads, crc = stream.io, stream.threads, stream.verify_checksums
+        return ExpertReader(packed, view, arena, io=io, threads=threads, verify_checksums=crc)
+
+    if index.mixed:  # two block sizes: a slot pool, reader and cache per precision
+        plan = plan_pools(budget, index, k, resident_bytes, streamed)
+        hot, cold = pool_index(index, cold=False), pool_index(index, cold=True)
+        arena = PoolArenas(
+            Arena(plan.hot.n_slots, hot.slot_bytes), Arena(plan.cold.n_slots, cold.slot_bytes)
+        )
+        reader = PooledReader(open_reader(hot, arena.hot), open_reader(cold, arena.cold))
+    else:
+        plan = plan_slots(budget, index, k, resident_bytes, streamed)
+        arena = Arena(plan.n_slots, index.slot_bytes)
+        reader = open_reader(index, arena)
+    cache = new_cache(policy, plan, policy_options, key_stride, index)
     order = sorted(blocks)
     ahead_of = {
         lid: (order[i + lookahead], blocks[order[i + lookahead]])
@@ -324,6 +333,14 @@ def _check_hotlist(pairs, index: ExpertIndex) -> None:
                 f"hotlist entry (layer {layer}, expert {expert}) is not a routed expert of this "
                 f"model (MoE layers {index.layer_ids}): use a hotlist profiled on this model"
             )
+
+
+def new_cache(policy: str, plan, options: dict, key_stride: int, index: ExpertIndex):
+    """An empty cache for `plan`: one ExpertCache, or a PooledCache for a mixed pack."""
+    if isinstance(plan, PoolPlan):
+        make = lambda n, opts: build_cache(policy, n, opts, key_stride)  # noqa: E731
+        return pooled_cache(make, plan, options, key_stride, index)
+    return build_cache(policy, plan.n_slots, options, key_stride)
 
 
 def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:

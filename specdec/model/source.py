@@ -1,7 +1,7 @@
 """The expert source of one loaded model: which slot holds an expert, reading the ones that miss.
 
     src = ExpertSource(index, arena, reader, cache, key_stride)
-    slots, misses = src.fetch(layer, experts, counts)   # reads the misses, then [n] slots
+    slots, missed = src.fetch(layer, experts, counts)   # reads the misses: [n] slots, ids
     src.prefetch(layer, experts, at, using, running)    # lookahead: reads started, not awaited
 
 It owns the index, arena, reader and cache, and keeps slots safe to reuse: the lazy outputs still
@@ -63,10 +63,12 @@ class ExpertSource:
             self.tables[layer] = t
         return t[2]
 
-    def fetch(self, layer: int, experts: list[int], counts: list[int]) -> tuple[np.ndarray, int]:
-        """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses; and how
-        many missed. A failed read raises StoreError after its keys are forgotten: no later
-        step can hit a slot that holds a partial or stale block."""
+    def fetch(
+        self, layer: int, experts: list[int], counts: list[int]
+    ) -> tuple[np.ndarray, list[int]]:
+        """Slots holding `experts` (sorted, distinct) of `layer`, reading the misses; and the
+        experts that missed. A failed read raises StoreError after its keys are forgotten: no
+        later step can hit a slot that holds a partial or stale block."""
         base = layer * self.key_stride
         keys = [e + base for e in experts]
         inflight = self.inflight
@@ -85,7 +87,7 @@ class ExpertSource:
             except StoreError:
                 self.cache.forget(key for key, _ in misses)
                 raise
-        return self.cache.slots(keys), len(misses)
+        return self.cache.slots(keys), [key - base for key, _ in misses]
 
     def hit(self, layer: int, experts: list[int], counts: list[int]) -> None:
         """The cache step of a call computed on a device table (all hits: residency has not
@@ -96,24 +98,24 @@ class ExpertSource:
 
     def prefetch(
         self, layer: int, experts: list[int], at: int, using: list[int], running: mx.array
-    ) -> int:
+    ) -> list[int]:
         """Start reading `experts` of `layer` not resident, without waiting; never evicts the
         experts `using` of layer `at`, whose output `running` is left computing meanwhile.
-        Returns the blocks it started reading."""
+        Returns the experts it started reading."""
         s = self.key_stride
         keys = [e + layer * s for e in experts]
         if None not in map(self.cache.slot_of, keys):  # all resident: nothing to read, no step
-            return 0
+            return []
         reqs = self.cache.prefetch(keys, [e + at * s for e in using])
         if not reqs:
-            return 0
+            return []
         self.flush(keep=running)
         fresh = frozenset(slot for _, slot in reqs)
         self.settle(fresh, fresh)
         batch = Prefetch(self.reader.submit(self._requests(reqs)), reqs)
         for _, slot in reqs:
             self.inflight[slot] = batch
-        return len(reqs)
+        return [key - layer * s for key, _ in reqs]
 
     def resident_slots(self, layer: int, experts: list[int]) -> np.ndarray:
         """Slot of each expert id if resident, else -1. Reads nothing, touches nothing."""

@@ -5,7 +5,8 @@ by type: specdec.model.discover). On each call it reads the router's indices to 
 `Streamer` for the union of the call's experts (hits stay, misses are read from disk into arena
 slots), remaps expert ids to slot ids, and runs the family's own switch module, whose
 `SwitchLinear` projections are swapped for `ArenaLinear`s that call `mx.gather_(q)mm` on views of
-the arena: only where the weights are read changes. The switch module's structure and activation
+the arena (a mixed-precision pack: two arenas, model/mixed.py): only where the weights are read
+changes. The switch module's structure and activation
 (gpt-oss's and DeepSeek-V4.1's clamped SwiGLU, SwitchMLP's GELU), expert biases and everything
 else in the family's block (gate weighting, shared experts) are the family's own code, so
 streamed logits equal resident logits.
@@ -38,9 +39,11 @@ from mlx.utils import tree_flatten
 from specdec.errors import SpecdecError
 from specdec.model.discover import SWITCH_TYPES, projections
 from specdec.model.families import Route
+from specdec.model.mixed import MixedExperts
 from specdec.model.streamer import Streamer, union
 from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
+from specdec.store.pools import PoolArenas, members
 
 
 class _Hidden:
@@ -89,6 +92,28 @@ class ArenaLinear(nn.Module):
         return x
 
 
+def _on_arena(switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int) -> nn.Module:
+    """`switch` with each projection an ArenaLinear on `arena` (blocks laid out as `layout`)."""
+    for proj in layout.projections:
+        setattr(switch, proj, ArenaLinear(arena, layout, proj))
+    left = [name for name, _ in tree_flatten(switch.parameters())]
+    if left:  # a parameter the arena does not hold would never be loaded
+        raise SpecdecError(
+            f"layer {layer}: {type(switch).__name__} has parameters outside its "
+            f"projections ({left[0]}); specdec cannot stream this switch module"
+        )
+    return switch
+
+
+def _shallow_copy(module: nn.Module) -> nn.Module:
+    """Another module of the same class sharing children (activation) until they are replaced."""
+    twin = type(module).__new__(type(module))
+    nn.Module.__init__(twin)
+    dict.update(twin, module)
+    twin.__dict__.update(module.__dict__)
+    return twin
+
+
 class StreamedSwitchGLU(nn.Module):
     """Drop-in for the family's switch module whose experts live in the streamer's arena.
 
@@ -116,20 +141,23 @@ class StreamedSwitchGLU(nn.Module):
                 f"{sorted(projections(original))} but experts.json packs "
                 f"{sorted(layout.projections)}; re-pack the model (specdec pack --force)"
             )
-        for proj in layout.projections:
-            setattr(original, proj, ArenaLinear(streamer.arena, layout, proj))
-        left = [name for name, _ in tree_flatten(original.parameters())]
-        if left:  # a parameter the arena does not hold would never be loaded
-            raise SpecdecError(
-                f"layer {layer}: {type(original).__name__} has parameters outside its "
-                f"projections ({left[0]}); specdec cannot stream this switch module"
+        arena = streamer.arena
+        if isinstance(arena, PoolArenas):  # a mixed pack: hot and cold blocks in two arenas
+            hot, cold = (members(layout, c).any() for c in (False, True))
+            twin = _shallow_copy(original)  # the same module computing on the cold arena
+            switch = MixedExperts(
+                _on_arena(original, arena.hot, layout, layer) if hot else None,
+                _on_arena(twin, arena.cold, layout.cold, layer) if cold else None,
+                arena.n_hot,
             )
+        else:
+            switch = _on_arena(original, arena, layout, layer)
         self._h = _Hidden(
             streamer=streamer,
             layer=layer,
             block=block,
             route=route,
-            switch=original,
+            switch=switch,
             lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
         )
 

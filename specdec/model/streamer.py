@@ -158,9 +158,9 @@ class Streamer:
             self.source.hit(layer, experts, counts)
             self.log.add(LayerStep(layer, len(experts), 0, 0, phase, synced=False))
             return None
-        slots, m = self.source.fetch(layer, experts, counts)
-        block = self.source.index.layers[layer].block_bytes
-        self.log.add(LayerStep(layer, len(experts), m, m * block, phase))
+        slots, missed = self.source.fetch(layer, experts, counts)
+        nbytes = self.source.index.layers[layer].bytes_of(missed)  # a mixed pack: two sizes
+        self.log.add(LayerStep(layer, len(experts), len(missed), nbytes, phase))
         return slots
 
     def prefetch(
@@ -169,10 +169,10 @@ class Streamer:
         """Start reading the experts `ahead` [..., k] (evaluated) predicts for `layer` without
         waiting; never evicts the experts of `running` = (its layer, its experts, the output
         left computing on them meanwhile)."""
-        n = self.source.prefetch(layer, choice(ahead), *running)
-        if n:
-            block = self.source.index.layers[layer].block_bytes
-            self.log.add(LayerStep(layer, 0, 0, n * block, phase, n))
+        started = self.source.prefetch(layer, choice(ahead), *running)
+        if started:
+            nbytes = self.source.index.layers[layer].bytes_of(started)  # a mixed pack: two sizes
+            self.log.add(LayerStep(layer, 0, 0, nbytes, phase, len(started)))
 
     def catch_up(self, n: int | None = None) -> None:
         """Run the host part of the first n deferred calls (None: all), in call order:

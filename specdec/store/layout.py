@@ -180,6 +180,32 @@ def _quant_problem(ly: LayerLayout, proj: str, q: Quant) -> str | None:
     return None
 
 
+def _validate_tensors(ly: LayerLayout, lid: int, bad) -> None:
+    """Every tensor fits its block and agrees with its shape and quantization."""
+    for t in ly.tensors:
+        if t.offset % TENSOR_ALIGN or t.offset + t.nbytes > ly.block_bytes:
+            raise bad(f"layer {lid}: tensor {t.name} does not fit its block")
+        if t.nbytes != int(np.prod(t.shape, dtype=np.int64)) * t.itemsize:
+            raise bad(f"layer {lid}: tensor {t.name} nbytes disagrees with its shape")
+    for proj, q in ly.quant.items():
+        if q is not None and (problem := _quant_problem(ly, proj, q)):
+            raise bad(f"layer {lid}: {proj} {problem}")
+
+
+def _tensor_json(t: TensorSpec) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "offset": t.offset,
+        "nbytes": t.nbytes,
+    }
+
+
+def _tensor_spec(d: dict[str, Any]) -> TensorSpec:
+    return TensorSpec(d["name"], d["dtype"], tuple(d["shape"]), d["offset"], d["nbytes"])
+
+
 @dataclass(frozen=True)
 class Quant:
     """Quantization of one projection (mlx-lm's affine/mx modes)."""
@@ -219,6 +245,28 @@ class LayerLayout:
     offsets: np.ndarray  # [E] int64, byte offset of each expert's block in experts.bin
     crc32: np.ndarray  # [E] uint32, crc32 of each full block (padding included)
     quant: dict[str, Quant | None] = field(default_factory=dict)  # per projection
+    # mixed precision (`specdec pack --cold-bits`): the layout of this layer's requantized
+    # blocks, and which experts have one; offsets and crc32 above are per block, either kind
+    cold: LayerLayout | None = None
+    is_cold: np.ndarray | None = None  # [E] bool
+
+    def block_size(self, expert: int) -> int:
+        """Bytes of one expert's block on disk (a cold block is smaller)."""
+        if self.cold is not None and self.is_cold[expert]:
+            return self.cold.block_bytes
+        return self.block_bytes
+
+    def sizes(self) -> np.ndarray:
+        """[E] bytes of each expert's block."""
+        if self.cold is None:
+            return np.full(self.n_experts, self.block_bytes, dtype=np.int64)
+        return np.where(self.is_cold, self.cold.block_bytes, self.block_bytes)
+
+    def bytes_of(self, experts) -> int:
+        """Bytes of these experts' blocks."""
+        if self.cold is None:
+            return self.block_bytes * len(experts)
+        return sum(map(self.block_size, experts))
 
     def tensor(self, name: str) -> TensorSpec:
         for t in self.tensors:
@@ -251,9 +299,13 @@ class ExpertIndex:
     @property
     def file_bytes(self) -> int:
         """Size experts.bin must have at least."""
-        return max(
-            (int(ly.offsets.max()) + ly.block_bytes for ly in self.layers.values()), default=0
-        )
+        ends = [int((ly.offsets + ly.sizes()).max()) for ly in self.layers.values()]
+        return max(ends, default=0)
+
+    @property
+    def mixed(self) -> bool:
+        """Some blocks are requantized cold (`specdec pack --cold-bits`): two block sizes."""
+        return any(ly.cold is not None for ly in self.layers.values())
 
     @property
     def n_blocks(self) -> int:
@@ -269,20 +321,19 @@ class ExpertIndex:
                 "prefix": ly.prefix,
                 "n_experts": ly.n_experts,
                 "block_bytes": ly.block_bytes,
-                "tensors": [
-                    {
-                        "name": t.name,
-                        "dtype": t.dtype,
-                        "shape": list(t.shape),
-                        "offset": t.offset,
-                        "nbytes": t.nbytes,
-                    }
-                    for t in ly.tensors
-                ],
+                "tensors": [_tensor_json(t) for t in ly.tensors],
                 "quant": {p: (q.__dict__ if q else None) for p, q in sorted(ly.quant.items())},
                 "offsets": [int(o) for o in ly.offsets],
                 "crc32": [int(c) for c in ly.crc32],
             }
+            if ly.cold is not None:
+                c = ly.cold
+                layers[str(lid)]["cold"] = {
+                    "block_bytes": c.block_bytes,
+                    "tensors": [_tensor_json(t) for t in c.tensors],
+                    "quant": {p: (q.__dict__ if q else None) for p, q in sorted(c.quant.items())},
+                    "experts": np.flatnonzero(ly.is_cold).tolist(),
+                }
         return {
             "version": self.version,
             "slot_bytes": self.slot_bytes,
@@ -305,12 +356,9 @@ class ExpertIndex:
                 )
             layers = {}
             for key, d in data["layers"].items():
-                tensors = [
-                    TensorSpec(t["name"], t["dtype"], tuple(t["shape"]), t["offset"], t["nbytes"])
-                    for t in d["tensors"]
-                ]
+                tensors = [_tensor_spec(t) for t in d["tensors"]]
                 quant = {p: (Quant(**q) if q else None) for p, q in d.get("quant", {}).items()}
-                layers[int(key)] = LayerLayout(
+                ly = LayerLayout(
                     prefix=d["prefix"],
                     n_experts=int(d["n_experts"]),
                     block_bytes=int(d["block_bytes"]),
@@ -319,10 +367,24 @@ class ExpertIndex:
                     crc32=_crc32s(d["crc32"]),
                     quant=quant,
                 )
+                if d.get("cold") is not None:
+                    c = d["cold"]
+                    ly.is_cold = np.zeros(ly.n_experts, dtype=bool)
+                    ly.is_cold[np.asarray(c["experts"], dtype=np.int64)] = True
+                    ly.cold = LayerLayout(
+                        ly.prefix,
+                        ly.n_experts,
+                        int(c["block_bytes"]),
+                        [_tensor_spec(t) for t in c["tensors"]],
+                        ly.offsets,
+                        ly.crc32,
+                        {p: (Quant(**q) if q else None) for p, q in c["quant"].items()},
+                    )
+                layers[int(key)] = ly
             index = cls(
                 int(data["version"]), int(data["slot_bytes"]), layers, data.get("source", {})
             )
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
             raise StoreError(
                 f"{where}: malformed expert index ({type(e).__name__}: {e}); re-pack with `specdec pack`"
             ) from e
@@ -338,6 +400,12 @@ class ExpertIndex:
         if self.slot_bytes % ALIGN or self.slot_bytes <= 0:
             raise bad(f"slot_bytes {self.slot_bytes} is not a positive multiple of {ALIGN}")
         for lid, ly in self.layers.items():
+            if ly.cold is not None:
+                if ly.is_cold is None or ly.is_cold.shape != (ly.n_experts,):
+                    raise bad(f"layer {lid}: cold blocks without a per-expert cold mask")
+                if ly.cold.block_bytes % ALIGN or ly.cold.block_bytes <= 0:
+                    raise bad(f"layer {lid}: cold block_bytes {ly.cold.block_bytes} not aligned")
+                _validate_tensors(ly.cold, lid, bad)
             if ly.n_experts < 1:
                 raise bad(f"layer {lid}: {ly.n_experts} experts")
             if ly.block_bytes % ALIGN or not 0 < ly.block_bytes <= self.slot_bytes:
@@ -346,14 +414,7 @@ class ExpertIndex:
                 raise bad(f"layer {lid}: {ly.n_experts} experts but offsets/crc32 lengths differ")
             if (ly.offsets % ALIGN).any() or (ly.offsets < 0).any():
                 raise bad(f"layer {lid}: a block offset is not {ALIGN}-aligned")
-            for t in ly.tensors:
-                if t.offset % TENSOR_ALIGN or t.offset + t.nbytes > ly.block_bytes:
-                    raise bad(f"layer {lid}: tensor {t.name} does not fit its block")
-                if t.nbytes != int(np.prod(t.shape, dtype=np.int64)) * t.itemsize:
-                    raise bad(f"layer {lid}: tensor {t.name} nbytes disagrees with its shape")
-            for proj, q in ly.quant.items():
-                if q is not None and (problem := _quant_problem(ly, proj, q)):
-                    raise bad(f"layer {lid}: {proj} {problem}")
+            _validate_tensors(ly, lid, bad)
 
     @classmethod
     def load(cls, packed_dir: str | Path) -> ExpertIndex:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -69,6 +70,7 @@ from specdec.store.pack_guard import (
     pack_lock,
     remove_stale_tmp,
 )
+from specdec.store.requantize import check_cold_bits, cold_pairs, requantize_cold
 
 CHUNK = 32 << 20  # bytes per read/write: large sequential I/O, a few in flight
 _SKIP_COPY = {"model.safetensors.index.json"}
@@ -318,8 +320,12 @@ def pack(
     out_dir: str | Path,
     force: bool = False,
     on_block: Callable[[int, int], None] | None = None,
+    cold_bits: int | None = None,
+    hotlist: list[tuple[int, int]] | None = None,
 ) -> Path:
     """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook.
+    cold_bits: requantize every routed expert not in `hotlist` ((layer, expert) pairs) to
+    that many bits (store/requantize.py); the hotlist's keep their precision.
 
     One pack per OUT_DIR at a time (an flock on `.OUT_DIR.pack-lock` beside it, released by the
     kernel if the holder dies): a second pack of the same model, e.g. two runs packing into the
@@ -333,19 +339,37 @@ def pack(
         )
     # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
     # the lock, as another process may have written OUT_DIR meanwhile
+    if (cold_bits is None) != (hotlist is None):
+        raise StoreError(
+            "--cold-bits and --hotlist go together: the hotlist names the experts that keep "
+            "their precision, --cold-bits the width of the rest"
+        )
+    if cold_bits is not None:
+        check_cold_bits(cold_bits)
     check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
     with pack_lock(out_dir):
-        return _pack(model_dir, out_dir, force, on_block)
+        return _pack(model_dir, out_dir, force, on_block, cold_bits, hotlist)
 
 
 def _pack(
-    model_dir: Path, out_dir: Path, force: bool, on_block: Callable[[int, int], None] | None
+    model_dir: Path,
+    out_dir: Path,
+    force: bool,
+    on_block: Callable[[int, int], None] | None,
+    cold_bits: int | None,
+    hotlist: list[tuple[int, int]] | None,
 ) -> Path:
     fingerprint = source_fingerprint(model_dir)
+    if cold_bits is not None:  # a mixed pack is another pack of the same files
+        hot = hashlib.sha1(json.dumps(sorted(map(list, hotlist))).encode()).hexdigest()
+        fingerprint["cold"] = {"bits": cold_bits, "hotlist_sha1": hot}
     remove_stale_tmp(out_dir)
     if check_out_dir(model_dir, out_dir, force, fingerprint):
         return out_dir  # already packed from these very files, and sound
     resident, layers = plan(model_dir)
+    cold = None
+    if cold_bits is not None:
+        cold = cold_pairs({lid: ly for lid, (ly, _) in layers.items()}, hotlist, cold_bits)
     tmp = fresh_dir(out_dir, PACK_KIND)
     src = _Sources()
     try:
@@ -360,6 +384,10 @@ def _pack(
             _write_resident(mtp, tmp / MTP_FILE, src)
         _stall("resident")
         _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
+        if cold:
+            requantize_cold(
+                tmp / EXPERTS_BIN, {lid: ly for lid, (ly, _) in layers.items()}, cold, cold_bits
+            )
         index = ExpertIndex(
             version=INDEX_VERSION,
             slot_bytes=max(layout.block_bytes for layout, _ in layers.values()),
@@ -390,14 +418,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="replace an existing pack (never other folders)"
     )
+    parser.add_argument(
+        "--cold-bits",
+        type=int,
+        help="requantize experts not in --hotlist to this many bits (MLX affine, group 64)",
+    )
+    parser.add_argument(
+        "--hotlist", type=Path, help="a ds4 hotlist: the experts that keep their precision"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    out = pack(args.model_dir, args.out_dir, force=args.force)
+    hot = None
+    if args.hotlist is not None:
+        from specdec.trace.format import read_hotlist
+
+        hot = [(e.layer, e.expert) for e in read_hotlist(args.hotlist)]
+    out = pack(args.model_dir, args.out_dir, args.force, cold_bits=args.cold_bits, hotlist=hot)
     index = ExpertIndex.load(out)
     size = (out / EXPERTS_BIN).stat().st_size
+    cold = sum(int(ly.is_cold.sum()) for ly in index.layers.values() if ly.cold is not None)
+    mixed = f", {cold} of them {args.cold_bits}-bit cold" if cold else ""
     print(
         f"packed {args.model_dir} -> {out}: {index.n_blocks} expert blocks in "
-        f"{len(index.layers)} layers, {size / 1e6:.1f} MB experts.bin, slot {index.slot_bytes} B"
+        f"{len(index.layers)} layers{mixed}, {size / 1e6:.1f} MB experts.bin, "
+        f"slot {index.slot_bytes} B"
     )
     return 0

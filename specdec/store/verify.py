@@ -15,9 +15,12 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from specdec.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex, read_safetensors_header
+from specdec.store.pools import members, pool_index
 from specdec.store.reader import IO_MODES, ExpertReader
 
 BATCH = 64
@@ -53,14 +56,25 @@ def verify(
     resident, _ = read_safetensors_header(packed_dir / RESIDENT)  # checks truncation too
     if (packed_dir / MTP_FILE).is_file():
         resident += read_safetensors_header(packed_dir / MTP_FILE)[0]
+    total = 0
+    # a mixed pack (two block sizes) is checked one precision at a time (store/pools.py)
+    for cold in (False, True) if index.mixed else (None,):
+        view = index if cold is None else pool_index(index, cold)
+        mask = {lid: members(ly, bool(cold)) for lid, ly in index.layers.items()}
+        total += _verify_blocks(packed_dir, view, io, threads, sample, mask)
+    return VerifyReport(index.n_blocks, len(index.layers), total, len(resident))
+
+
+def _verify_blocks(packed_dir, index, io, threads, sample, mask: dict) -> int:
+    """crc32 of the blocks of `index` that `mask` ({layer: [E] bool}) selects."""
     widest = max(ly.n_experts for ly in index.layers.values())
     batch = max(1, min(BATCH, BATCH_BYTES // index.slot_bytes, widest))
     arena = Arena(batch, index.slot_bytes)
-    total = 0
     with ExpertReader(packed_dir, index, arena, io=io, threads=threads) as reader:
         for lid in index.layer_ids:
             layout = index.layers[lid]
-            chosen = _sampled(layout.n_experts, sample)
+            chosen = np.flatnonzero(mask[lid]).tolist()
+            chosen = [chosen[i] for i in _sampled(len(chosen), sample)]
             for first in range(0, len(chosen), batch):
                 experts = chosen[first : first + batch]
                 reader.read([(lid, e, i) for i, e in enumerate(experts)])
@@ -70,8 +84,7 @@ def verify(
                             f"{reader.path}: block of layer {lid} expert {e} fails its crc32 "
                             "check (file corrupt); re-pack with `specdec pack --force`"
                         )
-        total = reader.stats.bytes_read
-    return VerifyReport(index.n_blocks, len(index.layers), total, len(resident))
+        return reader.stats.bytes_read
 
 
 def _sampled(n: int, sample: int | None) -> list[int]:

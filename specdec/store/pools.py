@@ -1,0 +1,200 @@
+"""Two slot pools for a mixed-precision pack: hot blocks and smaller cold blocks.
+
+A mixed pack (`specdec pack --cold-bits`, store/requantize.py) has blocks of two sizes. Rather
+than one arena whose slots fit the largest block, each precision gets its own arena of its own
+slot size, its own reader and its own cache (cache/pooled.py): a miss is still one read straight
+into a slot of its size, and which pool an expert lives in is fixed at pack time.
+
+    hot, cold = pool_index(index, cold=False), pool_index(index, cold=True)
+    plan = plan_pools("25%", index, top_k=8)    # a byte budget split over the two pools
+    arenas = PoolArenas(Arena(plan.hot.n_slots, hot.slot_bytes), Arena(plan.cold.n_slots, ...))
+    reader = PooledReader(ExpertReader(packed, hot, arenas.hot), ExpertReader(packed, cold, ...))
+
+Slots are numbered across the pools: hot slots 0..H-1, cold slots H..H+C-1, so the streamer's
+cache steps, reads and device slot tables stay those of one cache.
+
+The split: a byte budget B buys each pool the same share of its own experts' bytes, B x
+(pool's bytes / all blocks' bytes), so `25%` holds a quarter of the hot and a quarter of the cold
+experts, `100%` all of both; each pool gets at least top-k slots (or all its experts, if fewer).
+Run `pytest tests/test_mixed_precision.py`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from specdec.errors import BudgetError
+from specdec.store.arena import Arena, arena_bytes
+from specdec.store.budget import SlotPlan, available_memory
+from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout
+from specdec.store.reader import ExpertReader, ReadStats
+from specdec.units import format_bytes, parse_budget, parse_percent
+
+
+def members(ly: LayerLayout, cold: bool) -> np.ndarray:
+    """[E] bool: the experts of this layer whose block is of that precision."""
+    is_cold = ly.is_cold if ly.cold is not None else np.zeros(ly.n_experts, dtype=bool)
+    return is_cold if cold else ~is_cold
+
+
+def pool_index(index: ExpertIndex, cold: bool) -> ExpertIndex:
+    """One pool's uniform view of a mixed index: every layer in that precision's layout, the
+    other precision's experts at offset 0 with crc 0 (never read through this view)."""
+    layers, slot = {}, 0
+    for lid, ly in index.layers.items():
+        member = members(ly, cold)
+        base = ly.cold if cold and ly.cold is not None else ly
+        if member.any():
+            slot = max(slot, base.block_bytes)
+        layers[lid] = LayerLayout(
+            ly.prefix,
+            ly.n_experts,
+            base.block_bytes,
+            base.tensors,
+            np.where(member, ly.offsets, 0),
+            np.where(member, ly.crc32, 0).astype(np.uint32),
+            base.quant,
+        )
+    return ExpertIndex(index.version, slot or ALIGN, layers, index.source)  # ALIGN: no members
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What a budget buys a mixed pack: one SlotPlan per pool."""
+
+    hot: SlotPlan
+    cold: SlotPlan
+
+    @property
+    def n_slots(self) -> int:
+        return self.hot.n_slots + self.cold.n_slots
+
+    @property
+    def holds_all(self) -> bool:
+        return self.hot.holds_all and self.cold.holds_all
+
+    def stats(self) -> dict:
+        h, c = self.hot, self.cold
+        return {
+            "cache_slots": self.n_slots,
+            "cache_bytes": h.n_slots * h.slot_bytes + c.n_slots * c.slot_bytes,
+            "arena_bytes": h.arena_bytes + c.arena_bytes,
+            "requested_slots": h.requested_slots + c.requested_slots,
+            "holds_all_experts": self.holds_all,
+            "hot_slots": h.n_slots,
+            "cold_slots": c.n_slots,
+            "hot_slot_bytes": h.slot_bytes,
+            "cold_slot_bytes": c.slot_bytes,
+        }
+
+
+def plan_pools(
+    budget: str,
+    index: ExpertIndex,
+    top_k: int,
+    resident_bytes: int = 0,
+    layers: list[int] | None = None,
+    available: int | None = None,
+) -> PoolPlan:
+    """Split `budget` (bytes, `N%` of every block's bytes, or `Nslots` of the hot size) over
+    the two pools in proportion to their experts' bytes; see the module docstring."""
+    lids = layers or index.layer_ids
+    count = {c: sum(int(members(index.layers[lid], c).sum()) for lid in lids) for c in (0, 1)}
+    views = {c: pool_index(index, bool(c)) for c in (0, 1)}
+    pool_bytes = {c: count[c] * views[c].slot_bytes for c in (0, 1)}
+    total = sum(pool_bytes.values())
+    text = str(budget).strip()
+    if text.endswith("%"):
+        want = total * parse_percent(text) / 100
+    else:
+        want = parse_budget(text).to_slots(index.slot_bytes) * index.slot_bytes
+    plans = []
+    for c in (0, 1):
+        slot = views[c].slot_bytes
+        asked = int(want * pool_bytes[c] / total // slot) if total else 0
+        n = max(min(asked, count[c]), min(top_k, count[c]), 1)  # an arena has >= 1 slot
+        plans.append(SlotPlan(str(budget), asked, n, count[c], slot, arena_bytes(n, slot)))
+    plan = PoolPlan(*plans)
+    need = plan.hot.arena_bytes + plan.cold.arena_bytes
+    available = available_memory() if available is None else available
+    if available is not None and need + resident_bytes > available:
+        raise BudgetError(
+            f"budget {budget} needs {format_bytes(need)} of expert cache (hot and cold pools) "
+            f"plus {format_bytes(resident_bytes)} of resident weights, but only "
+            f"{format_bytes(available)} of memory is available: lower the budget"
+        )
+    return plan
+
+
+@dataclass
+class PoolArenas:
+    """The hot and the cold arena; slot ids: hot first, then cold (offset by hot.n_slots)."""
+
+    hot: Arena
+    cold: Arena
+
+    @property
+    def n_hot(self) -> int:
+        return self.hot.n_slots
+
+
+class PooledReader:
+    """ExpertReader's interface over the two pools' readers: a request's slot says its pool."""
+
+    def __init__(self, hot: ExpertReader, cold: ExpertReader) -> None:
+        self.hot, self.cold = hot, cold
+        self.n_hot = hot.arena.n_slots
+        self._blocked = 0.0
+
+    def read(self, requests: Sequence[tuple[int, int, int]]) -> None:
+        self.wait(self.submit(requests))
+
+    def submit(self, requests: Sequence[tuple[int, int, int]]) -> cf.Future:
+        """Both pools' reads start now; the Future completes when both are in (or one failed)."""
+        h = self.n_hot
+        parts = [
+            self.hot.submit([r for r in requests if r[2] < h]),
+            self.cold.submit([(lay, e, s - h) for lay, e, s in requests if s >= h]),
+        ]
+        done: cf.Future = cf.Future()
+
+        def finish(_: cf.Future) -> None:
+            if all(p.done() for p in parts) and not done.done():
+                errors = [p.exception() for p in parts if p.exception() is not None]
+                if errors:
+                    done.set_exception(errors[0])
+                else:
+                    done.set_result(None)
+
+        for p in parts:
+            p.add_done_callback(finish)
+        return done
+
+    def wait(self, future: cf.Future) -> None:
+        t0 = time.perf_counter()
+        try:
+            future.result()
+        finally:
+            self._blocked += time.perf_counter() - t0
+
+    @property
+    def stats(self) -> ReadStats:
+        """Both pools' counters summed (read_s: the sum of each pool's busy time)."""
+        h, c = self.hot.stats, self.cold.stats
+        out = ReadStats(**{f.name: getattr(h, f.name) + getattr(c, f.name) for f in fields(h)})
+        out.blocked_s = self._blocked
+        return out
+
+    def reset_stats(self) -> None:
+        self.hot.reset_stats()
+        self.cold.reset_stats()
+        self._blocked = 0.0
+
+    def close(self) -> None:
+        self.hot.close()
+        self.cold.close()
