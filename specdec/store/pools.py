@@ -112,7 +112,8 @@ def plan_pools(
     if text.endswith("%"):
         want = total * parse_percent(text) / 100
     else:
-        want = parse_budget(text).to_slots(index.slot_bytes) * index.slot_bytes
+        b = parse_budget(text)
+        want = b.nbytes if b.slots is None else b.slots * index.slot_bytes
     plans = []
     for c in (0, 1):
         slot = views[c].slot_bytes
