@@ -7,10 +7,13 @@
    routing counts of greedy decoding (with the MTP drafter where the model has one, so its MTP
    layer's experts are counted too); hot = the `--hot-share` most used (layer, expert) pairs.
 2. Pack it again with `--cold-bits` and that hotlist (store/requantize.py).
+   A second mixed pack records the share of accesses the hotlist took in the profile
+   (`--hot-access-share`), which splits a budget over the two block sizes by accesses x size
+   instead of by bytes (store/pools.py).
 3. On the `heldout` prompts (disjoint from `profile`), teacher-forced one token at a time as
-   decode reads: for each budget, a share of the all-hot experts' bytes given to both packs as
+   decode reads: for each budget, a share of the all-hot experts' bytes given to every pack as
    the same number of bytes, LRU, one cache warm across the prompts: bytes read per token and hit
-   rate (the mixed pack splits its bytes over its two pools, store/pools.py). From the full-budget
+   rate (a mixed pack splits its bytes over its two pools, store/pools.py). From the full-budget
    pass, which computes what any budget does (streamed == resident): held-out loss (mean NLL of
    the next prompt token) and top-1 agreement of mixed with all-hot.
 4. MTP acceptance, greedy, γ = 2 and 4, on the held-out prompts (models with an MTP head).
@@ -51,7 +54,7 @@ from specdec.trace.format import HotlistEntry, write_hotlist  # noqa: E402
 from specdec.trace.prompts import load_prompts  # noqa: E402
 
 
-def profile_hotlist(packed: Path, prompts: list[str], share: float, tokens: int) -> list:
+def profile_hotlist(packed: Path, prompts: list[str], share: float, tokens: int):
     """(layer, expert) pairs by routing count over greedy decodes of `prompts` (prefill,
     drafts and verify passes alike), the top `share` of all routed experts."""
     sm = load(packed, budget="100%", io="buffered")
@@ -73,7 +76,8 @@ def profile_hotlist(packed: Path, prompts: list[str], share: float, tokens: int)
     finally:
         sm.close()
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [pair for pair, _ in ranked[: max(1, round(share * n_experts))]]
+    top = ranked[: max(1, round(share * n_experts))]
+    return [pair for pair, _ in top], sum(n for _, n in top) / sum(counts.values())
 
 
 def teacher_forced(packed: Path, budget: str, prompts: list[list[int]], keep_logits: bool):
@@ -171,11 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         all_hot = pack(src, work / "all-hot", force=True)
-        hot = profile_hotlist(
+        hot, access_share = profile_hotlist(
             all_hot, load_prompts("profile")[: args.prompts], args.hot_share, args.profile_tokens
         )
         write_hotlist([HotlistEntry(lay, e, 0, 0.0) for lay, e in hot], work / "hot.txt")
         mixed = pack(src, work / "mixed", True, cold_bits=args.cold_bits, hotlist=hot)
+        # the same blocks, the budget split by the profiled access share (store/pools.py)
+        split = pack(src, work / "mixed-split", True, None, args.cold_bits, hot, access_share)
         sm = load(all_hot, budget="100%", io="buffered", with_mtp=False)
         heldout = [sm.encode(t)[: args.positions + 1] for t in load_prompts("heldout")]
         heldout = [t for t in heldout if len(t) > 1][: args.prompts]
@@ -185,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, logits = [], {}
         for pct in [float(b) for b in args.budgets.split(",")]:
             budget = str(int(full * pct / 100))  # bytes: the same for both packs
-            for kind, packed in (("all_hot", all_hot), ("mixed", mixed)):
+            packs = (("all_hot", all_hot), ("mixed", mixed), ("mixed_access_split", split))
+            for kind, packed in packs:
                 row, z = teacher_forced(packed, budget, heldout, keep_logits=pct == 100)
                 rows.append({"kind": kind, "budget_pct": pct, **row})
                 logits[kind] = z or logits.get(kind)
@@ -195,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             "name": name,
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "hot_experts": len(hot),
+            "hot_access_share": access_share,
             "experts": sum(ly.n_experts for ly in ExpertIndex.load(all_hot).layers.values()),
             "expert_bytes_all_hot": full,
             "expert_bytes_mixed": expert_bytes(mixed, main_layers),

@@ -158,6 +158,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "pack: hotlist names an unknown expert": lambda c: hotlist(c, b"9 0 5 1.0\n"),
     "pack: empty hotlist": lambda c: hotlist(c, b""),
     "pack: hotlist missing": nothing,
+    "pack: --hot-access-share not a fraction": lambda c: hotlist(c, b"1 0 5 1.0\n"),
     "missing experts.json (verify)": lambda c: (c["packed"] / EXPERTS_JSON).unlink(),
     "missing experts.json (generate)": lambda c: (c["packed"] / EXPERTS_JSON).unlink(),
     "experts.json is not JSON": lambda c: (c["packed"] / EXPERTS_JSON).write_text('{"version": 1,'),

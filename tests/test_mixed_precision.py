@@ -169,3 +169,17 @@ def test_mtp_drafter_lossless_on_mixed_tiny(tmp_path):
     finally:
         sm.close()
     assert spec.tokens == plain.tokens
+
+
+def test_access_share_splits_like_one_lru_over_both_sizes(root, tmp_path):
+    src, _ = mixed_pack(root, "qwen3_moe", None)
+    out = pack(src, tmp_path / "split", cold_bits=2, hotlist=hot_pairs(src), hot_access_share=0.6)
+    index = ExpertIndex.load(out)
+    full = plan_pools("100%", index, top_k=4)
+    assert full.holds_all
+    budget = full.stats()["cache_bytes"] // 4
+    part = plan_pools(f"{budget}B", index, top_k=4)
+    hot_b, cold_b = (p.n_slots * p.slot_bytes for p in (part.hot, part.cold))
+    want = 0.6 * part.hot.slot_bytes / (0.6 * part.hot.slot_bytes + 0.4 * part.cold.slot_bytes)
+    assert abs(hot_b - want * budget) <= part.hot.slot_bytes  # floor to whole slots
+    assert abs(cold_b - (1 - want) * budget) <= part.cold.slot_bytes + part.hot.slot_bytes

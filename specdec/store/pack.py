@@ -322,10 +322,13 @@ def pack(
     on_block: Callable[[int, int], None] | None = None,
     cold_bits: int | None = None,
     hotlist: list[tuple[int, int]] | None = None,
+    hot_access_share: float | None = None,
 ) -> Path:
     """Pack model_dir into out_dir; returns out_dir. `on_block(layer, expert)` is a test hook.
     cold_bits: requantize every routed expert not in `hotlist` ((layer, expert) pairs) to
-    that many bits (store/requantize.py); the hotlist's keep their precision.
+    that many bits (store/requantize.py); the hotlist's keep their precision. hot_access_share:
+    the share of routed accesses the hotlist's experts took when profiled; recorded, it sets how
+    a budget is split over the two block sizes (store/pools.py).
 
     One pack per OUT_DIR at a time (an flock on `.OUT_DIR.pack-lock` beside it, released by the
     kernel if the holder dies): a second pack of the same model, e.g. two runs packing into the
@@ -346,9 +349,15 @@ def pack(
         )
     if cold_bits is not None:
         check_cold_bits(cold_bits)
+    if hot_access_share is not None and not (cold_bits and 0 < hot_access_share < 1):
+        raise StoreError(
+            f"--hot-access-share {hot_access_share} must be a fraction in (0, 1) and comes "
+            "with --cold-bits: the share of routed accesses that went to the hotlist's experts"
+        )
     check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
     with pack_lock(out_dir):
-        return _pack(model_dir, out_dir, force, on_block, cold_bits, hotlist)
+        cold = None if cold_bits is None else (cold_bits, hotlist, hot_access_share)
+        return _pack(model_dir, out_dir, force, on_block, cold)
 
 
 def _pack(
@@ -356,13 +365,13 @@ def _pack(
     out_dir: Path,
     force: bool,
     on_block: Callable[[int, int], None] | None,
-    cold_bits: int | None,
-    hotlist: list[tuple[int, int]] | None,
+    mixed: tuple[int, list[tuple[int, int]], float | None] | None,
 ) -> Path:
     fingerprint = source_fingerprint(model_dir)
-    if cold_bits is not None:  # a mixed pack is another pack of the same files
+    cold_bits, hotlist, share = mixed or (None, None, None)
+    if mixed is not None:  # a mixed pack is another pack of the same files
         hot = hashlib.sha1(json.dumps(sorted(map(list, hotlist))).encode()).hexdigest()
-        fingerprint["cold"] = {"bits": cold_bits, "hotlist_sha1": hot}
+        fingerprint["cold"] = {"bits": cold_bits, "hotlist_sha1": hot, "hot_access_share": share}
     remove_stale_tmp(out_dir)
     if check_out_dir(model_dir, out_dir, force, fingerprint):
         return out_dir  # already packed from these very files, and sound
@@ -426,6 +435,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: the experts that keep their precision"
     )
+    parser.add_argument(
+        "--hot-access-share",
+        type=float,
+        help="share of routed accesses the hotlist's experts took (splits budgets by it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -434,7 +448,14 @@ def run(args: argparse.Namespace) -> int:
         from specdec.trace.format import read_hotlist
 
         hot = [(e.layer, e.expert) for e in read_hotlist(args.hotlist)]
-    out = pack(args.model_dir, args.out_dir, args.force, cold_bits=args.cold_bits, hotlist=hot)
+    out = pack(
+        args.model_dir,
+        args.out_dir,
+        args.force,
+        cold_bits=args.cold_bits,
+        hotlist=hot,
+        hot_access_share=args.hot_access_share,
+    )
     index = ExpertIndex.load(out)
     size = (out / EXPERTS_BIN).stat().st_size
     cold = sum(int(ly.is_cold.sum()) for ly in index.layers.values() if ly.cold is not None)

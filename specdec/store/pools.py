@@ -13,9 +13,13 @@ into a slot of its size, and which pool an expert lives in is fixed at pack time
 Slots are numbered across the pools: hot slots 0..H-1, cold slots H..H+C-1, so the streamer's
 cache steps, reads and device slot tables stay those of one cache.
 
-The split: a byte budget B buys each pool the same share of its own experts' bytes, B x
-(pool's bytes / all blocks' bytes), so `25%` holds a quarter of the hot and a quarter of the cold
-experts, `100%` all of both; each pool gets at least top-k slots (or all its experts, if fewer).
+The split (`_hot_byte_share`): by default a byte budget B buys each pool the same share of its
+own experts' bytes, B x (pool's bytes / all blocks' bytes), so `25%` holds a quarter of the hot
+and a quarter of the cold experts. The hotlist's experts are the popular ones, so that starves
+the hot pool; a pack made with `--hot-access-share f` (measured when the hotlist was profiled)
+splits B as one LRU over both sizes would, in proportion to accesses x block size. Bytes one
+pool cannot use (it holds all its experts) go to the other; `100%` holds every block; each pool
+gets at least top-k slots (or all its experts, if fewer).
 Run `pytest tests/test_mixed_precision.py`.
 """
 
@@ -114,10 +118,15 @@ def plan_pools(
     else:
         b = parse_budget(text)
         want = b.nbytes if b.slots is None else b.slots * index.slot_bytes
+    share = _hot_byte_share(index, pool_bytes, views)
+    cap = min(want, total)
+    give = {0: min(cap * share, pool_bytes[0])}  # what one pool cannot use goes to the other
+    give[1] = min(cap - give[0], pool_bytes[1])
+    give[0] = min(cap - give[1], pool_bytes[0])
     plans = []
     for c in (0, 1):
         slot = views[c].slot_bytes
-        asked = int(want * pool_bytes[c] / total // slot) if total else 0
+        asked = int(give[c] // slot)
         n = max(min(asked, count[c]), min(top_k, count[c]), 1)  # an arena has >= 1 slot
         plans.append(SlotPlan(str(budget), asked, n, count[c], slot, arena_bytes(n, slot)))
     plan = PoolPlan(*plans)
@@ -130,6 +139,20 @@ def plan_pools(
             f"{format_bytes(available)} of memory is available: lower the budget"
         )
     return plan
+
+
+def _hot_byte_share(index: ExpertIndex, pool_bytes: dict, views: dict) -> float:
+    """The hot pool's share of the budget's bytes. By default each pool's share of all blocks'
+    bytes (each pool then holds the same share of its experts). A pack made with a measured
+    `hot_access_share` f (the share of routed accesses that go to the hotlist's experts) splits
+    as a single LRU over both sizes would hold them: bytes in proportion to accesses x block size,
+    f s_hot : (1 - f) s_cold."""
+    f = (index.source.get("cold") or {}).get("hot_access_share")
+    if f is None:
+        total = sum(pool_bytes.values())
+        return pool_bytes[0] / total if total else 0.0
+    hot, cold = f * views[0].slot_bytes, (1 - f) * views[1].slot_bytes
+    return hot / (hot + cold)
 
 
 @dataclass
