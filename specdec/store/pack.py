@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -70,7 +69,7 @@ from specdec.store.pack_guard import (
     pack_lock,
     remove_stale_tmp,
 )
-from specdec.store.requantize import check_cold_bits, cold_pairs, requantize_cold
+from specdec.store.requantize import ColdSpec, requantize_cold
 
 CHUNK = 32 << 20  # bytes per read/write: large sequential I/O, a few in flight
 _SKIP_COPY = {"model.safetensors.index.json"}
@@ -342,22 +341,10 @@ def pack(
         )
     # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
     # the lock, as another process may have written OUT_DIR meanwhile
-    if (cold_bits is None) != (hotlist is None):
-        raise StoreError(
-            "--cold-bits and --hotlist go together: the hotlist names the experts that keep "
-            "their precision, --cold-bits the width of the rest"
-        )
-    if cold_bits is not None:
-        check_cold_bits(cold_bits)
-    if hot_access_share is not None and not (cold_bits and 0 < hot_access_share < 1):
-        raise StoreError(
-            f"--hot-access-share {hot_access_share} must be a fraction in (0, 1) and comes "
-            "with --cold-bits: the share of routed accesses that went to the hotlist's experts"
-        )
+    mixed = ColdSpec.of(cold_bits, hotlist, hot_access_share)
     check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
     with pack_lock(out_dir):
-        cold = None if cold_bits is None else (cold_bits, hotlist, hot_access_share)
-        return _pack(model_dir, out_dir, force, on_block, cold)
+        return _pack(model_dir, out_dir, force, on_block, mixed)
 
 
 def _pack(
@@ -365,20 +352,17 @@ def _pack(
     out_dir: Path,
     force: bool,
     on_block: Callable[[int, int], None] | None,
-    mixed: tuple[int, list[tuple[int, int]], float | None] | None,
+    mixed: ColdSpec | None,
 ) -> Path:
     fingerprint = source_fingerprint(model_dir)
-    cold_bits, hotlist, share = mixed or (None, None, None)
     if mixed is not None:  # a mixed pack is another pack of the same files
-        hot = hashlib.sha1(json.dumps(sorted(map(list, hotlist))).encode()).hexdigest()
-        fingerprint["cold"] = {"bits": cold_bits, "hotlist_sha1": hot, "hot_access_share": share}
+        fingerprint["cold"] = mixed.fingerprint()
     remove_stale_tmp(out_dir)
     if check_out_dir(model_dir, out_dir, force, fingerprint):
         return out_dir  # already packed from these very files, and sound
     resident, layers = plan(model_dir)
-    cold = None
-    if cold_bits is not None:
-        cold = cold_pairs({lid: ly for lid, (ly, _) in layers.items()}, hotlist, cold_bits)
+    expert_layouts = {lid: ly for lid, (ly, _) in layers.items()}
+    cold = mixed.pairs(expert_layouts) if mixed else None
     tmp = fresh_dir(out_dir, PACK_KIND)
     src = _Sources()
     try:
@@ -394,9 +378,7 @@ def _pack(
         _stall("resident")
         _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
         if cold:
-            requantize_cold(
-                tmp / EXPERTS_BIN, {lid: ly for lid, (ly, _) in layers.items()}, cold, cold_bits
-            )
+            requantize_cold(tmp / EXPERTS_BIN, expert_layouts, cold, mixed.bits)
         index = ExpertIndex(
             version=INDEX_VERSION,
             slot_bytes=max(layout.block_bytes for layout, _ in layers.values()),

@@ -16,8 +16,11 @@ smaller, and records in each layer's layout the cold layout and which experts ar
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -40,13 +43,43 @@ COLD_GROUP = 64  # MLX affine group size, as the question's prototype ran
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16)
 
 
-def check_cold_bits(bits: int) -> int:
-    if bits not in QUANT_BITS:
-        raise StoreError(
-            f"--cold-bits {bits} is not a width MLX's affine quantization packs: use one of "
-            f"{', '.join(map(str, QUANT_BITS))}"
-        )
-    return bits
+@dataclass(frozen=True)
+class ColdSpec:
+    """What a mixed pack asks for: the cold width, the hot experts, the profiled access share."""
+
+    bits: int
+    hotlist: tuple[tuple[int, int], ...]
+    hot_access_share: float | None = None
+
+    @classmethod
+    def of(cls, bits: int | None, hotlist, share: float | None) -> ColdSpec | None:
+        """From pack's arguments (None: an all-hot pack); refuses what cannot go together."""
+        if (bits is None) != (hotlist is None):
+            raise StoreError(
+                "--cold-bits and --hotlist go together: the hotlist names the experts that keep "
+                "their precision, --cold-bits the width of the rest"
+            )
+        if bits is not None and bits not in QUANT_BITS:
+            raise StoreError(
+                f"--cold-bits {bits} is not a width MLX's affine quantization packs: use one of "
+                f"{', '.join(map(str, QUANT_BITS))}"
+            )
+        if share is not None and not (bits and 0 < share < 1):
+            raise StoreError(
+                f"--hot-access-share {share} must be a fraction in (0, 1) and comes with "
+                "--cold-bits: the share of routed accesses that went to the hotlist's experts"
+            )
+        if bits is None:
+            return None
+        return cls(bits, tuple((int(lay), int(e)) for lay, e in hotlist), share)
+
+    def fingerprint(self) -> dict:
+        """What the index's `source` records (another hotlist or width is another pack)."""
+        hot = hashlib.sha1(json.dumps(sorted(map(list, self.hotlist))).encode()).hexdigest()
+        return {"bits": self.bits, "hotlist_sha1": hot, "hot_access_share": self.hot_access_share}
+
+    def pairs(self, layers: dict[int, LayerLayout]) -> set:
+        return cold_pairs(layers, list(self.hotlist), self.bits)
 
 
 def cold_pairs(layers: dict[int, LayerLayout], hot: list[tuple[int, int]], bits: int) -> set:
