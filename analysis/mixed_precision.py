@@ -67,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+", help="benchmarks/results/mixed-NAME.json")
     args = p.parse_args(argv)
     for path in args.results:
-        result = json.loads(Path(path).read_text())
+        try:
+            result = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            print(f"error: {path}: {e}; run benchmarks/bench_mixed.py first", file=sys.stderr)
+            return 2
         print(quality_line(result))
         print(budget_table(result))
     return 0

@@ -13,9 +13,9 @@
 3. On the `heldout` prompts (disjoint from `profile`), teacher-forced one token at a time as
    decode reads: for each budget, a share of the all-hot experts' bytes given to every pack as
    the same number of bytes, LRU, one cache warm across the prompts: bytes read per token and hit
-   rate (a mixed pack splits its bytes over its two pools, store/pools.py). From the full-budget
-   pass, which computes what any budget does (streamed == resident): held-out loss (mean NLL of
-   the next prompt token) and top-1 agreement of mixed with all-hot.
+   rate (a mixed pack splits its bytes over its two pools, store/pools.py). From the first
+   budget's pass, which computes what any budget does (streamed == resident): held-out loss (mean
+   NLL of the next prompt token) and top-1 agreement of mixed with all-hot.
 4. MTP acceptance, greedy, γ = 2 and 4, on the held-out prompts (models with an MTP head).
 
 Reads go through the page cache (--io buffered): bytes and hit rates do not depend on it, and
@@ -189,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         sm.close()
         full = expert_bytes(all_hot, main_layers)
         rows, logits = [], {}
-        for pct in [float(b) for b in args.budgets.split(",")]:
+        budgets = [float(b) for b in args.budgets.split(",")]
+        for pct in budgets:
             budget = str(int(full * pct / 100))  # bytes: the same for both packs
             packs = (("all_hot", all_hot), ("mixed", mixed), ("mixed_access_split", split))
             for kind, packed in packs:
-                row, z = teacher_forced(packed, budget, heldout, keep_logits=pct == 100)
+                # every budget computes the same logits (streamed == resident): keep the first's
+                row, z = teacher_forced(packed, budget, heldout, keep_logits=pct == budgets[0])
                 rows.append({"kind": kind, "budget_pct": pct, **row})
                 logits[kind] = z or logits.get(kind)
                 print(json.dumps(rows[-1]), flush=True)
