@@ -10,7 +10,10 @@ A packed directory (written by `specdec pack`, read by `store.reader`) holds:
                                    O_DIRECT reads land straight in an arena slot
     experts.json                   the index (`ExpertIndex`): per layer the tensor layout inside a
                                    block, the quantization of each projection, per expert the
-                                   block offset and crc32
+                                   block offset and crc32; a mixed-precision pack (`--cold-bits`)
+                                   adds per layer `cold`: the requantized blocks' layout (size,
+                                   tensors, bits) and the experts that have one (the rest keep
+                                   the layer's own layout)
 
 Routed-expert tensors are mlx-lm's stacked switch projections (leading dim = number of experts),
 found by `specdec.model.discover` from the family's module tree; the format itself knows nothing
