@@ -3,7 +3,8 @@
     python benchmarks/bench_mixed.py --model tiny                     # bundled model (has MTP)
     python benchmarks/bench_mixed.py --model DIR --name qwen3-2l      # e.g. make-random --like
 
-1. Pack the model as it is (all-hot) and profile a hotlist on the shipped `profile` prompts:
+1. Pack the model as it is (all-hot) and profile a hotlist on the shipped `profile` prompts
+   (whole, or their first --profile-cut tokens):
    routing counts of greedy decoding (with the MTP drafter where the model has one, so its MTP
    layer's experts are counted too); hot = the `--hot-share` most used (layer, expert) pairs.
 2. Pack it again with `--cold-bits` and that hotlist (store/requantize.py).
@@ -54,7 +55,7 @@ from specdec.trace.format import HotlistEntry, write_hotlist  # noqa: E402
 from specdec.trace.prompts import load_prompts  # noqa: E402
 
 
-def profile_hotlist(packed: Path, prompts: list[str], share: float, tokens: int):
+def profile_hotlist(packed: Path, prompts: list[list[int]], share: float, tokens: int):
     """(layer, expert) pairs by routing count over greedy decodes of `prompts` (prefill,
     drafts and verify passes alike), the top `share` of all routed experts."""
     sm = load(packed, budget="100%", io="buffered")
@@ -67,7 +68,7 @@ def profile_hotlist(packed: Path, prompts: list[str], share: float, tokens: int)
     cfg = DecodeConfig(gamma=2, max_tokens=tokens)
     try:
         for text in prompts:  # Decode's own loop: generate() owns the recorder slot
-            run = Decode(sm, sm.encode(text), spec.build(sm, None, 0), cfg, (), frozenset())
+            run = Decode(sm, text, spec.build(sm, None, 0), cfg, (), frozenset())
             sm.streamer.recorder = record
             for _ in run.passes():
                 pass
@@ -165,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=20, help="held-out (and profile) prompts")
     ap.add_argument("--positions", type=int, default=64, help="tokens per held-out prompt")
     ap.add_argument("--profile-tokens", type=int, default=32)
+    ap.add_argument("--profile-cut", type=int, default=None, help="profile prompt tokens")
     ap.add_argument("--mtp-tokens", type=int, default=32)
+    ap.add_argument(
+        "--packs", default="all_hot,mixed,mixed_access_split", help="which packs to measure"
+    )
     ap.add_argument("--work", type=Path, default=None, help="where the packs go (kept)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -175,30 +180,33 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         all_hot = pack(src, work / "all-hot", force=True)
-        hot, access_share = profile_hotlist(
-            all_hot, load_prompts("profile")[: args.prompts], args.hot_share, args.profile_tokens
-        )
+        sm = load(all_hot, budget="100%", io="buffered", with_mtp=False)
+        cut = args.positions + 1
+        heldout = [t for t in (sm.encode(x)[:cut] for x in load_prompts("heldout")) if len(t) > 1]
+        # a long prefill costs like decoding it: --profile-cut shortens the profile's prompts
+        profile = [sm.encode(x)[: args.profile_cut] for x in load_prompts("profile")]
+        main_layers = sm.main_moe_layers
+        sm.close()
+        heldout, profile = heldout[: args.prompts], profile[: args.prompts]
+        hot, access_share = profile_hotlist(all_hot, profile, args.hot_share, args.profile_tokens)
         write_hotlist([HotlistEntry(lay, e, 0, 0.0) for lay, e in hot], work / "hot.txt")
         mixed = pack(src, work / "mixed", True, cold_bits=args.cold_bits, hotlist=hot)
         # the same blocks, the budget split by the profiled access share (store/pools.py)
         split = pack(src, work / "mixed-split", True, None, args.cold_bits, hot, access_share)
-        sm = load(all_hot, budget="100%", io="buffered", with_mtp=False)
-        heldout = [sm.encode(t)[: args.positions + 1] for t in load_prompts("heldout")]
-        heldout = [t for t in heldout if len(t) > 1][: args.prompts]
-        main_layers = sm.main_moe_layers
-        sm.close()
         full = expert_bytes(all_hot, main_layers)
         rows, logits = [], {}
         budgets = [float(b) for b in args.budgets.split(",")]
         for pct in budgets:
             budget = str(int(full * pct / 100))  # bytes: the same for both packs
-            packs = (("all_hot", all_hot), ("mixed", mixed), ("mixed_access_split", split))
-            for kind, packed in packs:
+            packs = {"all_hot": all_hot, "mixed": mixed, "mixed_access_split": split}
+            for kind in args.packs.split(","):
+                packed = packs[kind]
                 # every budget computes the same logits (streamed == resident): keep the first's
                 row, z = teacher_forced(packed, budget, heldout, keep_logits=pct == budgets[0])
                 rows.append({"kind": kind, "budget_pct": pct, **row})
                 logits[kind] = z or logits.get(kind)
                 print(json.dumps(rows[-1]), flush=True)
+        mixed_kind = next(k for k in logits if k != "all_hot")  # the same blocks either split
         result = {
             "model": str(src),
             "name": name,
@@ -209,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             "expert_bytes_all_hot": full,
             "expert_bytes_mixed": expert_bytes(mixed, main_layers),
             "rows": rows,
-            "quality": quality(heldout, logits["all_hot"], logits["mixed"]),
+            "quality": quality(heldout, logits["all_hot"], logits[mixed_kind]),
             "mtp": {
                 kind: {g: mtp_acceptance(p, heldout, g, args.mtp_tokens) for g in (2, 4)}
                 for kind, p in (("all_hot", all_hot), ("mixed", mixed))
