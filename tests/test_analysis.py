@@ -36,9 +36,9 @@ def test_union_cost_reproduces_the_readme_table(capsys):
 
 
 def test_readme_tables_whose_inputs_are_in_git_reproduce_byte_for_byte(capsys):
-    """union_cost needs no input and scale reads benchmarks/results/scale.json, both in git."""
-    assert readme.main(["--check", "--only", "union_cost,scale", "--strict"]) == 0
-    assert capsys.readouterr().out.startswith("2 tables reproduce, 0 differ, 0 not checked")
+    """union_cost needs no input; scale and mixed_precision read benchmarks/results/, in git."""
+    assert readme.main(["--check", "--only", "union_cost,scale,mixed_precision", "--strict"]) == 0
+    assert capsys.readouterr().out.startswith("4 tables reproduce, 0 differ, 0 not checked")
 
 
 def test_readme_check_finds_a_changed_table_and_write_mends_it(tmp_path, capsys):
