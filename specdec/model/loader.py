@@ -34,8 +34,8 @@ from specdec.cache.speculative import split_policy
 from specdec.errors import SpecdecError, StoreError
 from specdec.model.discover import model_classes, switch_sites
 from specdec.model.families import Family, get_family
-from specdec.model.source import ExpertSource
 from specdec.model.mixed import pooled_cache
+from specdec.model.source import ExpertSource
 from specdec.model.stream import StreamConfig
 from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Lookahead, Streamer

@@ -37,7 +37,7 @@ from specdec.store.arena import Arena, arena_bytes
 from specdec.store.budget import SlotPlan, available_memory
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout
 from specdec.store.reader import ExpertReader, ReadStats
-from specdec.units import format_bytes, parse_budget, parse_percent
+from specdec.units import Budget, format_bytes
 
 
 def members(ly: LayerLayout, cold: bool) -> np.ndarray:
@@ -98,7 +98,7 @@ class PoolPlan:
 
 
 def plan_pools(
-    budget: str,
+    budget: Budget | str,
     index: ExpertIndex,
     top_k: int,
     resident_bytes: int = 0,
@@ -112,11 +112,10 @@ def plan_pools(
     views = {c: pool_index(index, bool(c)) for c in (0, 1)}
     pool_bytes = {c: count[c] * views[c].slot_bytes for c in (0, 1)}
     total = sum(pool_bytes.values())
-    text = str(budget).strip()
-    if text.endswith("%"):
-        want = total * parse_percent(text) / 100
+    b = Budget.parse(budget)
+    if b.percent is not None:
+        want = total * b.percent / 100
     else:
-        b = parse_budget(text)
         want = b.nbytes if b.slots is None else b.slots * index.slot_bytes
     share = _hot_byte_share(index, pool_bytes, views)
     cap = min(want, total)
