@@ -155,12 +155,13 @@ def test_budget_splits_bytes_over_the_pools(root):
     assert part.n_slots > budget // part.hot.slot_bytes, "smaller cold blocks buy more slots"
 
 
-def test_mtp_drafter_lossless_on_mixed_tiny(tmp_path):
+@pytest.mark.parametrize("policy", ["lru", "lru+demote+protect"])
+def test_mtp_drafter_lossless_on_mixed_tiny(tmp_path, policy):
     src = resolve_model("tiny")
     _, layers = plan(src)
     hot = [(lid, e) for lid, (ly, _) in layers.items() for e in range(0, ly.n_experts, 4)]
     out = pack(src, tmp_path / "tiny-mixed", cold_bits=2, hotlist=hot)
-    sm = load(out, budget="25%", io="buffered")
+    sm = load(out, budget="25%", policy=policy, io="buffered")
     try:
         prompt = sm.encode("def fibonacci(n):")
         plain = generate(sm, prompt, "none", DecodeConfig(max_tokens=24), stop_at_eos=False)
@@ -169,6 +170,8 @@ def test_mtp_drafter_lossless_on_mixed_tiny(tmp_path):
     finally:
         sm.close()
     assert spec.tokens == plain.tokens
+    if "demote" in policy:  # both pools judged the passes
+        assert sm.streamer.cache.hot.demoted + sm.streamer.cache.cold.demoted > 0
 
 
 def test_access_share_splits_like_one_lru_over_both_sizes(root, tmp_path):

@@ -33,6 +33,7 @@ class PooledCache:
             for p, n in zip((hot, cold), sizes, strict=True)
         ]
         self.max_step = min(caps)
+        self.noting = hot.noting or cold.noting  # speculation-aware options (+demote/+protect)
 
     def _split(self, keys) -> tuple[list[int], list[int]]:
         cold = self.is_cold
@@ -80,6 +81,19 @@ class PooledCache:
     def new_sequence(self) -> None:
         self.hot.new_sequence()
         self.cold.new_sequence()
+
+    def note(self, base: int, idx: np.ndarray) -> None:
+        self.hot.note(base, idx)
+        self.cold.note(base, idx)
+
+    def verdict(self, accepted: int) -> None:
+        """Each pool judges the pass; it demotes and protects only keys it holds."""
+        self.hot.verdict(accepted)
+        self.cold.verdict(accepted)
+
+    def judge(self, demote: list[int], protect: list[int]) -> None:
+        self.hot.judge(demote, protect)
+        self.cold.judge(demote, protect)
 
     def prefetch(self, keys, exclude=()) -> list[tuple[int, int]]:
         hot, cold = self._split(int(k) for k in keys)
