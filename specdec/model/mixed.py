@@ -29,7 +29,7 @@ from mlx_lm.utils import load_model
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.pooled import PooledCache
-from specdec.model.families import get_family, moe_blocks
+from specdec.model.discover import switch_sites
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout, mx_dtype
 from specdec.store.pools import PoolPlan, members
 
@@ -129,15 +129,19 @@ def resident_mixed(packed: str | Path) -> nn.Module:
     """mlx-lm's model of a mixed pack with every routed expert resident (the main layers)."""
     packed = Path(packed)
     index = ExpertIndex.load(packed)
-    model, config = load_model(packed, lazy=True, strict=False)
+    model, _ = load_model(packed, lazy=True, strict=False)
     blocks_file = np.memmap(packed / EXPERTS_BIN, dtype=np.uint8, mode="r")
-    for lid, block in moe_blocks(model, get_family(config["model_type"])).items():
-        ly, orig = index.layers[lid], block.switch_mlp
+    for lid, site in switch_sites(model).items():
+        ly, orig = index.layers[lid], site.switch
         cold = ly.is_cold if ly.cold is not None else np.zeros(ly.n_experts, dtype=bool)
-        block.switch_mlp = ResidentMixed(
-            _glu(orig, ly, blocks_file, ~cold),
-            _glu(orig, ly.cold or ly, blocks_file, cold),
-            cold,
+        setattr(
+            site.owner,
+            site.attr,
+            ResidentMixed(
+                _glu(orig, ly, blocks_file, ~cold),
+                _glu(orig, ly.cold or ly, blocks_file, cold),
+                cold,
+            ),
         )
     mx.eval(model.parameters())
     return model

@@ -165,6 +165,13 @@ class PoolArenas:
     def n_hot(self) -> int:
         return self.hot.n_slots
 
+    @property
+    def huge_page_fraction(self) -> float | None:
+        """Both arenas' measured huge-page share, weighted by bytes (None: neither measured)."""
+        parts = [(a.huge_page_fraction, a.nbytes) for a in (self.hot, self.cold)]
+        parts = [(f, n) for f, n in parts if f is not None]
+        return sum(f * n for f, n in parts) / sum(n for _, n in parts) if parts else None
+
 
 class PooledReader:
     """ExpertReader's interface over the two pools' readers: a request's slot says its pool."""
