@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specdec.host.blas import ensure_fast_blas  # noqa: E402
 from specdec.host.machine import machine_info  # noqa: E402
 from specdec.model import overhead  # noqa: E402
+from specdec.model.cli import add_overhead_arguments  # noqa: E402
 from specdec.store.files import write_atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -31,7 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def main() -> int:
     ensure_fast_blas()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    overhead.add_arguments(parser)
+    add_overhead_arguments(parser)
     parser.add_argument("--name", default="", help="results file suffix (overhead-NAME.json)")
     parser.add_argument("--note", default="", help="what the model is, stored with the result")
     parser.add_argument(

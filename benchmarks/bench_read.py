@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.host.blas import ensure_fast_blas  # noqa: E402
 from specdec.store import fiobench, readbench  # noqa: E402
+from specdec.store.cli import add_read_arguments, read_bench_from_args  # noqa: E402
 from specdec.store.files import write_atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -90,7 +91,7 @@ def markdown(results: list[dict], argv: list[str]) -> str:
 def main() -> int:
     ensure_fast_blas()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    readbench.add_arguments(parser, block_sizes=(readbench.DEFAULT_BLOCK, 8_000_000))
+    add_read_arguments(parser, block_sizes=(readbench.DEFAULT_BLOCK, 8_000_000))
     parser.set_defaults(rounds=5)
     args = parser.parse_args()
     sizes = list(args.block_bytes)
@@ -98,7 +99,7 @@ def main() -> int:
     with hugepages_for_fio(sizes, tuple(args.threads)):
         for size in sizes:
             args.block_bytes = size
-            result = readbench.bench_from_args(args)
+            result = read_bench_from_args(args)
             result["machine"]["bench_dir"] = "DIR"
             results.append(result)
             print(readbench.format_table(result), flush=True)

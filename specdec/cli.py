@@ -1,8 +1,10 @@
 """The `specdec` command: one subcommand per job, each in the module that owns the job.
 
-Run `specdec --help` for the list, `specdec SUBCOMMAND --help` for its options. Each module
-named below exposes `add_arguments(parser)` and `run(args) -> int`; only the chosen one is
-imported, so `specdec simulate` never pays for loading MLX models.
+Run `specdec --help` for the list, `specdec SUBCOMMAND --help` for its options. Command-line
+code lives in each part's cli.py: a target `specdec.PART.cli` exposes `add_arguments(parser)` and
+`run(args) -> int`; `specdec.PART.cli:NAME`, one of several commands of that part, exposes
+`add_NAME_arguments(parser)` and `run_NAME(args) -> int`. Only the chosen one is imported, so
+`specdec simulate` never pays for loading MLX models.
 """
 
 from __future__ import annotations
@@ -10,18 +12,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 from specdec.errors import SpecdecError
 from specdec.host.blas import ensure_fast_blas
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("specdec.decode.cli", "generate text with routed experts streamed from disk"),
-    "pack": ("specdec.store.pack", "pack an mlx-lm model directory for streaming"),
-    "verify": ("specdec.store.verify", "check every expert block of a packed directory"),
-    "make-random": ("specdec.model.random_models", "write a tiny random-weight checkpoint"),
-    "models": ("specdec.model.cli", "list the bundled models"),
+    "pack": ("specdec.store.cli:pack", "pack an mlx-lm model directory for streaming"),
+    "verify": ("specdec.store.cli:verify", "check every expert block of a packed directory"),
+    "make-random": ("specdec.model.cli:make_random", "write a tiny random-weight checkpoint"),
+    "models": ("specdec.model.cli:models", "list the bundled models"),
     "extract-mtp": (
-        "specdec.model.extract_mtp",
+        "specdec.model.cli:extract_mtp",
         "take the MTP layer out of a DeepSeek-V3 HF checkpoint",
     ),
     "bench": (
@@ -33,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "routing traces: record, synth, stats, fit; ds4 hotlists",
     ),
     "simulate": (
-        "specdec.cache.simulate",
+        "specdec.cache.cli",
         "replay a routing trace through cache policies and bounds",
     ),
     "union-model": (
@@ -47,6 +50,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("specdec.report.cli", "tables and plots from a run or sweep directory"),
     "clock": ("specdec.clock.cli", "device profiles: `clock show NAME`, `clock check`"),
 }
+
+
+def command(target: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable]:
+    """(add_arguments, run) of a target `module` or `module:NAME` (see the top of this file)."""
+    module_name, _, name = target.partition(":")
+    module = importlib.import_module(module_name)
+    if not name:
+        return module.add_arguments, module.run
+    return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 
 def _usage() -> str:
@@ -65,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specdec: error: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    add_arguments, run = command(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"specdec {name}", description=COMMANDS[name][1])
-    module.add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args(rest)
     try:
-        return int(module.run(args) or 0)
+        return int(run(args) or 0)
     except SpecdecError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import shutil
 
@@ -25,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec.cli import COMMANDS, main
+from specdec.cli import COMMANDS, command, main
 from specdec.store.pack import pack
 from specdec.trace.format import Trace, save_trace
 from tests.helpers import random_checkpoint
@@ -98,7 +97,7 @@ def grammar(name: str) -> tuple[list[str], list[str], list[str]]:
     """A subcommand's (flags, options taking a value, choices of positionals), from its parser
     and its actions' parsers; probe names in SLOW left out."""
     parser = argparse.ArgumentParser()
-    importlib.import_module(COMMANDS[name][0]).add_arguments(parser)
+    command(COMMANDS[name][0])[0](parser)
     flags: set[str] = set()
     valued: set[str] = set()
     choices: set[str] = set()

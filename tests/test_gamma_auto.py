@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from specdec.cache.adaptive import replay_passes, trace_clock
+from specdec.cache.cli import add_arguments, run
 from specdec.cache.replay import replay_trace
-from specdec.cache.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
 from specdec.decode.gamma import AUTO, BLOCK, GammaChooser, Observed, parse_gamma
 from specdec.errors import BudgetError, SpecdecError

@@ -34,8 +34,6 @@ modeled_tokens_per_s and gamma_hist (passes per γ). Runtime policies only (no b
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -54,9 +52,8 @@ from specdec.cache.replay import (
     score,
 )
 from specdec.cache.speculative import split_policy
-from specdec.decode.gamma import AUTO
 from specdec.errors import BudgetError, SpecdecError
-from specdec.trace.format import Trace, hotlist_keys, load_trace, profile_hotlist, read_hotlist
+from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 from specdec.units import format_bytes, parse_budget
 
 ALL = POLICIES + ("belady", "opt_bypass", "knapsack_bound")
@@ -179,7 +176,7 @@ def _row(r: ReplayResult, nbytes: int, acc: Access, **extra) -> SimResult:
     return SimResult(**row)
 
 
-def _budgets(trace: Trace, budgets: list[str], widest: int) -> list[tuple[int, int]]:
+def budget_sizes(trace: Trace, budgets: list[str], widest: int) -> list[tuple[int, int]]:
     """(slots, bytes) per budget text; BudgetError below the widest step."""
     slot = trace.slot_bytes
     sizes = []
@@ -251,7 +248,7 @@ def simulate(
                 out.extend(replace(r, alpha=alpha) for r in plain)
                 continue
             acc = access_sequence(trace, gamma, alpha, seed, positions)
-            sizes = _budgets(trace, budgets, acc.widest)
+            sizes = budget_sizes(trace, budgets, acc.widest)
             rows = []
             for policy in policies:
                 hot = hotlist_static if split_policy(policy)[0] == "static" else hotlist
@@ -302,104 +299,3 @@ def _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given) -> SimR
         hit, pre = policy_hits(policy, acc, n, hot)
         r = score(policy, acc, n, trace, gamma, alpha, hit, pre)
     return _row(r, nbytes, acc, **extra)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="trace directory (see docs/trace-format.md)")
-    parser.add_argument(
-        "--policy",
-        default="lru,slru,hotness,lfu,static,belady,opt_bypass,knapsack_bound",
-        help=f"comma-separated, from: {','.join(ALL)}, or lcs:NAME (libCacheSim: lcs:ARC, ...)",
-    )
-    parser.add_argument("--budget", default="96slots", help="comma-separated: 96slots,2GB,512MiB")
-    hot = parser.add_mutually_exclusive_group()
-    hot.add_argument("--hotlist", help="ds4 hotlist file seeding hotness and pinned by static")
-    hot.add_argument("--hotlist-trace", help="profile this other trace into the hotlist")
-    parser.add_argument("--positions", type=int, help="replay only the first N positions")
-    parser.add_argument(
-        "--lookahead",
-        type=int,
-        default=0,
-        help="prefetch the trace's router predictions D MoE layers ahead (needs lookahead.npy)",
-    )
-    parser.add_argument(
-        "--gamma", default="1", help="positions per verify pass, e.g. 1,2,4,8 or auto"
-    )
-    parser.add_argument(
-        "--config", help="auto: the model's config.json (or minimax-m2.5) for modeled time"
-    )
-    parser.add_argument("--profile", default="m4-24gb", help="auto: device profile")
-    parser.add_argument("--alpha", default="1", help="draft acceptance, e.g. 1,0.9,0.8")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the acceptance process")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of results")
-
-
-def run(args: argparse.Namespace) -> int:
-    trace = load_trace(args.trace)
-    hotlist = None
-    if args.hotlist:
-        hotlist = hotlist_keys(trace, read_hotlist(args.hotlist))
-    elif args.hotlist_trace:
-        hotlist = hotlist_keys(trace, profile_hotlist(load_trace(args.hotlist_trace)))
-    if args.lookahead < 0:
-        raise SpecdecError(f"--lookahead {args.lookahead}: give a distance >= 1, or 0 for none")
-    if args.positions is not None and args.positions < 1:
-        raise SpecdecError(f"--positions {args.positions}: give a positive number of positions")
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    budgets = [b.strip() for b in args.budget.split(",") if b.strip()]
-    check_budgets(trace, budgets)
-    auto = AUTO in [g.strip().lower() for g in args.gamma.split(",")]
-    gammas = _numbers(
-        ",".join(g for g in args.gamma.split(",") if g.strip().lower() != AUTO) or "",
-        int,
-        "--gamma",
-    )
-    alphas = _numbers(args.alpha, float, "--alpha")
-    if auto:
-        from specdec.cache.adaptive import auto_rows, auto_setup
-
-        clock_setup = auto_setup(trace, policies, args)
-    results = (
-        simulate(
-            trace,
-            policies,
-            budgets,
-            hotlist,
-            args.positions,
-            args.lookahead,
-            gammas,
-            alphas,
-            args.seed,
-        )
-        if gammas
-        else []
-    )
-    if auto:
-        sizes = _budgets(trace, budgets, trace.top_k)
-        results += auto_rows(trace, policies, sizes, hotlist, args, alphas, *clock_setup)
-    if args.json:
-        print(json.dumps([asdict(r) for r in results], indent=1))
-        return 0
-    print(
-        f"{trace.model or args.trace}: {results[0].positions if results else 0} positions, "
-        f"{trace.n_layers} layers x top-{trace.top_k} of {trace.n_experts}, "
-        f"slot {format_bytes(trace.slot_bytes)}"
-    )
-    print(
-        f"{'policy':<15}{'gamma':>6}{'alpha':>6}{'slots':>7}{'budget':>10}{'union':>7}"
-        f"{'hit rate':>10}{'misses':>12}{'read/token':>12}"
-    )
-    for r in results:
-        print(
-            f"{r.policy:<15}{r.gamma!s:>6}{r.alpha:>6.2f}{r.budget_slots:>7}"
-            f"{format_bytes(r.budget_bytes):>10}{r.mean_union:>7.2f}{r.hit_rate:>10.4f}"
-            f"{r.misses:>12.0f}{format_bytes(r.bytes_per_token):>12}"
-        )
-    return 0
-
-
-def _numbers(text: str, kind, flag: str) -> list:
-    try:
-        return [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecdecError(f"{flag} {text}: give comma-separated numbers, e.g. 1,2,4") from None

@@ -5,20 +5,22 @@
     specdec bench overhead [--json] streamed decode vs mlx-lm's decode, host µs per MoE layer
                                     (specdec/model/overhead.py)
 
-Each bench lives in the module that owns what it measures and exposes `add_arguments(parser)`
-and `run(args) -> int`; add a row to BENCHES to add one. Scripts in benchmarks/ call these and
+Each bench's command line lives in the cli.py of the part that owns what it measures, named
+as specdec/cli.py names commands (`specdec.store.cli:read` is `add_read_arguments(parser)` and
+`run_read(args) -> int`); add a row to BENCHES to add one. Scripts in benchmarks/ call these and
 write their JSON (with the machine it ran on) into benchmarks/results/.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+
+from specdec.cli import command
 
 BENCHES: dict[str, tuple[str, str]] = {
-    "read": ("specdec.store.readbench", "throughput of the read paths into MLX, vs fio"),
+    "read": ("specdec.store.cli:read", "throughput of the read paths into MLX, vs fio"),
     "overhead": (
-        "specdec.model.overhead",
+        "specdec.model.cli:overhead",
         "streamed vs resident decode speed, host µs per MoE layer",
     ),
 }
@@ -28,10 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
     for name, (module, help_) in BENCHES.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(_bench_module=module)
-        # imported only to declare options: bench modules keep their heavy imports lazy or cheap
-        importlib.import_module(module).add_arguments(p)
+        add_arguments, run_bench = command(module)
+        p.set_defaults(_bench_run=run_bench)
+        # imported only to declare options: the parts' cli.py keep their heavy imports lazy
+        add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    return importlib.import_module(args._bench_module).run(args)
+    return args._bench_run(args)

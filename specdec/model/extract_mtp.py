@@ -23,7 +23,6 @@ extracted where a checkpoint has several (the drafter chains one module, as Deep
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -128,20 +127,3 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     mx.save_safetensors(str(tmp), mtp.checkpoint_weights(), metadata={"format": "mlx"})
     durable_replace(tmp, out_dir / MTP_FILE)
     return out_dir / MTP_FILE
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "hf_dir", type=Path, help="Hugging Face checkpoint (deepseek_v3, glm4_moe, qwen3_next, ...)"
-    )
-    p.add_argument(
-        "out_dir", type=Path, help="the mlx-lm model directory to add mtp.safetensors to"
-    )
-    p.add_argument("--quantize", type=int, choices=[2, 3, 4, 6, 8], help="affine bits")
-    p.add_argument("--group-size", type=int, default=64)
-
-
-def run(args: argparse.Namespace) -> int:
-    path = extract_mtp(args.hf_dir, args.out_dir, args.quantize, args.group_size)
-    print(f"wrote {path}")
-    return 0

@@ -29,7 +29,6 @@ Three measurements, all greedy decode of the same prompt:
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -342,30 +341,3 @@ def measure_overhead(
         "cli": cli_pairs(model, tokens, pairs),
         "in_process": in_process(model, tokens, repeats or pairs, lookahead_budget),
     }
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny")
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--pairs", type=int, default=7, help="interleaved pairs (fresh processes)")
-    p.add_argument("--repeats", type=int, help="in-process repeats (default: --pairs)")
-    p.add_argument("--lookahead-budget", default="50%", help="budget of the lookahead split")
-    p.add_argument("--json", action="store_true")
-
-
-def run(args: argparse.Namespace) -> int:
-    r = measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget, args.repeats)
-    if args.json:
-        print(json.dumps(r))
-        return 0
-    c, ip = r["cli"], r["in_process"]
-    full = ip["host_us_per_moe_layer"]["full_budget"]
-    print(
-        f"{r['model']}: fresh processes, median of {len(c['ratio']['all'])} pairs: specdec "
-        f"{c['specdec_tokens_per_s']['median']:.1f} tok/s, mlx-lm "
-        f"{c['mlx_lm_tokens_per_s']['median']:.1f} tok/s, x{c['ratio']['median']:.2f} "
-        f"(range {c['ratio']['min']:.2f}-{c['ratio']['max']:.2f}); warm in process "
-        f"x{ip['ratio']:.2f}; host +{ip['added_cpu_us_per_moe_layer']['median']:.0f} µs CPU per "
-        f"MoE layer all in, {full['added_cpu']:.0f} µs in the blocks"
-    )
-    return 0

@@ -21,7 +21,6 @@ specdec.model.random_scale.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import functools
@@ -38,7 +37,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.errors import SpecdecError
 from specdec.model.bpe import train_byte_bpe
-from specdec.model.tiny_configs import FAMILIES, VOCAB, family_config
+from specdec.model.tiny_configs import VOCAB, family_config
 from specdec.store.files import check_replaceable, fresh_dir, swap_dir
 from specdec.store.layout import MTP_FILE
 
@@ -177,43 +176,3 @@ def make_random(
         save_config(copy.deepcopy(config), tmp / "config.json")
         write_tokenizer(tmp)
     return Path(out_dir)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from specdec.model.presets import PRESETS
-
-    parser.add_argument("family", nargs="?", help=f"one of: {', '.join(sorted(FAMILIES))}")
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--quantize", type=int, metavar="BITS", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--force", action="store_true", help="replace a checkpoint make-random wrote there"
-    )
-    parser.add_argument(
-        "--like", metavar="PRESET", help=f"real dimensions of: {', '.join(sorted(PRESETS))}"
-    )
-    parser.add_argument("--layers", type=int, help="with --like: layers (default: the model's)")
-    parser.add_argument("--experts", type=int, help="with --like: routed experts per layer")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.like:
-        from specdec.model.random_scale import make_like
-
-        if args.family:
-            raise SpecdecError("give either FAMILY or --like PRESET, not both")
-        bits = 4 if args.quantize is None else args.quantize
-        out = make_like(
-            args.like, args.out_dir, args.layers, args.experts, bits, args.seed, force=args.force
-        )
-        print(f"wrote {args.like}-shaped random checkpoint ({bits}-bit) to {out}")
-        return 0
-    if not args.family:
-        raise SpecdecError("give a FAMILY (tiny checkpoint) or --like PRESET (real dimensions)")
-    out = make_random(
-        args.family, args.out_dir, bits=args.quantize, seed=args.seed, force=args.force
-    )
-    print(
-        f"wrote {args.family} ({'float32' if args.quantize is None else f'{args.quantize}-bit'}) to {out}"
-    )
-    return 0

@@ -24,7 +24,6 @@ not write (no marker), or one that holds the model itself, never (store/pack_gua
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
@@ -401,50 +400,3 @@ def _pack(
         src.close()
     swap_dir(tmp, out_dir, PACK_KIND, _stall)  # durable rename, old pack goes
     return out_dir
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_dir", type=Path, help="mlx-lm model directory")
-    parser.add_argument("out_dir", type=Path, help="packed directory to write")
-    parser.add_argument(
-        "--force", action="store_true", help="replace an existing pack (never other folders)"
-    )
-    parser.add_argument(
-        "--cold-bits",
-        type=int,
-        help="requantize experts not in --hotlist to this many bits (MLX affine, group 64)",
-    )
-    parser.add_argument(
-        "--hotlist", type=Path, help="a ds4 hotlist: the experts that keep their precision"
-    )
-    parser.add_argument(
-        "--hot-access-share",
-        type=float,
-        help="share of routed accesses the hotlist's experts took (splits budgets by it)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    hot = None
-    if args.hotlist is not None:
-        from specdec.trace.format import read_hotlist
-
-        hot = [(e.layer, e.expert) for e in read_hotlist(args.hotlist)]
-    out = pack(
-        args.model_dir,
-        args.out_dir,
-        args.force,
-        cold_bits=args.cold_bits,
-        hotlist=hot,
-        hot_access_share=args.hot_access_share,
-    )
-    index = ExpertIndex.load(out)
-    size = (out / EXPERTS_BIN).stat().st_size
-    cold = sum(int(ly.is_cold.sum()) for ly in index.layers.values() if ly.cold is not None)
-    mixed = f", {cold} of them {args.cold_bits}-bit cold" if cold else ""
-    print(
-        f"packed {args.model_dir} -> {out}: {index.n_blocks} expert blocks in "
-        f"{len(index.layers)} layers{mixed}, {size / 1e6:.1f} MB experts.bin, "
-        f"slot {index.slot_bytes} B"
-    )
-    return 0

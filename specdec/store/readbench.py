@@ -26,9 +26,7 @@ benchmarks/results/read.json.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
-import json
 import os
 import shutil
 import statistics
@@ -435,44 +433,3 @@ def format_table(result: dict[str, Any]) -> str:
             f"{best['ours_over_fio_best']:.2f} (per-round median {best['per_round_ratio_median']:.2f})"
         )
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, ...] = ()) -> None:
-    """The bench's options; with block_sizes, --block-bytes takes several (these by default)."""
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--dir", type=Path, default=None, help="where the test file goes")
-    if block_sizes:
-        parser.add_argument("--block-bytes", type=int, nargs="+", default=list(block_sizes))
-    else:
-        parser.add_argument("--block-bytes", type=int, default=DEFAULT_BLOCK)
-    parser.add_argument("--file-bytes", type=int, default=DEFAULT_FILE)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--rounds", type=int, default=10, help="timed runs of each path")
-    parser.add_argument("--run-bytes", type=int, default=DEFAULT_RUN, help="bytes per run")
-    parser.add_argument(
-        "--paths", nargs="+", choices=list(PATHS), default=list(PATHS), help="paths to run"
-    )
-
-
-def bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """`bench_read` with the options `add_arguments` declared."""
-    for name in ("block_bytes", "file_bytes", "rounds", "run_bytes"):
-        if getattr(args, name) < 1:
-            raise StoreError(f"--{name.replace('_', '-')} {getattr(args, name)}: give at least 1")
-    if min(args.threads) < 1:
-        raise StoreError(f"--threads {min(args.threads)}: give at least 1 thread")
-    return bench_read(
-        args.dir,
-        args.block_bytes,
-        args.file_bytes,
-        tuple(args.threads),
-        args.rounds,
-        args.run_bytes,
-        tuple(args.paths),
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    result = bench_from_args(args)
-    print(json.dumps(result, indent=1) if args.json else format_table(result))
-    return 0

@@ -10,7 +10,6 @@ block) and the fix. Resident weights carry no checksums: only their length is ch
 
 from __future__ import annotations
 
-import argparse
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from specdec.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex, read_safetensors_header
 from specdec.store.pools import members, pool_index
-from specdec.store.reader import IO_MODES, ExpertReader
+from specdec.store.reader import ExpertReader
 
 BATCH = 64
 BATCH_BYTES = 256 << 20  # the arena verify reads into: small next to memory, whatever the blocks
@@ -92,18 +91,3 @@ def _sampled(n: int, sample: int | None) -> list[int]:
     if sample is None or sample >= n:
         return list(range(n))
     return sorted({round(i * (n - 1) / max(sample - 1, 1)) for i in range(sample)})
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("packed_dir", type=Path, help="directory written by `specdec pack`")
-    parser.add_argument("--io", choices=IO_MODES, default="direct", help="how blocks are read")
-
-
-def run(args: argparse.Namespace) -> int:
-    r = verify(args.packed_dir, io=args.io)
-    print(
-        f"ok: {args.packed_dir}: {r.blocks} expert blocks in {r.layers} layers "
-        f"({r.expert_bytes / 1e6:.1f} MB) match their checksums; "
-        f"{r.resident_tensors} resident tensors"
-    )
-    return 0
