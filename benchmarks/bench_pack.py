@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.model.presets import like_config  # noqa: E402
 from specdec.store.files import write_atomic  # noqa: E402
-from specdec.store.layout import safetensors_header_bytes  # noqa: E402
 from specdec.store.pack import weight_files  # noqa: E402
 from specdec.store.readbench import machine_info  # noqa: E402
+from specdec.store.safetensors import safetensors_header_bytes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HIDDEN, INTER, EXPERTS, VOCAB = 3072, 1536, 256, 200064

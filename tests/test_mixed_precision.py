@@ -23,9 +23,10 @@ from specdec.decode.run import generate
 from specdec.model.bundled import resolve_model
 from specdec.model.loader import load
 from specdec.model.mixed import resident_mixed
-from specdec.store.layout import EXPERTS_BIN, ExpertIndex, read_safetensors_header
+from specdec.store.layout import EXPERTS_BIN, ExpertIndex
 from specdec.store.pack import pack, plan
 from specdec.store.pools import plan_pools, pool_index
+from specdec.store.safetensors import read_safetensors_header
 from specdec.store.verify import verify
 from tests.helpers import (
     assert_greedy_match,

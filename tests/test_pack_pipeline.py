@@ -29,8 +29,9 @@ from specdec.errors import StoreError
 from specdec.model.random_models import make_random
 from specdec.store import copypipe
 from specdec.store import pack as pack_mod
-from specdec.store.layout import ALIGN, EXPERTS_BIN, RESIDENT, ExpertIndex, read_safetensors_header
+from specdec.store.layout import ALIGN, EXPERTS_BIN, RESIDENT, ExpertIndex
 from specdec.store.pack import pack, plan
+from specdec.store.safetensors import read_safetensors_header
 
 FILES = (EXPERTS_BIN, RESIDENT, "experts.json")
 # Chunks smaller than a block: one block per experts.bin chunk, resident tensors cut across

@@ -41,17 +41,12 @@ from specdec.model.streamed import StreamedSwitchGLU
 from specdec.model.streamer import Lookahead, Streamer
 from specdec.store.arena import Arena
 from specdec.store.budget import SlotPlan, plan_slots
-from specdec.store.layout import (
-    EXPERTS_BIN,
-    EXPERTS_JSON,
-    MTP_FILE,
-    ExpertIndex,
-    read_safetensors_header,
-)
+from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, MTP_FILE, ExpertIndex
 from specdec.store.pack import pack
 from specdec.store.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
 from specdec.store.reader import ExpertReader
+from specdec.store.safetensors import read_safetensors_header
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 

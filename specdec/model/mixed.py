@@ -30,8 +30,9 @@ from mlx_lm.utils import load_model
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.pooled import PooledCache
 from specdec.model.discover import switch_sites
-from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout, mx_dtype
+from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout
 from specdec.store.pools import PoolPlan, members
+from specdec.store.safetensors import mx_dtype
 
 
 def select(cold: mx.array, hot_fn, cold_fn, hot_idx: mx.array, cold_idx: mx.array) -> mx.array:

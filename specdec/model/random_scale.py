@@ -41,7 +41,8 @@ from mlx.utils import tree_flatten, tree_map_with_path
 
 from specdec.model.presets import like_config
 from specdec.model.random_models import GROUP_SIZE, VOCAB, write_tokenizer, writing_checkpoint
-from specdec.store.layout import MTP_FILE, safetensors_header_bytes
+from specdec.store.layout import MTP_FILE
+from specdec.store.safetensors import safetensors_header_bytes
 
 CHUNK = 32 << 20  # bytes of packed codes drawn at a time
 SHARD_BYTES = 4 << 30

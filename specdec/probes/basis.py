@@ -23,7 +23,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout, mx_dtype
+from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout
+from specdec.store.safetensors import mx_dtype
 
 ENERGY = (0.50, 0.83, 0.95)
 

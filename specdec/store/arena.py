@@ -41,7 +41,8 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.errors import StoreError
-from specdec.store.layout import ALIGN, TensorSpec, mx_dtype
+from specdec.store.layout import ALIGN, TensorSpec
+from specdec.store.safetensors import mx_dtype
 
 MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25  # Linux >= 6.1: make existing pages huge now, contents kept

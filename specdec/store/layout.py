@@ -24,8 +24,6 @@ of model families. Try it:
 from __future__ import annotations
 
 import json
-import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ import numpy as np
 
 from specdec.errors import StoreError
 from specdec.store.files import write_atomic
+from specdec.store.safetensors import dtype_itemsize
 
 INDEX_VERSION = 1
 ALIGN = 4096  # block alignment: O_DIRECT needs logical-block alignment; 4 KiB covers NVMe and APFS
@@ -44,111 +43,9 @@ EXPERTS_JSON = "experts.json"
 RESIDENT = "model.safetensors"
 MTP_FILE = "mtp.safetensors"
 
-# safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
-_ST_DTYPES: dict[str, str] = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "uint16",  # numpy has no bfloat16: the bytes are held as uint16
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U64": "uint64",
-    "U32": "uint32",
-    "U16": "uint16",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
-
 
 def round_up(n: int, align: int) -> int:
     return -(-n // align) * align
-
-
-def dtype_itemsize(dtype: str) -> int:
-    """Bytes per element of a safetensors dtype string ('BF16' -> 2)."""
-    return np.dtype(np_dtype(dtype)).itemsize
-
-
-def np_dtype(dtype: str) -> str:
-    """numpy dtype that holds a safetensors dtype's bytes ('BF16' -> 'uint16')."""
-    if dtype not in _ST_DTYPES:
-        raise StoreError(f"unsupported tensor dtype {dtype!r}; supported: {sorted(_ST_DTYPES)}")
-    return _ST_DTYPES[dtype]
-
-
-def mx_dtype(dtype: str):
-    """The mx.Dtype of a safetensors dtype string ('BF16' -> mx.bfloat16)."""
-    import mlx.core as mx
-
-    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-    names.update({k: v for k, v in _ST_DTYPES.items() if k[0] in "IU"})
-    names["BOOL"] = "bool_"
-    np_dtype(dtype)  # raises for unknown dtypes
-    return getattr(mx, names[dtype])
-
-
-# ----------------------------------------------------------------------------- safetensors
-
-
-@dataclass(frozen=True)
-class SafeTensor:
-    """One tensor inside a safetensors file: where its raw bytes are."""
-
-    name: str
-    dtype: str  # safetensors dtype string, e.g. 'BF16', 'U32'
-    shape: tuple[int, ...]
-    path: Path
-    offset: int  # absolute byte offset of the data in `path`
-    nbytes: int
-
-
-def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str]]:
-    """Parse a safetensors header without loading any data: (tensors, metadata)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) != 8:
-                raise StoreError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-            (n,) = struct.unpack("<Q", head)
-            size = os.fstat(f.fileno()).st_size
-            if n > size - 8:
-                raise StoreError(f"{path}: safetensors header length {n} exceeds the file size")
-            header = json.loads(f.read(n))
-    except (OSError, ValueError) as e:
-        raise StoreError(f"{path}: cannot read safetensors header ({e})") from e
-    meta = header.pop("__metadata__", None) or {}
-    tensors = []
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        t = SafeTensor(name, info["dtype"], tuple(info["shape"]), path, 8 + n + begin, end - begin)
-        if t.offset + t.nbytes > size:
-            raise StoreError(
-                f"{path}: tensor {name} runs past the end of the file (truncated?); copy the "
-                "model again (in a packed directory: re-pack with `specdec pack --force`)"
-            )
-        tensors.append(t)
-    return tensors, meta
-
-
-def safetensors_header_bytes(
-    entries: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str]
-) -> bytes:
-    """Header (length prefix included) for tensors laid out back to back in the given order.
-
-    entries: (name, dtype, shape, nbytes). Padded with spaces so the data starts 8-aligned,
-    as the safetensors spec asks.
-    """
-    header: dict[str, Any] = {"__metadata__": metadata}
-    pos = 0
-    for name, dtype, shape, nbytes in entries:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
-        pos += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (round_up(len(raw), 8) - len(raw))
-    return struct.pack("<Q", len(raw)) + raw
 
 
 # ----------------------------------------------------------------------------- index

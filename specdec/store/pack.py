@@ -56,11 +56,8 @@ from specdec.store.layout import (
     ExpertIndex,
     LayerLayout,
     Quant,
-    SafeTensor,
     TensorSpec,
-    read_safetensors_header,
     round_up,
-    safetensors_header_bytes,
 )
 from specdec.store.pack_guard import (
     PACK_KIND,
@@ -69,6 +66,7 @@ from specdec.store.pack_guard import (
     remove_stale_tmp,
 )
 from specdec.store.requantize import ColdSpec, requantize_cold
+from specdec.store.safetensors import SafeTensor, read_safetensors_header, safetensors_header_bytes
 
 CHUNK = 32 << 20  # bytes per read/write: large sequential I/O, a few in flight
 _SKIP_COPY = {"model.safetensors.index.json"}

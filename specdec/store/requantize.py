@@ -35,9 +35,9 @@ from specdec.store.layout import (
     LayerLayout,
     Quant,
     TensorSpec,
-    mx_dtype,
     round_up,
 )
+from specdec.store.safetensors import mx_dtype
 
 COLD_GROUP = 64  # MLX affine group size, as the question's prototype ran
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16)

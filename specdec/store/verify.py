@@ -18,9 +18,10 @@ import numpy as np
 
 from specdec.errors import StoreError
 from specdec.store.arena import Arena
-from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex, read_safetensors_header
+from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex
 from specdec.store.pools import members, pool_index
 from specdec.store.reader import ExpertReader
+from specdec.store.safetensors import read_safetensors_header
 
 BATCH = 64
 BATCH_BYTES = 256 << 20  # the arena verify reads into: small next to memory, whatever the blocks
