@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parts.insert(5, "\n## Worst case\n\n" + top + "\n")
     args.out.write_text("\n".join(parts) + "\n")
     print(top)
-    print(f"\nwrote {args.out}")
+    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
