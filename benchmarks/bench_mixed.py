@@ -46,9 +46,8 @@ from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 from specdec.decode.drafters import DrafterSpec  # noqa: E402
 from specdec.decode.loop import Decode, DecodeConfig  # noqa: E402
 from specdec.decode.run import generate  # noqa: E402
-from specdec.host.machine import machine_info  # noqa: E402
+from specdec.host.machine import machine_info, write_result  # noqa: E402
 from specdec.model.loader import load, resolve  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
 from specdec.store.layout import ExpertIndex  # noqa: E402
 from specdec.store.pack import pack  # noqa: E402
 from specdec.trace.format import HotlistEntry, write_hotlist  # noqa: E402
@@ -230,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     out = args.out or Path(__file__).parent / "results" / f"mixed-{name}.json"
-    write_atomic(out, json.dumps(result, indent=1) + "\n")
+    model_dir = {src: "MODEL_DIR"} if Path(args.model).is_dir() else {}  # not a bundled name
+    write_result(out, result, {work: "WORK", **model_dir})
     print(json.dumps({k: result[k] for k in ("quality", "mtp")}, indent=1))
     print(f"wrote {out}")
     return 0

@@ -21,10 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.host.blas import ensure_fast_blas  # noqa: E402
-from specdec.host.machine import machine_info  # noqa: E402
+from specdec.host.machine import machine_info, write_result  # noqa: E402
 from specdec.model import overhead  # noqa: E402
 from specdec.model.cli import add_overhead_arguments  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -53,7 +52,8 @@ def main() -> int:
     result["machine"] = machine_info()
     out = RESULTS / (f"overhead-{args.name}.json" if args.name else "overhead.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, json.dumps(result, indent=1) + "\n")
+    model_dir = {args.model: "MODEL_DIR"} if Path(args.model).is_dir() else {}  # not a bundled name
+    write_result(out, result, model_dir)
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     return 0
 

@@ -49,8 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.host.blas import ensure_fast_blas  # noqa: E402
-from specdec.host.machine import machine_info  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
+from specdec.host.machine import machine_info, write_result  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "scale.json"
 PROMPT = "def f(x):"
@@ -312,8 +311,7 @@ def save(result: dict, root: Path) -> None:
     Paths under --root are written as ROOT: results never name the machine's directories."""
     old = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     RESULT.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({**old, **result}, indent=1).replace(str(root.resolve()), "ROOT")
-    write_atomic(RESULT, text.replace(str(root), "ROOT") + "\n")
+    write_result(RESULT, {**old, **result}, {root: "ROOT"})
 
 
 def main() -> int:

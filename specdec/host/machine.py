@@ -5,12 +5,15 @@ from specdec.host.machine import machine_info; machine_info()
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from specdec.host.blas import active_blas
+from specdec.store.files import write_atomic
 
 PACKAGES = ("specdec", "mlx", "mlx-lm", "numpy", "scipy", "hydra-core", "wandb")
 
@@ -51,3 +54,18 @@ def machine_info() -> dict[str, Any]:
         # other work on the machine shares its disk and cores: read the numbers with this
         "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+def write_result(
+    path: str | os.PathLike, result: Any, places: dict[str, Any] | None = None
+) -> None:
+    """Write a benchmark's JSON result without this machine's paths: each of `places`
+    ({path: placeholder}, e.g. a scratch dir -> "DIR") becomes its placeholder, the repository
+    root becomes relative, the home directory "~". Results are read on other machines."""
+    text = json.dumps(result, indent=1) + "\n"
+    repo = Path(__file__).resolve().parents[2]
+    subs = {**{str(p): name for p, name in (places or {}).items()}, f"{repo}/": "", str(repo): "."}
+    subs |= {str(Path(p).resolve()): name for p, name in (places or {}).items()}
+    for path_text, name in sorted(subs.items(), key=lambda kv: -len(kv[0])):  # longest first
+        text = text.replace(path_text, name)
+    write_atomic(path, text.replace(str(Path.home()) + "/", "~/"))
