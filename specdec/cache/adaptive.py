@@ -31,7 +31,7 @@ import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.replay import check_distinct, prompt_starts, rejected_routing, routing_model
+from specdec.cache.replay import prompt_starts, rejected_routing, routing_model, trace_routes
 from specdec.clock.passes import PassClock, StepCounts
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
@@ -113,10 +113,7 @@ def replay_passes(
     max_gamma: int | None = None,
 ) -> PassesResult:
     """Replay `trace` through `policy` in passes of `gamma` positions (or chosen by `auto`)."""
-    if not 0.0 <= alpha <= 1.0:
-        raise SpecdecError(f"alpha {alpha}: give an acceptance rate in [0, 1]")
-    check_distinct(trace)
-    e = trace.experts[:positions].astype(np.int64)  # [T, L, k]
+    e = trace_routes(trace, alpha, positions)  # [T, L, k]
     T, L, k = e.shape
     E = trace.n_experts
     if hotlist is None and policy == "static":

@@ -216,16 +216,21 @@ def _union_steps(routes: np.ndarray, n_keys: int):
     return keys.astype(np.int64), ptr, counts.astype(np.int64)
 
 
+def trace_routes(trace: Trace, alpha: float, positions: int | None) -> np.ndarray:
+    """[T, L, k] int64 experts of `trace`'s first `positions`, after checking alpha and the trace."""
+    if not 0.0 <= alpha <= 1.0:
+        raise SpecdecError(f"alpha {alpha}: give an acceptance rate in [0, 1]")
+    check_distinct(trace)
+    return trace.experts[:positions].astype(np.int64)
+
+
 def access_sequence(
     trace: Trace, gamma: int = 1, alpha: float = 1.0, seed: int = 0, positions: int | None = None
 ) -> Access:
     """The flat access sequence of replaying `trace` in verify passes of `gamma` positions."""
     if gamma < 1:
         raise SpecdecError(f"gamma {gamma}: give gamma >= 1 (1 is plain decoding)")
-    if not 0.0 <= alpha <= 1.0:
-        raise SpecdecError(f"alpha {alpha}: give an acceptance rate in [0, 1]")
-    check_distinct(trace)
-    e = trace.experts[:positions].astype(np.int64)  # [T, L, k]
+    e = trace_routes(trace, alpha, positions)  # [T, L, k]
     T, L, k = e.shape
     E = trace.n_experts
     starts = prompt_starts(trace, T)
