@@ -26,7 +26,6 @@ Run `pytest tests/test_mixed_precision.py`.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -36,7 +35,7 @@ from specdec.errors import BudgetError
 from specdec.store.arena import Arena, arena_bytes
 from specdec.store.budget import SlotPlan, available_memory
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout
-from specdec.store.reader import ExpertReader, ReadStats
+from specdec.store.reader import ExpertReader, ReadStats, timed_wait
 from specdec.units import Budget, format_bytes
 
 
@@ -179,7 +178,7 @@ class PooledReader:
     def __init__(self, hot: ExpertReader, cold: ExpertReader) -> None:
         self.hot, self.cold = hot, cold
         self.n_hot = hot.arena.n_slots
-        self._blocked = 0.0
+        self._waits = ReadStats()  # only blocked_s: time callers spent in wait()
 
     def read(self, requests: Sequence[tuple[int, int, int]]) -> None:
         self.wait(self.submit(requests))
@@ -206,24 +205,20 @@ class PooledReader:
         return done
 
     def wait(self, future: cf.Future) -> None:
-        t0 = time.perf_counter()
-        try:
-            future.result()
-        finally:
-            self._blocked += time.perf_counter() - t0
+        timed_wait(future, self._waits)
 
     @property
     def stats(self) -> ReadStats:
         """Both pools' counters summed (read_s: the sum of each pool's busy time)."""
         h, c = self.hot.stats, self.cold.stats
         out = ReadStats(**{f.name: getattr(h, f.name) + getattr(c, f.name) for f in fields(h)})
-        out.blocked_s = self._blocked
+        out.blocked_s = self._waits.blocked_s
         return out
 
     def reset_stats(self) -> None:
         self.hot.reset_stats()
         self.cold.reset_stats()
-        self._blocked = 0.0
+        self._waits = ReadStats()
 
     def close(self) -> None:
         self.hot.close()

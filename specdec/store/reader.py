@@ -124,6 +124,15 @@ def open_expert_file(path: Path, io: str) -> int:
     return fd
 
 
+def timed_wait(future: cf.Future, stats: ReadStats) -> None:
+    """Block until `future` is done (re-raising its error), adding the time to stats.blocked_s."""
+    t0 = time.perf_counter()
+    try:
+        future.result()
+    finally:
+        stats.blocked_s += time.perf_counter() - t0
+
+
 class ExpertReader:
     """Reads (layer, expert) blocks into arena slots from a thread pool."""
 
@@ -226,11 +235,7 @@ class ExpertReader:
 
     def wait(self, future: cf.Future) -> None:
         """Block until `future` (from submit) is done, counting the time as blocked."""
-        t0 = time.perf_counter()
-        try:
-            future.result()
-        finally:
-            self.stats.blocked_s += time.perf_counter() - t0
+        timed_wait(future, self.stats)
 
     def reset_stats(self) -> None:
         self.stats = ReadStats()
