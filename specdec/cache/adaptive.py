@@ -200,7 +200,9 @@ def replay_passes(
     return out
 
 
-def auto_setup(trace: Trace, policies: list[str], args) -> tuple:
+def auto_setup(
+    trace: Trace, policies: list[str], lookahead: int, config: str | None, profile: str
+) -> tuple[PassClock, DeviceProfile]:
     """(clock, profile) for `--gamma auto` rows; refuses what auto cannot replay."""
     from specdec.cache.policies import POLICIES
     from specdec.clock.check import MINIMAX_M25
@@ -212,26 +214,34 @@ def auto_setup(trace: Trace, policies: list[str], args) -> tuple:
             f"--gamma auto replays the runtime's policies ({', '.join(POLICIES)}), not "
             f"{', '.join(bad)}: give those at fixed γ in another run"
         )
-    if args.lookahead:
+    if lookahead:
         raise SpecdecError("--lookahead replays plain decoding only: drop it with --gamma auto")
-    if not args.config:
+    if not config:
         raise SpecdecError(
             "--gamma auto costs passes in modeled time: give --config (the model's config.json, "
             "or minimax-m2.5)"
         )
-    if args.config == "minimax-m2.5":
-        config = MINIMAX_M25
+    if config == "minimax-m2.5":
+        model_config = MINIMAX_M25
     else:
         try:
-            config = json.loads(open(args.config).read())
+            model_config = json.loads(open(config).read())
         except (OSError, ValueError) as e:
-            raise SpecdecError(
-                f"--config {args.config}: not a readable config.json ({e})"
-            ) from None
-    return trace_clock(config, trace), get_profile(args.profile)
+            raise SpecdecError(f"--config {config}: not a readable config.json ({e})") from None
+    return trace_clock(model_config, trace), get_profile(profile)
 
 
-def auto_rows(trace, policies, sizes, hotlist, args, alphas, clock, profile) -> list:
+def auto_rows(
+    trace: Trace,
+    policies: list[str],
+    sizes: list[tuple[int, int]],
+    hotlist: list[int] | None,
+    alphas: list[float],
+    seed: int,
+    positions: int | None,
+    clock: PassClock,
+    profile: DeviceProfile,
+) -> list:
     """One `--gamma auto` row per (α, policy, budget), replayed pass by pass."""
     from specdec.cache.simulate import SimResult
 
@@ -241,7 +251,7 @@ def auto_rows(trace, policies, sizes, hotlist, args, alphas, clock, profile) -> 
         for policy in policies:
             for n, nbytes in sizes:
                 r = replay_passes(
-                    trace, policy, n, AUTO, alpha, clock, profile, args.seed, args.positions,
+                    trace, policy, n, AUTO, alpha, clock, profile, seed, positions,
                     hotlist,
                 )  # fmt: skip
                 out.append(

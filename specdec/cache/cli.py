@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if auto:
         from specdec.cache.adaptive import auto_rows, auto_setup
 
-        clock_setup = auto_setup(trace, policies, args)
+        clock_setup = auto_setup(trace, policies, args.lookahead, args.config, args.profile)
     results = (
         simulate(
             trace,
@@ -92,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if auto:
         sizes = budget_sizes(trace, budgets, trace.top_k)
-        results += auto_rows(trace, policies, sizes, hotlist, args, alphas, *clock_setup)
+        results += auto_rows(
+            trace, policies, sizes, hotlist, alphas, args.seed, args.positions, *clock_setup
+        )
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))
         return 0
