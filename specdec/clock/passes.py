@@ -43,6 +43,14 @@ def read_steps(steps: Sequence) -> tuple[ReadStep, ...]:
     )
 
 
+def layer_unions(steps: Sequence) -> dict[int, int]:
+    """Experts computed per layer: a forward's steps' unions summed by layer (chunks add up)."""
+    unions: dict[int, int] = {}
+    for s in steps:
+        unions[s.layer] = unions.get(s.layer, 0) + s.union
+    return unions
+
+
 @dataclass(frozen=True)
 class PassClock:
     shape: ModelShape  # the main model (and its MTP layer, when it has one)
@@ -105,20 +113,16 @@ class PassClock:
                 measured_compute_s,
                 read_steps([*draft_steps, *verify_steps, *refeed_steps]),
             )
-        unions: dict[int, int] = {}
-        for s in verify_steps:
-            unions[s.layer] = unions.get(s.layer, 0) + s.union
         total = ModeledTime()
         forwards = self.draft_forwards(drafted, context, tuple(draft_steps))
         # the verify pass runs the drafts plus the last committed token: the last pass of a
         # generation may draft fewer than γ - 1, so γ is taken from what was drafted
+        unions = layer_unions(verify_steps)
         verify = Forward(drafted + 1, context, self.main_layers, unions, read_steps(verify_steps))
         forwards = [*forwards, (self.shape, verify)]
         if refed:
-            again: dict[int, int] = {}
-            for s in refeed_steps:
-                again[s.layer] = again.get(s.layer, 0) + s.union
-            fwd = Forward(refed, context, self.main_layers, again, read_steps(refeed_steps))
+            unions = layer_unions(refeed_steps)
+            fwd = Forward(refed, context, self.main_layers, unions, read_steps(refeed_steps))
             forwards.append((self.shape, fwd))
         for shape, fwd in forwards:
             total.add(forward_time(profile, shape, fwd))
