@@ -35,7 +35,7 @@ from specdec.cache.replay import prompt_starts, rejected_routing, routing_model,
 from specdec.clock.passes import PassClock, StepCounts
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
-from specdec.decode.gamma import AUTO, Gamma, GammaChooser, Observed
+from specdec.decode.gamma import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
@@ -128,7 +128,7 @@ def replay_passes(
     chooser = None
     if gamma == AUTO:
         widest = max(1, cache.max_step // k)  # every candidate's pass fits the cache
-        cap = min(max_gamma or 8, widest)
+        cap = min(max_gamma or MAX_GAMMA, widest)
 
         def cost(g, context, union, misses, du, dm) -> float:
             return clock.expected(profile, g, context, layers, union, misses, block, du, dm)
