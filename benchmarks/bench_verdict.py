@@ -14,7 +14,6 @@ times after an untimed warm-up round; the extra host time of an option is its me
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from specdec.cache.expert_cache import ExpertCache  # noqa: E402
 from specdec.cache.policies import make_policy  # noqa: E402
 from specdec.cache.replay import access_sequence  # noqa: E402
 from specdec.cache.speculative import split_policy  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
+from specdec.host.machine import machine_info, write_result  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 
 POLICIES = ("lru", "lru+demote", "lru+protect", "lru+demote+protect")
@@ -80,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in POLICIES
     }
     result = {"passes": acc.passes, "layers": L, "slots": n, "gamma": 4, "alpha": 0.8}
-    result["policies"] = rows
-    write_atomic(Path(args.out), json.dumps(result, indent=1) + "\n")
+    result |= {"policies": rows, "command": " ".join(sys.argv), "machine": machine_info()}
+    write_result(Path(args.out), result)
     for p, r in rows.items():
         print(
             f"{p:<20} {r['us_per_pass']:8.0f} µs/pass, extra {r['extra_us_per_pass']:7.0f} "
