@@ -120,6 +120,7 @@ class Candidate:
 class Choice:
     gamma: int
     # "best"; "bytes" (the fastest expected more bytes per token than plain); "explore";
+    # "probe" (one pass of an unmeasured neighbour);
     # "warmup" (the first block); "hold" (a block's later pass: candidates in its first's
     # record); "last" (one token left)
     why: str

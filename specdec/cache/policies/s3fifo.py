@@ -13,7 +13,8 @@ finds the small queue full enters the main queue. On steps of one key it is libC
 S3FIFO access for access at 20 slots and more (tests/test_policies_scan.py); below 20 slots
 libCacheSim's small queue (int(0.1 n) slots) cannot hold a key and admits nothing, here it
 keeps at least one. On wider steps a key of the running step that reaches an old end goes back
-to its queue's new end instead of leaving (as if touched), and a queue turns at most once.
+to its queue's new end instead of leaving (as if touched): the small queue turns at most
+once per eviction, the main queue at most four times (its counters are at most 3).
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ class S3FIFO(Policy):
     listed = 6
     uses_select = True  # a ghost id is looked up before this step's evictions refill the ghost
 
-    def __init__(self, n_slots: int, small: float = 0.10, ghost: float = 0.90, threshold=2):
+    def __init__(
+        self,
+        n_slots: int,
+        small: float = S3FIFOOptions.small,
+        ghost: float = S3FIFOOptions.ghost,
+        threshold: int = S3FIFOOptions.threshold,
+    ):
         super().__init__(n_slots)
         self.small_cap = max(1, int(n_slots * small))
         self.main_cap = n_slots - self.small_cap
