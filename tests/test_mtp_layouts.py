@@ -26,33 +26,14 @@ from specdec.model.mtp import load_mtp, mtp_class, target_io
 from specdec.model.random_models import _randomize, family_config
 from tests.helpers import LOGIT_ATOL
 
+# The library's tiny Qwen3-Next, with fewer experts, partial rotary and a layer-4 full attention.
 QWEN3_NEXT = {
-    "model_type": "qwen3_next",
-    "vocab_size": 512,
-    "hidden_size": 64,
-    "intermediate_size": 128,
+    **family_config("qwen3_next"),
     "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "linear_num_value_heads": 4,
-    "linear_num_key_heads": 2,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "linear_conv_kernel_dim": 4,
     "num_experts": 8,
     "num_experts_per_tok": 2,
-    "decoder_sparse_step": 1,
-    "mlp_only_layers": [],
-    "moe_intermediate_size": 64,
-    "shared_expert_intermediate_size": 64,
-    "norm_topk_prob": True,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
     "partial_rotary_factor": 0.25,
-    "max_position_embeddings": 2048,
     "full_attention_interval": 4,
-    "tie_word_embeddings": False,
 }
 GLM = {**family_config("glm4_moe"), "n_routed_experts": 8, "num_nextn_predict_layers": 1}
 
