@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+import pytest
+from mlx_lm import load as mlx_load
+from mlx_lm.generate import generate_step
 
 from specdec.host.blas import active_blas
+from specdec.model.loader import load
 from specdec.model.random_models import make_random
 
 FAMILIES = ["deepseek_v3", "qwen3_moe", "qwen2_moe", "mixtral", "minimax"]
@@ -18,6 +23,28 @@ def random_checkpoint(root: Path, family: str, bits: int | None) -> Path:
     if not (out / "config.json").exists():
         make_random(family, out, bits=bits, seed=0)
     return out
+
+
+# A prompt long enough to cross several experts' reads on the tiny checkpoints.
+CODE_PROMPT = "import os\nimport sys\n\ndef main(argv):\n    "
+
+
+def streamed_target(root: Path, family: str, bits: int | None, n_tokens: int) -> Iterator[tuple]:
+    """A module fixture's body: (streamed model, checkpoint, mlx-lm model, prompt, plain greedy).
+
+    The streamed model gets a 30% budget (reads on every step) and buffered reads; its plan cache
+    goes under `root` for the fixture's life.
+    """
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SPECDEC_CACHE", str(root / "cache"))
+    src = random_checkpoint(root, family, bits)
+    ref_model, tok = mlx_load(str(src))
+    prompt = tok.encode(CODE_PROMPT)
+    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=n_tokens)]
+    sm = load(src, budget="30%", io="buffered")
+    yield sm, src, ref_model, prompt, ref
+    sm.close()
+    mp.undo()
 
 
 # The exactness contract (README, "Exactness"). Streamed == resident bit for bit wherever the

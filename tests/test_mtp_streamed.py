@@ -13,15 +13,12 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.model.loader import load
 from specdec.model.mtp import load_mtp, mtp_class, target_io
 from specdec.model.steplog import Call
-from tests.helpers import assert_logits_match, random_checkpoint
+from tests.helpers import assert_logits_match, streamed_target
 
 N_TOKENS = 48
 BITS = 4
@@ -29,17 +26,9 @@ BITS = 4
 
 @pytest.fixture(scope="module", params=["glm4_moe", "qwen3_next"])
 def target(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(f"mtp-{request.param}")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SPECDEC_CACHE", str(root / "cache"))
-    src = random_checkpoint(root, request.param, BITS)
-    ref_model, ref_tok = mlx_load(str(src))
-    prompt = ref_tok.encode("import os\nimport sys\n\ndef main(argv):\n    ")
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
-    sm = load(src, budget="30%", io="buffered")
-    yield sm, src, ref_model, prompt, ref
-    sm.close()
-    mp.undo()
+    yield from streamed_target(
+        tmp_path_factory.mktemp(f"mtp-{request.param}"), request.param, BITS, N_TOKENS
+    )
 
 
 def _run(sm, prompt, drafter, gamma, max_tokens=N_TOKENS):

@@ -21,28 +21,18 @@ from specdec.decode.rollback import CacheMark, can_roll_back
 from specdec.decode.run import generate
 from specdec.model.loader import load
 from specdec.model.mtp_qwen3_next import Qwen3NextMTP
-from tests.helpers import random_checkpoint
+from tests.helpers import random_checkpoint, streamed_target
 
 N_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    root = tmp_path_factory.mktemp("rollback")
-    mp.setenv("SPECDEC_CACHE", str(root / "cache"))
-    src = random_checkpoint(root, "qwen3_next", 4)
-    ref_model, tok = mlx_load(str(src))
-    prompt = tok.encode("import os\nimport sys\n\ndef main(argv):\n    ")
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
-    sm = load(src, budget="30%", io="buffered")
-    yield sm, ref_model, prompt, ref, src
-    sm.close()
-    mp.undo()
+    yield from streamed_target(tmp_path_factory.mktemp("rollback"), "qwen3_next", 4, N_TOKENS)
 
 
 def test_mark_and_restore_are_exact(target):
-    _, model, prompt, _, _ = target
+    _, _, model, prompt, _ = target
     cache = make_prompt_cache(model)
     assert can_roll_back(cache) and CacheMark.before(cache) is not None
     model(mx.array([prompt]), cache=cache)
@@ -58,7 +48,7 @@ def test_mark_and_restore_are_exact(target):
 
 @pytest.mark.parametrize("drafter,gamma", [("mtp", 2), ("mtp", 4), ("self", 3), ("oracle:0.6", 4)])
 def test_speculation_rolls_back_losslessly(target, drafter, gamma):
-    sm, _, prompt, ref, _ = target
+    sm, _, _, prompt, ref = target
     if drafter == "mtp":
         assert isinstance(sm.mtp, Qwen3NextMTP)
     sm.reset_cache()
@@ -75,7 +65,7 @@ def test_speculation_rolls_back_losslessly(target, drafter, gamma):
 
 def test_rollback_with_speculation_aware_caching(target):
     """+demote/+protect hear each verdict after the re-feed; greedy still equals plain."""
-    _, _, prompt, ref, src = target
+    _, src, _, prompt, ref = target
     sm = load(src, budget="30%", io="buffered", policy="lru+demote+protect")
     try:
         res = generate(sm, prompt, "oracle:0.6", DecodeConfig(gamma=4, max_tokens=N_TOKENS))
