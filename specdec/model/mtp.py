@@ -87,6 +87,18 @@ class MTPBase(nn.Module):
             prefix + name.removeprefix("layer."): v for name, v in tree_flatten(self.parameters())
         }
 
+    def _fused_layer(
+        self,
+        e: mx.array,  # [B, T, H] normed embedding of tokens i+1
+        h: mx.array,  # [B, T, H] normed main hidden state at i
+        proj: nn.Module,  # [2H] -> [H]
+        cache: KVCache | None,
+    ) -> mx.array:
+        """The decoder layer's output on proj(concat([e, h])): the step every layout shares."""
+        x = proj(mx.concatenate([e, h], axis=-1))  # [B, T, H]
+        mask = create_attention_mask(x, cache, return_array=True)
+        return self.layer(x, mask, cache)  # [B, T, H]
+
 
 class MTPModule(MTPBase):
     """One MTP depth: predicts token i+2 from the main hidden state at i and token i+1."""
@@ -117,9 +129,7 @@ class MTPModule(MTPBase):
         head: nn.Module | None = None,
     ) -> tuple[mx.array, mx.array]:
         e = self.enorm(embed(next_tokens))  # [B, T, H]
-        h = self.eh_proj(mx.concatenate([e, self.hnorm(hidden)], axis=-1))  # [B, T, H]
-        mask = create_attention_mask(h, cache, return_array=True)
-        h = self.layer(h, mask, cache)  # [B, T, H]
+        h = self._fused_layer(e, self.hnorm(hidden), self.eh_proj, cache)  # [B, T, H]
         out = self.shared_head.norm(h)
         out_head = self.shared_head.head if "head" in self.shared_head else head
         return out_head(out), h  # [B, T, V], [B, T, H]

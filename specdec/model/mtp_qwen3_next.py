@@ -24,7 +24,6 @@ import dataclasses
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3_next import ModelArgs, Qwen3NextDecoderLayer
 
@@ -61,7 +60,6 @@ class Qwen3NextMTP(MTPBase):
         head: nn.Module | None = None,
     ) -> tuple[mx.array, mx.array]:
         e = self.pre_fc_norm_embedding(embed(next_tokens))  # [B, T, H]
-        x = self.fc(mx.concatenate([e, self.pre_fc_norm_hidden(hidden)], axis=-1))  # [B, T, H]
-        mask = create_attention_mask(x, cache, return_array=True)
-        out = self.norm(self.layer(x, mask, cache))  # [B, T, H]
+        x = self._fused_layer(e, self.pre_fc_norm_hidden(hidden), self.fc, cache)  # [B, T, H]
+        out = self.norm(x)  # [B, T, H]
         return head(out), out  # [B, T, V], [B, T, H]
