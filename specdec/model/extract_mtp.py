@@ -33,10 +33,9 @@ from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
 
 from specdec.errors import SpecdecError
 from specdec.model.mtp import load_mtp
+from specdec.model.mtp_qwen3_next import Qwen3NextMTP
 from specdec.store.files import durable_replace
 from specdec.store.layout import MTP_FILE
-
-_QWEN3_NEXT_OWN = ("fc.", "pre_fc_norm_embedding.", "pre_fc_norm_hidden.", "norm.")
 
 
 def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
@@ -94,7 +93,7 @@ def _qwen3_next_layout(hf_dir: Path, config: dict, n: int) -> dict[str, mx.array
     }
     for k, v in raw.items():
         own = k[len("mtp.") :]
-        if own.startswith(_QWEN3_NEXT_OWN):
+        if own.startswith(Qwen3NextMTP.own_parts):
             # zero-centred RMSNorm (x̂·(1 + w)) stored as a plain RMSNorm weight, as mlx-lm does
             out[f"model.layers.{n}.{own}"] = v + 1.0 if "norm" in own and v.ndim == 1 else v
     return out
