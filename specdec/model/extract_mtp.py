@@ -77,7 +77,7 @@ def _deepseek_layout(hf_dir: Path, config: dict, module, n: int) -> dict[str, mx
     }
 
 
-def _qwen3_next_layout(hf_dir: Path, config: dict, n: int) -> dict[str, mx.array]:
+def _qwen3_next_layout(hf_dir: Path, config: dict, module, n: int) -> dict[str, mx.array]:
     """Qwen3-Next's `mtp.*`: depth 0's decoder layer through mlx-lm's sanitize, own parts renamed."""
     raw = _mtp_tensors(hf_dir, "mtp.")
     if not raw:
@@ -89,7 +89,7 @@ def _qwen3_next_layout(hf_dir: Path, config: dict, n: int) -> dict[str, mx.array
     }
     out = {
         f"model.layers.{n}." + k[len("model.layers.0.") :]: v
-        for k, v in _sanitize_as_layer0(qwen3_next, config, layer).items()
+        for k, v in _sanitize_as_layer0(module, config, layer).items()
     }
     for k, v in raw.items():
         own = k[len("mtp.") :]
@@ -99,6 +99,17 @@ def _qwen3_next_layout(hf_dir: Path, config: dict, n: int) -> dict[str, mx.array
     return out
 
 
+# Each MTP-bearing family: the mlx-lm module whose ModelArgs and sanitize its checkpoint goes
+# through, and the function that reads its MTP tensors under our names.
+_LAYOUTS = {
+    "deepseek_v3": (deepseek_v3, _deepseek_layout),
+    "deepseek_v32": (deepseek_v3, _deepseek_layout),
+    "kimi_k2": (deepseek_v3, _deepseek_layout),
+    "glm4_moe": (glm4_moe, _deepseek_layout),
+    "qwen3_next": (qwen3_next, _qwen3_next_layout),
+}
+
+
 def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size: int = 64) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     if not (hf_dir / "config.json").is_file():
@@ -106,17 +117,13 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     config = json.loads((hf_dir / "config.json").read_text())
     model_type = config.get("model_type")
     n = int(config.get("num_hidden_layers", 0))
-    if model_type in ("deepseek_v3", "deepseek_v32", "kimi_k2"):
-        module, weights = deepseek_v3, _deepseek_layout(hf_dir, config, deepseek_v3, n)
-    elif model_type == "glm4_moe":
-        module, weights = glm4_moe, _deepseek_layout(hf_dir, config, glm4_moe, n)
-    elif model_type == "qwen3_next":
-        module, weights = qwen3_next, _qwen3_next_layout(hf_dir, config, n)
-    else:
+    if model_type not in _LAYOUTS:
         raise SpecdecError(
             f"{hf_dir}: model_type {model_type!r} has no MTP layout specdec reads; extract-mtp "
             "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe and qwen3_next checkpoints"
         )
+    module, layout = _LAYOUTS[model_type]
+    weights = layout(hf_dir, config, module, n)
     target = type("Target", (), {"args": module.ModelArgs.from_dict(config)})
     mtp = load_mtp(weights, target)
     if bits is not None:
