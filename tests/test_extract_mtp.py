@@ -62,11 +62,13 @@ def fp8_block(w: np.ndarray, rng) -> tuple[mx.array, mx.array, np.ndarray]:
     return q, mx.array(scale), deq
 
 
-def test_extract_fp8_mtp_layer(tmp_path):
+# Kimi K2 ships DeepSeek-V3's layout under its own model_type (mlx-lm remaps it to deepseek_v3).
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "kimi_k2"])
+def test_extract_fp8_mtp_layer(tmp_path, model_type):
     rng = np.random.default_rng(0)
     hf = tmp_path / "hf"
     hf.mkdir()
-    (hf / "config.json").write_text(json.dumps(CONFIG))
+    (hf / "config.json").write_text(json.dumps({**CONFIG, "model_type": model_type}))
     p, h, e = "model.layers.2.", CONFIG["hidden_size"], CONFIG["moe_intermediate_size"]
     heads, nope, rope, v = 2, 32, 16, 32
     shapes = {
@@ -119,7 +121,7 @@ def test_extract_fp8_mtp_layer(tmp_path):
         atol=1e-3,
     )
 
-    args = deepseek_v3.ModelArgs.from_dict(CONFIG)
+    args = deepseek_v3.ModelArgs.from_dict({**CONFIG, "model_type": model_type})
     target = deepseek_v3.Model(args)
     mtp = load_mtp(tmp_path / "mlx", target)
     logits, hid = mtp(

@@ -54,6 +54,7 @@ _DECODER_LAYERS = {
     "deepseek_v3": DeepseekV3DecoderLayer,
     "deepseek_v32": DeepseekV3DecoderLayer,
     "kimi_k25": DeepseekV3DecoderLayer,
+    "kimi_k2": DeepseekV3DecoderLayer,  # mlx-lm runs it as deepseek_v3; its config keeps the name
     "glm4_moe": glm4_moe.DecoderLayer,
 }
 
