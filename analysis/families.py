@@ -23,6 +23,7 @@ import contextlib
 import os
 import sys
 import tempfile
+from unittest import mock
 from pathlib import Path
 
 BITS = 4
@@ -91,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     from specdec.model.tiny_configs import FAMILIES
 
     names = args.families.split(",") if args.families else sorted(FAMILIES)
-    with tempfile.TemporaryDirectory(prefix="specdec-families-") as tmp:
-        os.environ["SPECDEC_CACHE"] = str(Path(tmp) / "cache")
+    with (
+        tempfile.TemporaryDirectory(prefix="specdec-families-") as tmp,
+        mock.patch.dict(os.environ, {"SPECDEC_CACHE": str(Path(tmp) / "cache")}),
+    ):  # packs go to the scratch dir, and the caller's environment is left as it was
         reports = []
         for name in names:
             with contextlib.redirect_stdout(sys.stderr):  # stdout is the table

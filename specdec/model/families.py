@@ -149,7 +149,8 @@ def _route_klear(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
 
 @dataclass(frozen=True)
 class Family:
-    """A model family: its router adapter (None: none written) and its MTP layout."""
+    """A model family: its router adapter (None: none written). Its MTP layout, where it has
+    one, is specdec.model.mtp.mtp_class's to say."""
 
     name: str
     route: Route | None = None
