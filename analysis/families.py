@@ -23,8 +23,8 @@ import contextlib
 import os
 import sys
 import tempfile
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 BITS = 4
 
