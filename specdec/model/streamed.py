@@ -39,7 +39,7 @@ from mlx.utils import tree_flatten
 from specdec.errors import SpecdecError
 from specdec.model.discover import SWITCH_TYPES, projections
 from specdec.model.families import Route
-from specdec.model.mixed import MixedExperts
+from specdec.model.mixed import on_pools
 from specdec.model.streamer import Streamer, union
 from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
@@ -145,7 +145,7 @@ class StreamedSwitchGLU(nn.Module):
         if isinstance(arena, PoolArenas):  # a mixed pack: hot and cold blocks in two arenas
             hot, cold = (members(layout, c).any() for c in (False, True))
             twin = _shallow_copy(original)  # the same module computing on the cold arena
-            switch = MixedExperts(
+            switch = on_pools(
                 _on_arena(original, arena.hot, layout, layer) if hot else None,
                 _on_arena(twin, arena.cold, layout.cold, layer) if cold else None,
                 arena.n_hot,
