@@ -163,13 +163,9 @@ class ExpertCache:
 
     def verdict(self, accepted: int) -> None:
         """The noted pass's verdict: its first 1 + accepted positions were committed."""
-        if not self._routing:
-            return
-        rows = [idx.reshape(-1, idx.shape[-1]) + base for base, idx in self._routing]  # [γ, k]
-        self._routing = []
-        if len({r.shape[0] for r in rows}) == 1:  # one set operation for the whole pass
-            rows = [np.concatenate(rows, axis=1)]  # [γ, L·k]
-        self.judge(*verdict_keys([(0, r) for r in rows], accepted + 1))
+        if self._routing:
+            routing, self._routing = self._routing, []
+            self.judge(*pass_verdict(routing, accepted))
 
     def judge(self, demote: list[int], protect: list[int]) -> None:
         """Demote and protect these keys (as the options say) until the next verdict."""
@@ -325,3 +321,14 @@ class ExpertCache:
             f"a step selects {n} distinct experts but the cache has {self.n_slots} slots: "
             f"raise the budget to at least {n} slots or split the step"
         )
+
+
+def pass_verdict(
+    routing: list[tuple[int, np.ndarray]], accepted: int
+) -> tuple[list[int], list[int]]:
+    """(keys to demote, keys to protect) of one noted pass (`note`'s calls) whose first
+    1 + accepted positions were committed."""
+    rows = [idx.reshape(-1, idx.shape[-1]) + base for base, idx in routing]  # [γ, k]
+    if len({r.shape[0] for r in rows}) == 1:  # one set operation for the whole pass
+        rows = [np.concatenate(rows, axis=1)]  # [γ, L·k]
+    return verdict_keys([(0, r) for r in rows], accepted + 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache, StepResult
+from specdec.cache.expert_cache import ExpertCache, StepResult, pass_verdict
 
 UNBOUNDED = 1 << 30  # a pool holding all of its experts limits no step
 
@@ -34,6 +34,7 @@ class PooledCache:
         ]
         self.max_step = min(caps)
         self.noting = hot.noting or cold.noting  # speculation-aware options (+demote/+protect)
+        self._routing: list[tuple[int, np.ndarray]] = []  # this pass's verify calls (note)
 
     def _split(self, keys) -> tuple[list[int], list[int]]:
         cold = self.is_cold
@@ -79,17 +80,18 @@ class PooledCache:
         self.cold.tick(n_positions)
 
     def new_sequence(self) -> None:
+        self._routing = []
         self.hot.new_sequence()
         self.cold.new_sequence()
 
     def note(self, base: int, idx: np.ndarray) -> None:
-        self.hot.note(base, idx)
-        self.cold.note(base, idx)
+        self._routing.append((base, idx))
 
     def verdict(self, accepted: int) -> None:
-        """Each pool judges the pass; it demotes and protects only keys it holds."""
-        self.hot.verdict(accepted)
-        self.cold.verdict(accepted)
+        """The pass's keys, worked out once; each pool demotes and protects only keys it holds."""
+        if self._routing:
+            routing, self._routing = self._routing, []
+            self.judge(*pass_verdict(routing, accepted))
 
     def judge(self, demote: list[int], protect: list[int]) -> None:
         self.hot.judge(demote, protect)

@@ -44,14 +44,10 @@ class MixedExperts:
     """One layer's experts in two arenas: hot slots 0..n_hot-1, cold slots from n_hot."""
 
     def __init__(self, hot, cold, n_hot: int) -> None:
-        self.hot, self.cold, self.n_hot = hot, cold, n_hot  # per-arena experts; None: absent
+        self.hot, self.cold, self.n_hot = hot, cold, n_hot  # per-arena experts
 
     def __call__(self, x: mx.array, slots: mx.array) -> mx.array:
         h = self.n_hot
-        if self.cold is None:
-            return self.hot(x, slots)
-        if self.hot is None:
-            return self.cold(x, mx.maximum(slots - h, 0))
         return select(
             slots >= h,
             lambda i: self.hot(x, i),
@@ -59,6 +55,16 @@ class MixedExperts:
             mx.minimum(slots, h - 1),
             mx.maximum(slots - h, 0),
         )
+
+
+def on_pools(hot, cold, n_hot: int):
+    """A layer's experts computing on slot ids over both arenas; hot/cold None: that precision
+    is absent from the layer, decided here once rather than on every call."""
+    if cold is None:
+        return hot
+    if hot is None:
+        return lambda x, slots: cold(x, mx.maximum(slots - n_hot, 0))
+    return MixedExperts(hot, cold, n_hot)
 
 
 def pooled_cache(

@@ -39,7 +39,7 @@ from mlx.utils import tree_flatten
 from specdec.errors import SpecdecError
 from specdec.model.discover import SWITCH_TYPES, projections
 from specdec.model.families import Route
-from specdec.model.mixed import MixedExperts
+from specdec.model.mixed import on_pools
 from specdec.model.streamer import Streamer, union
 from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
@@ -145,7 +145,7 @@ class StreamedSwitchGLU(nn.Module):
         if isinstance(arena, PoolArenas):  # a mixed pack: hot and cold blocks in two arenas
             hot, cold = (members(layout, c).any() for c in (False, True))
             twin = _shallow_copy(original)  # the same module computing on the cold arena
-            switch = MixedExperts(
+            switch = on_pools(
                 _on_arena(original, arena.hot, layout, layer) if hot else None,
                 _on_arena(twin, arena.cold, layout.cold, layer) if cold else None,
                 arena.n_hot,
@@ -161,10 +161,6 @@ class StreamedSwitchGLU(nn.Module):
             lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
         )
 
-    def _glu(self, x: mx.array, slots: mx.array) -> mx.array:
-        """The family's switch module on the arena, with expert ids replaced by slot ids."""
-        return self._h.switch(x, slots)
-
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
         h = self._h
         s: Streamer = h.streamer
@@ -179,7 +175,7 @@ class StreamedSwitchGLU(nn.Module):
         if h.layer in s.lookahead.ahead_of:
             ahead = s.lookahead.route(h.layer, x, table is not None, src, h.route)
         if table is not None and ahead is None:  # no read can be needed: no host sync
-            y = self._glu(x, table[indices])  # [..., k, H]
+            y = h.switch(x, table[indices])  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
             return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
@@ -208,10 +204,10 @@ class StreamedSwitchGLU(nn.Module):
         for pos, experts, slots in s.steps(h.layer, idx, phase):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
-                y, used = self._glu(x, mx.array(h.lut[idx])), experts
+                y, used = h.switch(x, mx.array(h.lut[idx])), experts
                 continue
             flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
-            out = self._glu(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
+            out = h.switch(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
             s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
             used += experts
@@ -238,5 +234,5 @@ class StreamedSwitchGLU(nn.Module):
         scale = mx.where(
             kept_mass > 0, scores.sum(-1, keepdims=True) / mx.maximum(kept_mass, 1e-30), 0.0
         )
-        y = self._glu(x, mx.array(np.where(slots >= 0, slots, 0)))  # [..., k, H]
+        y = h.switch(x, mx.array(np.where(slots >= 0, slots, 0)))  # [..., k, H]
         return (y * (keep * scale)[..., None]).astype(y.dtype)

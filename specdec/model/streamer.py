@@ -140,16 +140,14 @@ class Streamer:
         if cache.noting and phase == "verify":  # +demote/+protect: routing for the verdict
             cache.note(layer * self.source.key_stride, idx)
         experts, counts = union(idx)
-        if len(experts) <= self.source.cache.max_step:
+        if len(experts) <= cache.max_step:
             yield idx, experts, self._step(layer, experts, counts, phase, replay)
         else:
-            for chunk in position_chunks(
-                idx.reshape(-1, idx.shape[-1]), self.source.cache.max_step
-            ):
+            for chunk in position_chunks(idx.reshape(-1, idx.shape[-1]), cache.max_step):
                 part, n = union(chunk)
                 yield chunk, part, self._step(layer, part, n, phase, replay)
         if layer == self.last_layer:
-            self.source.cache.tick(math.prod(idx.shape[:-1]))
+            cache.tick(math.prod(idx.shape[:-1]))
 
     def _step(
         self, layer: int, experts: list[int], counts: list[int], phase: str, replay: bool
