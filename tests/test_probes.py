@@ -55,6 +55,34 @@ def test_record_round_trips_and_matches_the_model_routing(ds3, tmp_path):
         np.testing.assert_array_equal(mine[:, j], np.sort(theirs[lid][: len(mine)], axis=-1))
 
 
+def test_record_stops_at_an_eos_and_keeps_the_positions_before_it(ds3, monkeypatch):
+    """An EOS mid-decode ends that prompt's trace where the decode stopped, even when plain
+    greedy decoding computed one forward past the EOS (every layer resident: pipelined) whose
+    cache steps never ran; the rows kept are the rows of the recording without an EOS."""
+    from specdec.model.loader import load
+    from specdec.probes.record import record_trace
+
+    ckpt, _, rec = ds3
+    t = rec.trace
+    sm = load(ckpt, budget="100%", warm=True, with_mtp=False)  # every expert read at load
+    assert sm.streamer.all_resident(sm.main_moe_layers)  # the pipelined path is the one taken
+    prompts = [t.tokens[(t.prompt_ids == p) & (t.phase == 0)].tolist() for p in range(PROMPTS)]
+    fed = [t.tokens[(t.prompt_ids == p) & (t.phase == 1)].tolist() for p in range(PROMPTS)]
+    eos = fed[-1][2]  # the last prompt's third decoded token: its decode stops there
+    monkeypatch.setattr(sm.tokenizer, "eos_token_ids", {eos})
+    got = record_trace(sm, prompts, TOKENS, (0, 1, 2)).trace
+    keep = np.concatenate(
+        [
+            np.flatnonzero(t.prompt_ids == p)[: len(prompts[p]) + (fed[p] + [eos]).index(eos)]
+            for p in range(PROMPTS)
+        ]
+    )  # each prompt's prefill, then its decode positions up to the first EOS produced
+    assert len(keep) < len(t.phase)
+    for name in ("experts", "gates", "tokens", "prompt_ids", "phase"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(t, name)[keep])
+    np.testing.assert_array_equal(got.lookahead, t.lookahead[:, keep])
+
+
 def test_lookahead_recall_is_one_at_distance_zero(ds3):
     from specdec.probes.lookahead import lookahead_table
 

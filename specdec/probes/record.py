@@ -56,17 +56,21 @@ def record_trace(
             run = Decode(sm, prompt, Drafter(), DecodeConfig(1, max_tokens), (), eos_ids(sm))
             for _ in run.passes():
                 pass
-        seen = rec.calls
-        if len(seen) != len(tap.calls) * len(lids):
+        seen, calls = rec.calls, tap.calls
+        if run.generated[-1] in run.eos_ids and len(seen) == (len(calls) - 1) * len(lids):
+            # pipelined greedy decoding built the forward after the EOS before reading it; that
+            # forward's cache steps never ran (decode.loop), so it routed nothing: not a position
+            calls = calls[:-1]
+        if len(seen) != len(calls) * len(lids):
             raise SpecdecError(
-                f"prompt {pid}: {len(seen)} routed MoE calls for {len(tap.calls)} forward calls of "
+                f"prompt {pid}: {len(seen)} routed MoE calls for {len(calls)} forward calls of "
                 f"{len(lids)} MoE layers: the model calls its MoE blocks in an unexpected order"
             )
-        for c, call in enumerate(tap.calls):
+        for c, call in enumerate(calls):
             rows = seen[c * len(lids) : (c + 1) * len(lids)]
             _add_call(call, rows, lids, distances, cols, inputs if keep_inputs else None)
             cols["phase"].append(np.full(call.n_positions, 0 if rows[0][2] == "prefill" else 1))
-        n_pos = sum(call.n_positions for call in tap.calls)
+        n_pos = sum(call.n_positions for call in calls)
         cols["tokens"].append(np.array((list(prompt) + run.generated)[:n_pos], dtype=np.int64))
         cols["prompt_ids"].append(np.full(n_pos, pid, dtype=np.int32))
     index = streamer.index
