@@ -256,6 +256,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "hotlist: an expert twice": lambda c: hotlist(c, b"0 1 5 1.0\n0 1 5 1.0\n"),
     "hotlist: binary bytes": lambda c: hotlist(c, b"\xff\xfe\x00\x01\n"),
     "simulate: 10^12 slots": nothing,
+    "simulate: a share of no experts": nothing,
     "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
     "union-model: union shrinks with gamma": nothing,
     "trace synth: more positions than memory": lambda c: c.update(

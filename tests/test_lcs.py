@@ -17,6 +17,7 @@ from specdec.cache.replay import Access, access_sequence, policy_hits
 from specdec.cache.simulate import simulate
 from specdec.errors import SpecdecError
 from specdec.trace.synthetic import synthetic_trace
+from specdec.units import Budget
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -55,9 +56,9 @@ def test_lcs_policies_in_simulate():
     trace = synthetic_trace(60, n_layers=4, n_experts=32, top_k=4, seed=1)
     names = ["lcs:ARC", "lcs:LIRS", "lcs:S3FIFO", "lcs:Sieve", "lcs:WTinyLFU", "opt_bypass"]
     # WTinyLFU's window is 1% of the cache: below 100 slots it has none and never hits
-    rows = simulate(trace, names, ["100slots"], gammas=[1, 2])
+    rows = simulate(trace, names, [Budget(slots=100)], gammas=[1, 2])
     bound = {r.gamma: r.misses for r in rows if r.policy == "opt_bypass"}
     for r in rows:
         assert 0 < r.hits < r.accesses and r.misses >= bound[r.gamma], r.policy
     with pytest.raises(SpecdecError, match="unknown libCacheSim policy lcs:NOPE: use one of"):
-        simulate(trace, ["lcs:NOPE"], ["24slots"])
+        simulate(trace, ["lcs:NOPE"], [Budget(slots=24)])

@@ -17,6 +17,7 @@ from specdec.cli import main as cli_main
 from specdec.errors import SpecdecError
 from specdec.trace.format import load_trace, save_trace
 from specdec.trace.prompts import load_prompts
+from specdec.units import Budget
 from tests.helpers import random_checkpoint
 
 PROMPTS = 3
@@ -131,7 +132,7 @@ def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
     assert drops["drop the lowest-gate expert"]["rel_error_mean"] > 1e-3
     res = next(r for r in drops.values() if r["budget_slots"])
     dec = select_positions(rec.trace, rec.trace.phase == 1)
-    lru = simulate(dec, ["lru"], [f"{res['budget_slots']}slots"])[0]
+    lru = simulate(dec, ["lru"], [Budget(slots=res["budget_slots"])])[0]
     assert res["hit_rate"] == pytest.approx(lru.hit_rate)
     slots = [r for r in rows if r["kind"] == "slot"]
     assert [r["slot"] for r in slots] == [1, 2, 3, 4]

@@ -29,6 +29,7 @@ from specdec.trace.format import (
     write_hotlist,
 )
 from specdec.trace.synthetic import synthetic_trace
+from specdec.units import Budget
 
 
 @pytest.fixture
@@ -144,6 +145,18 @@ def test_cli_json_rows(trace_dir, tmp_path):
     assert by[("hotness", 30)]["preload_bytes"] == 30 * 1000
 
 
+def test_cli_budget_takes_a_share_of_the_experts_as_every_command_does(trace_dir):
+    # 25% of the trace's 3 x 16 experts is 12 slots: the same rows as 12slots and 12000 bytes
+    out = _cli(trace_dir, "--policy=lru,belady", "--budget=25%,12slots,12000", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["budget_slots"] for r in rows] == [12] * 6
+    for policy in ("lru", "belady"):
+        share, slots, nbytes = (r for r in rows if r["policy"] == policy)
+        assert share == slots == nbytes
+    assert "% of the trace's experts" in _cli("--help").stdout
+
+
 def test_cli_table_and_positions(trace_dir):
     out = _cli(trace_dir, "--policy=lru,belady", "--budget=10slots", "--positions=20")
     assert out.returncode == 0, out.stderr
@@ -156,6 +169,7 @@ def test_cli_table_and_positions(trace_dir):
         (["--budget=3slots"], "below the widest step (4 experts): use at least 4slots"),
         (["--budget=2000"], "2 slots of"),
         (["--budget=12parsecs"], "unknown unit"),
+        (["--budget=0%"], "above 0% and at most 100%"),
         (["--policy=lru,arc"], "unknown policy 'arc': use one of lru, slru"),
         (["--positions=0"], "--positions 0"),
         (["--hotlist=/nonexistent/hot.txt"], "cannot read hotlist"),
@@ -182,8 +196,10 @@ def test_perfect_lookahead_leaves_only_first_layer_misses():
     trace.lookahead[0, :, :1] = -1  # nothing predicts layer 0 from an earlier layer
     trace.lookahead_distances = [1]
     for policy in ("lru", "slru", "hotness", "lfu"):
-        plain, ahead = (simulate(trace, [policy], ["12slots"], lookahead=d)[0] for d in (0, 1))
-        layer0 = [r for r in simulate(_only_layer0(trace), [policy], ["12slots"])][0]
+        plain, ahead = (
+            simulate(trace, [policy], [Budget(slots=12)], lookahead=d)[0] for d in (0, 1)
+        )
+        layer0 = [r for r in simulate(_only_layer0(trace), [policy], [Budget(slots=12)])][0]
         assert ahead.misses <= layer0.accesses, policy  # layers 1..3 were all read ahead
         assert ahead.prefetch_hits > 0 and ahead.hits > plain.hits, policy
         assert ahead.bytes_read == (ahead.misses * trace.slot_bytes + ahead.prefetch_bytes)
@@ -199,12 +215,14 @@ def test_bytes_follow_each_layers_expert_size():
     )
     flat = [ks for position in trace_steps(trace) for ks in position]
     for policy in ("lru", "slru", "belady"):
-        (row,) = simulate(trace, [policy], ["5slots"])
+        (row,) = simulate(trace, [policy], [Budget(slots=5)])
         pol = Belady(5, flat) if policy == "belady" else make_policy(policy, 5)
         cache = ExpertCache(5, pol)
         want = sum(trace.expert_bytes[k // 8] for ks in flat for k, _ in cache.access(ks))
         assert row.bytes_read == want and row.budget_bytes == 5 * 700, policy
-    (bound,) = simulate(trace, ["knapsack_bound"], ["1400"])  # two slots of the largest
+    (bound,) = simulate(
+        trace, ["knapsack_bound"], [Budget(nbytes=1400)]
+    )  # two slots of the largest
     assert bound.budget_slots == 2 and bound.hits <= bound.accesses
 
 

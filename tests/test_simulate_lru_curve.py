@@ -16,6 +16,7 @@ from specdec.cache.policies import make_policy
 from specdec.cache.simulate import simulate, trace_steps
 from specdec.errors import BudgetError
 from specdec.trace.synthetic import synthetic_trace
+from specdec.units import Budget
 
 
 def _replay_hits(steps, n, group_size=None):
@@ -78,7 +79,7 @@ def test_lru_is_not_a_stack_algorithm_here():
 def test_simulate_lru_rows_match_replays_on_a_synthetic_trace():
     trace = synthetic_trace(120, n_layers=4, n_experts=16, top_k=4, seed=3)
     flat = [ks for position in trace_steps(trace) for ks in position]
-    rows = simulate(trace, ["lru"], ["4slots", "9slots", "20slots", "40slots"])
+    rows = simulate(trace, ["lru"], [Budget(slots=n) for n in (4, 9, 20, 40)])
     assert [r.hits for r in rows] == [_replay_hits(flat, n) for n in (4, 9, 20, 40)]
     assert all(r.hits + r.misses == r.accesses == 120 * 4 * 4 for r in rows)
 

@@ -27,6 +27,7 @@ from specdec.decode.run import generate
 from specdec.errors import SpecdecError
 from specdec.model.loader import load
 from specdec.trace.synthetic import synthetic_trace
+from specdec.units import Budget
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -111,14 +112,14 @@ def test_options_in_simulate():
     """γ = 1 rejects nothing: +demote is plain LRU there; γ = 4 with α < 1 demotes."""
     trace = synthetic_trace(200, n_layers=4, n_experts=32, top_k=4, seed=5)
     pols = ["lru", "lru+demote", "lru+protect", "sieve", "s3fifo", "belady"]
-    rows = simulate(trace, pols, ["40slots"], gammas=[1, 4], alphas=[0.6])
+    rows = simulate(trace, pols, [Budget(slots=40)], gammas=[1, 4], alphas=[0.6])
     r = {(x.policy, x.gamma): x for x in rows}
     assert r["lru+demote", 1].hits == r["lru", 1].hits
     assert r["lru+demote", 4].hits != r["lru", 4].hits
     for p in pols:
         assert r["belady", 4].misses <= r[p, 4].misses
     with pytest.raises(SpecdecError, match="unknown policy"):
-        simulate(trace, ["belady+demote"], ["40slots"])
+        simulate(trace, ["belady+demote"], [Budget(slots=40)])
 
 
 @pytest.fixture(scope="module")

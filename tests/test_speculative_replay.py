@@ -22,6 +22,7 @@ from specdec.cache.simulate import replay, simulate, trace_steps
 from specdec.decode.trace_union import window_unions
 from specdec.trace.format import hotlist_keys, profile_hotlist
 from specdec.trace.synthetic import synthetic_trace
+from specdec.units import Budget
 
 POLICIES = ("lru", "slru", "hotness", "lfu", "static", "belady")
 
@@ -135,7 +136,9 @@ def test_rejected_positions_follow_the_traces_overlap_and_popularity():
 
 
 def test_simulate_rows_carry_gamma_alpha_and_union(trace):
-    rows = simulate(trace, ["lru", "opt_bypass"], ["16slots"], gammas=[1, 4], alphas=[1.0, 0.5])
+    rows = simulate(
+        trace, ["lru", "opt_bypass"], [Budget(slots=16)], gammas=[1, 4], alphas=[1.0, 0.5]
+    )
     assert [(r.gamma, r.alpha, r.policy) for r in rows] == [
         (g, a, p) for g in (1, 4) for a in (1.0, 0.5) for p in ("lru", "opt_bypass")
     ]

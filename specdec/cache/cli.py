@@ -1,6 +1,6 @@
 """`specdec simulate TRACE`: replay a routing trace through cache policies and bounds.
 
-    specdec simulate runs/trace-x --policy lru,slru,hotness,static,belady --budget 96slots,2GB
+    specdec simulate runs/trace-x --policy lru,slru,hotness,static,belady --budget 96slots,2GB,25%
     specdec simulate runs/trace-x --gamma 1,2,4,auto --alpha 1,0.9,0.8 --policy lru --json
 
 What the rows mean, the policies and the bounds: specdec.cache.simulate (the library this
@@ -17,7 +17,7 @@ from specdec.cache.simulate import ALL, budget_sizes, check_budgets, simulate
 from specdec.decode.gamma import AUTO
 from specdec.errors import SpecdecError
 from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, read_hotlist
-from specdec.units import format_bytes
+from specdec.units import Budget, format_bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="lru,slru,hotness,lfu,static,belady,opt_bypass,knapsack_bound",
         help=f"comma-separated, from: {','.join(ALL)}, or lcs:NAME (libCacheSim: lcs:ARC, ...)",
     )
-    parser.add_argument("--budget", default="96slots", help="comma-separated: 96slots,2GB,512MiB")
+    parser.add_argument(
+        "--budget",
+        default="96slots",
+        help="comma-separated cache budgets: 96slots, 512MiB, 2GB or N%% of the trace's experts",
+    )
     hot = parser.add_mutually_exclusive_group()
     hot.add_argument("--hotlist", help="ds4 hotlist file seeding hotness and pinned by static")
     hot.add_argument("--hotlist-trace", help="profile this other trace into the hotlist")
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.positions is not None and args.positions < 1:
         raise SpecdecError(f"--positions {args.positions}: give a positive number of positions")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    budgets = [b.strip() for b in args.budget.split(",") if b.strip()]
+    budgets = parse_budgets(args.budget)
     check_budgets(trace, budgets)
     auto = AUTO in [g.strip().lower() for g in args.gamma.split(",")]
     gammas = _numbers(
@@ -114,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
             f"{r.misses:>12.0f}{format_bytes(r.bytes_per_token):>12}"
         )
     return 0
+
+
+def parse_budgets(text: str) -> list[Budget]:
+    """`--budget 96slots,2GB,25%` -> one Budget each, read once here."""
+    return [Budget.parse(b.strip()) for b in text.split(",") if b.strip()]
 
 
 def _numbers(text: str, kind, flag: str) -> list:

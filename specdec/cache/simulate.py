@@ -15,7 +15,8 @@ as compiled loops equal to the runtime's ExpertCache and policy classes (specdec
 tested access by access), or through ExpertCache itself: sieve, s3fifo, and any policy with
 speculation-aware options (lru+demote+protect: specdec.cache.speculative, hearing each pass's
 verdict); `lcs:NAME` runs libCacheSim's NAME on the same requests
-(specdec.cache.lcs). Byte budgets become slots of the largest expert of any layer. Offline:
+(specdec.cache.lcs). Byte budgets become slots of the largest expert of any layer, a share
+(`25%`) that share of the trace's L x E routed experts. Offline:
 `belady` (MIN, every miss admitted), `opt_bypass` (the optimum when misses may bypass the
 cache, with a free warm start: a bound on the misses of every policy, static included) and
 `knapsack_bound` (any static pinning). `static` pins the hotlist given (--hotlist or
@@ -54,7 +55,7 @@ from specdec.cache.replay import (
 from specdec.cache.speculative import split_policy
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
-from specdec.units import format_bytes, parse_budget
+from specdec.units import Budget, format_bytes
 
 ALL = POLICIES + ("belady", "opt_bypass", "knapsack_bound")
 
@@ -176,20 +177,25 @@ def _row(r: ReplayResult, nbytes: int, acc: Access, **extra) -> SimResult:
     return SimResult(**row)
 
 
-def budget_sizes(trace: Trace, budgets: list[str], widest: int) -> list[tuple[int, int]]:
-    """(slots, bytes) per budget text; BudgetError below the widest step."""
+def budget_sizes(trace: Trace, budgets: list[Budget], widest: int) -> list[tuple[int, int]]:
+    """(slots, bytes) per budget; BudgetError below the widest step."""
     slot = trace.slot_bytes
     sizes = []
-    for text in budgets:
-        b = parse_budget(text)
-        n = b.to_slots(slot)
+    for b in budgets:
+        n = trace_slots(trace, b)
         if n < widest:
             raise BudgetError(
-                f"budget {text} is {n} slots of {format_bytes(slot)}, below the widest step "
+                f"budget {b} is {n} slots of {format_bytes(slot)}, below the widest step "
                 f"({widest} experts): use at least {widest}slots ({widest * slot} bytes)"
             )
         sizes.append((n, b.nbytes if b.nbytes is not None else n * slot))
     return sizes
+
+
+def trace_slots(trace: Trace, budget: Budget) -> int:
+    """Slots `budget` holds in the trace's model: bytes become slots of the largest expert, a
+    share counts the trace's L x E routed experts."""
+    return budget.slots_of(trace.slot_bytes, trace.n_layers * trace.n_experts)
 
 
 def _check_policies(policies: list[str]) -> None:
@@ -205,7 +211,7 @@ def _check_policies(policies: list[str]) -> None:
 def simulate(
     trace: Trace,
     policies: list[str],
-    budgets: list[str],
+    budgets: list[Budget],
     hotlist: list[int] | None = None,
     positions: int | None = None,
     lookahead: int = 0,
@@ -265,16 +271,16 @@ def simulate(
 MAX_SLOTS = 1 << 20  # replay state for this many slots stays in the megabytes
 
 
-def check_budgets(trace: Trace, budgets: list[str]) -> None:
+def check_budgets(trace: Trace, budgets: list[Budget]) -> None:
     """Refuse a budget far above the trace's L x E experts (it holds every expert; the replays
     keep per-slot state, so 10^12 slots would exhaust memory) and say what holds them all.
     Up to MAX_SLOTS (or L x E, if larger) runs as given."""
     total = trace.n_layers * trace.n_experts
-    for text in budgets:
-        n = parse_budget(text).to_slots(trace.slot_bytes)
+    for b in budgets:
+        n = trace_slots(trace, b)
         if n > max(total, MAX_SLOTS):
             raise BudgetError(
-                f"budget {text} is {n} slots, more than the trace's {total} experts "
+                f"budget {b} is {n} slots, more than the trace's {total} experts "
                 f"({trace.n_layers} layers x {trace.n_experts}): every expert fits in "
                 f"{total}slots; give at most that"
             )

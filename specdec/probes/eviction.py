@@ -32,6 +32,7 @@ import numpy as np
 from specdec.cache.simulate import simulate
 from specdec.errors import SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
+from specdec.units import Budget
 
 POLICIES = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady", "opt_bypass"]
 LABELS = {
@@ -90,7 +91,7 @@ def eviction_table(
     widest = eval_trace.top_k
     slots = sorted({max(widest, int(round(b * total))) for b in budgets})
     hot = hotlist_keys(eval_trace, profile_hotlist(profile_trace))
-    results = simulate(eval_trace, policies or POLICIES, [f"{n}slots" for n in slots], hot)
+    results = simulate(eval_trace, policies or POLICIES, [Budget(slots=n) for n in slots], hot)
     rows = []
     for r in results:
         row = asdict(r)

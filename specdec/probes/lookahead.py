@@ -22,6 +22,7 @@ import numpy as np
 
 from specdec.errors import SpecdecError
 from specdec.trace.format import Trace
+from specdec.units import Budget
 
 
 def overlap(pred: np.ndarray, real: np.ndarray) -> np.ndarray:
@@ -79,7 +80,7 @@ def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
     if trace.phase is not None:
         trace = select_positions(trace, trace.phase.astype(bool))
     total = trace.n_layers * trace.n_experts
-    slots = [f"{n}slots" for n in sorted({max(trace.top_k, round(b * total)) for b in budgets})]
+    slots = [Budget(slots=n) for n in sorted({max(trace.top_k, round(b * total)) for b in budgets})]
     rows = []
     for d in [0, *(d for d in trace.lookahead_distances if 0 < d < trace.n_layers)]:
         for r in simulate(trace, [policy], slots, lookahead=d):

@@ -29,6 +29,7 @@ import numpy as np
 from specdec.cache.simulate import simulate
 from specdec.errors import SpecdecError
 from specdec.trace.format import Trace
+from specdec.units import Budget
 
 GAMMAS = (1, 2, 3, 4, 8)
 PHASES = {"all": None, "decode": 1, "prefill": 0}
@@ -134,7 +135,7 @@ def trace_stats(
     }
     out["top10_share"], out["entropy"] = skew(trace.experts, trace.n_experts)
     if budget is not None:
-        lru, static = simulate(trace, ["lru", "knapsack_bound"], [budget])
+        lru, static = simulate(trace, ["lru", "knapsack_bound"], [Budget.parse(budget)])
         out.update(
             budget=budget,
             budget_slots=lru.budget_slots,
