@@ -20,12 +20,14 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
+from specdec.errors import StoreError
 from specdec.model.bundled import resolve_model
 from specdec.model.loader import load
 from specdec.model.mixed import resident_mixed
-from specdec.store.layout import EXPERTS_BIN, ExpertIndex
+from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout, TensorSpec
 from specdec.store.pack import pack, plan
 from specdec.store.pools import plan_pools, pool_index
+from specdec.store.requantize import cold_layout
 from specdec.store.safetensors import read_safetensors_header
 from specdec.store.verify import verify
 from tests.helpers import (
@@ -187,3 +189,27 @@ def test_access_share_splits_like_one_lru_over_both_sizes(root, tmp_path):
     want = 0.6 * part.hot.slot_bytes / (0.6 * part.hot.slot_bytes + 0.4 * part.cold.slot_bytes)
     assert abs(hot_b - want * budget) <= part.hot.slot_bytes  # floor to whole slots
     assert abs(cold_b - (1 - want) * budget) <= part.cold.slot_bytes + part.hot.slot_bytes
+
+
+def _bias_layout(dtype: str) -> LayerLayout:
+    """One layer of two experts whose block holds only an up_proj bias of `dtype` (4 values)."""
+    spec = TensorSpec("up_proj.bias", dtype, (4,), 0, 32)
+    return LayerLayout("model.layers.1.mlp.switch_mlp", 2, 4096, [spec], np.zeros(2), np.zeros(2))
+
+
+@pytest.mark.parametrize(
+    "dtype, name",
+    [(mx.float64, "F64"), (mx.int64, "I64"), (mx.uint64, "U64"), (mx.bool_, "BOOL")],
+)
+def test_cold_layout_names_every_safetensors_dtype(dtype, name):
+    # an expert bias is copied into the cold block as it is: its dtype keeps its name
+    cold = cold_layout(_bias_layout(name), {"up_proj.bias": mx.zeros((4,), dtype=dtype)}, 2)
+    assert [(t.name, t.dtype) for t in cold.tensors] == [("up_proj.bias", name)]
+
+
+def test_cold_layout_refuses_a_dtype_safetensors_cannot_hold_in_one_line():
+    with pytest.raises(StoreError) as e:
+        cold_layout(_bias_layout("F32"), {"up_proj.bias": mx.zeros((4,), dtype=mx.complex64)}, 2)
+    msg = str(e.value)
+    assert msg.startswith("tensor model.layers.1.mlp.switch_mlp.up_proj.bias is complex64")
+    assert "mlx_lm.convert --dtype" in msg and "\n" not in msg

@@ -37,7 +37,7 @@ from specdec.store.layout import (
     TensorSpec,
     round_up,
 )
-from specdec.store.safetensors import mx_dtype
+from specdec.store.safetensors import mx_dtype, safetensors_dtype
 
 COLD_GROUP = 64  # MLX affine group size, as the question's prototype ran
 _FLOATS = (mx.float32, mx.float16, mx.bfloat16)
@@ -143,21 +143,13 @@ def _cold_tensors(block: np.ndarray, ly: LayerLayout, bits: int) -> dict[str, mx
     return out
 
 
-def _dtype_name(a: mx.array) -> str:
-    """The safetensors dtype string of an MLX array ('BF16', 'U32', ...)."""
-    return next(
-        k
-        for k in ("U32", "F32", "F16", "BF16", "I32", "U16", "I16", "U8", "I8")
-        if mx_dtype(k) == a.dtype
-    )
-
-
 def cold_layout(ly: LayerLayout, tensors: dict[str, mx.array], bits: int) -> LayerLayout:
     """The layout of this layer's cold blocks (tensors in name order, as pack lays them)."""
     specs, pos = [], 0
     for name in sorted(tensors):
         a = tensors[name]
-        specs.append(TensorSpec(name, _dtype_name(a), tuple(a.shape), pos, a.nbytes))
+        dtype = safetensors_dtype(a, f"{ly.prefix}.{name}")
+        specs.append(TensorSpec(name, dtype, tuple(a.shape), pos, a.nbytes))
         pos = round_up(pos + a.nbytes, TENSOR_ALIGN)
     quant = {p: Quant(bits, COLD_GROUP) for p in ly.projections}
     return LayerLayout(

@@ -60,6 +60,17 @@ def mx_dtype(dtype: str):
     return getattr(mx, names[dtype])
 
 
+def safetensors_dtype(a, name: str) -> str:
+    """The safetensors dtype string of MLX array `a`, tensor `name` (mx.bfloat16 -> 'BF16')."""
+    for dtype in _ST_DTYPES:
+        if mx_dtype(dtype) == a.dtype:
+            return dtype
+    raise StoreError(
+        f"tensor {name} is {str(a.dtype).removeprefix('mlx.core.')}, which safetensors cannot "
+        "hold: convert the model to float16, bfloat16 or float32 (mlx_lm.convert --dtype)"
+    )
+
+
 @dataclass(frozen=True)
 class SafeTensor:
     """One tensor inside a safetensors file: where its raw bytes are."""
