@@ -153,3 +153,24 @@ def test_save_with_mtp_writes_a_directory_both_loaders_open(tmp_path, bits):
     want = dict(tree_flatten(mtp.parameters()))
     for name, v in tree_flatten(again.parameters()):
         assert mx.array_equal(v, want[name]).item(), name
+
+
+def test_a_failed_save_keeps_the_previous_files_and_leaves_no_temporary(tmp_path, monkeypatch):
+    from specdec.model.mtp import MTPModule, save_with_mtp
+
+    args = deepseek_v3.ModelArgs.from_dict(CONFIG)
+    model, mtp = deepseek_v3.Model(args), MTPModule(args)
+    save_with_mtp(tmp_path / "m", model, mtp, dict(CONFIG))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
+    real = mx.save_safetensors
+
+    def torn(path, *a, **k):  # the disk fills a hundred bytes into the file
+        real(path, *a, **k)
+        with open(path, "r+b") as f:
+            f.truncate(100)
+        raise RuntimeError("[save_safetensors] cannot write")
+
+    monkeypatch.setattr(mx, "save_safetensors", torn)
+    with pytest.raises(RuntimeError, match="cannot write"):
+        save_with_mtp(tmp_path / "m", model, mtp, dict(CONFIG))
+    assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before

@@ -24,7 +24,6 @@ extracted where a checkpoint has several (the drafter chains one module, as Deep
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import mlx.core as mx
@@ -34,8 +33,8 @@ from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
 from specdec.errors import SpecdecError
 from specdec.model.mtp import load_mtp
 from specdec.model.mtp_qwen3_next import Qwen3NextMTP
-from specdec.store.files import durable_replace
 from specdec.store.layout import MTP_FILE
+from specdec.store.safetensors import write_safetensors
 
 
 def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
@@ -129,7 +128,4 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     if bits is not None:
         nn.quantize(mtp, group_size=group_size, bits=bits)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".{MTP_FILE}.tmp-{os.getpid()}.safetensors"
-    mx.save_safetensors(str(tmp), mtp.checkpoint_weights(), metadata={"format": "mlx"})
-    durable_replace(tmp, out_dir / MTP_FILE)
-    return out_dir / MTP_FILE
+    return write_safetensors(out_dir / MTP_FILE, mtp.checkpoint_weights())

@@ -46,8 +46,9 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.deepseek_v3 import DeepseekV3DecoderLayer, ModelArgs
 
 from specdec.errors import SpecdecError
-from specdec.store.files import durable_replace
+from specdec.store.files import write_atomic
 from specdec.store.layout import MTP_FILE
+from specdec.store.safetensors import write_safetensors
 
 # The decoder layer of each family with DeepSeek-V3's MTP layout (mlx-lm's own classes).
 _DECODER_LAYERS = {
@@ -231,12 +232,8 @@ def save_with_mtp(out: Path, model: nn.Module, mtp: nn.Module, config: dict) -> 
         MTP_FILE: mtp.checkpoint_weights(),
     }
     for name, weights in files.items():
-        tmp = out / name.replace(".safetensors", ".partial.safetensors")
-        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        durable_replace(tmp, out / name)
-    tmp = out / "config.json.partial"
-    tmp.write_text(json.dumps(config, indent=2) + "\n")
-    durable_replace(tmp, out / "config.json")
+        write_safetensors(out / name, weights)
+    write_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
 
 
 def quantize_with_mtp(model: nn.Module, mtp: nn.Module, config: dict, group_size: int, bits: int):

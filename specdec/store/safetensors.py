@@ -2,7 +2,8 @@
 
 The pack copies tensors byte for byte (store/pack.py) and the readers view them in place, so
 nothing here loads tensor data: `read_safetensors_header` says where each tensor's bytes are,
-`safetensors_header_bytes` writes the header for tensors laid out back to back. Try it:
+`safetensors_header_bytes` writes the header for tensors laid out back to back;
+`write_safetensors` saves MLX arrays as mlx-lm does, never leaving a half-written file. Try it:
 `python -c "from specdec.store.safetensors import read_safetensors_header as r; print(r('PACKED/model.safetensors')[0][:3])"`
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from specdec.errors import StoreError
+from specdec.store.files import durable_replace
 
 # safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
 _ST_DTYPES: dict[str, str] = {
@@ -69,6 +71,23 @@ def safetensors_dtype(a, name: str) -> str:
         f"tensor {name} is {str(a.dtype).removeprefix('mlx.core.')}, which safetensors cannot "
         "hold: convert the model to float16, bfloat16 or float32 (mlx_lm.convert --dtype)"
     )
+
+
+def write_safetensors(path: str | os.PathLike, weights: dict) -> Path:
+    """Save `weights` (name -> mx.array) at `path` as mlx-lm does (metadata format: mlx), under
+    a temporary name first, then durable_replace: a killed or failed write leaves `path` as it
+    was, and no temporary behind."""
+    import mlx.core as mx
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.safetensors")  # MLX adds the suffix
+    try:
+        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
+        durable_replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 @dataclass(frozen=True)
