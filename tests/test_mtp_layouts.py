@@ -194,3 +194,21 @@ def test_extract_quantized_and_errors(tmp_path, family):
     mx.save_safetensors(str(empty / "model.safetensors"), {"model.norm.weight": mx.ones((64,))})
     with pytest.raises(SpecdecError, match="no MTP layer"):
         extract_mtp(empty, tmp_path / "x")
+
+
+def test_extract_quantized_skips_layers_the_group_does_not_divide(tmp_path):
+    # group 128 divides eh_proj's 2 x 64 inputs but no other layer's 64: mlx_lm.convert's
+    # predicate keeps those in float, and so does extract-mtp
+    args = glm4_moe.ModelArgs.from_dict(GLM)
+    source = mtp_class("glm4_moe")(args)
+    ckpt = tmp_path / "hf"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(GLM))
+    mx.save_safetensors(str(ckpt / "model.safetensors"), _hf_layout("glm4_moe", source))
+    out = extract_mtp(ckpt, tmp_path / "mlx", bits=4, group_size=128)
+    scaled = {k.removesuffix(".scales") for k in mx.load(str(out)) if k.endswith(".scales")}
+    assert scaled == {f"model.layers.{args.num_hidden_layers}.eh_proj"}
+    main = glm4_moe.Model(args)
+    mtp = load_mtp(tmp_path / "mlx", main)
+    logits, _ = mtp(mx.zeros((1, 2, 64)), mx.array([[1, 2]]), None, *target_io(main))
+    assert bool(mx.all(mx.isfinite(logits)))

@@ -4,7 +4,8 @@
 
 mlx-lm drops the MTP layer when it converts a checkpoint. This reads just that layer from the HF
 safetensors (lazily, tensor by tensor), runs it through mlx-lm's own `sanitize` of the family,
-optionally quantizes it like `mlx_lm.convert -q`, and writes OUT_DIR/mtp.safetensors (temporary
+optionally quantizes it like `mlx_lm.convert -q` (layers whose input width the group size does
+not divide stay in float, as there), and writes OUT_DIR/mtp.safetensors (temporary
 name, then rename) under our stored names, `model.layers.{num_hidden_layers}.*` (model/mtp.py).
 Layouts, by config.json's model_type:
 
@@ -27,11 +28,10 @@ import json
 from pathlib import Path
 
 import mlx.core as mx
-import mlx.nn as nn
 from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
 
 from specdec.errors import SpecdecError
-from specdec.model.mtp import load_mtp
+from specdec.model.mtp import load_mtp, quantize_mtp
 from specdec.model.mtp_qwen3_next import Qwen3NextMTP
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors
@@ -126,6 +126,6 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     target = type("Target", (), {"args": module.ModelArgs.from_dict(config)})
     mtp = load_mtp(weights, target)
     if bits is not None:
-        nn.quantize(mtp, group_size=group_size, bits=bits)
+        quantize_mtp(mtp, group_size, bits)
     out_dir.mkdir(parents=True, exist_ok=True)
     return write_safetensors(out_dir / MTP_FILE, mtp.checkpoint_weights())

@@ -243,6 +243,14 @@ def quantize_with_mtp(model: nn.Module, mtp: nn.Module, config: dict, group_size
 
     model, config = quantize_model(model, config, group_size, bits)
     config["quantization_config"] = config["quantization"]
+    quantize_mtp(mtp, group_size, bits)
+    return model, config
+
+
+def quantize_mtp(mtp: nn.Module, group_size: int, bits: int) -> None:
+    """Quantize the MTP module in place as `mlx_lm.convert -q` quantizes a model (affine): a
+    layer whose input width the group does not divide stays in float (mlx_lm.utils
+    quantize_model's predicate); load_mtp quantizes exactly the layers stored with scales."""
     nn.quantize(
         mtp,
         group_size=group_size,
@@ -251,4 +259,3 @@ def quantize_with_mtp(model: nn.Module, mtp: nn.Module, config: dict, group_size
             hasattr(m, "to_quantized") and m.weight.shape[-1] % group_size == 0
         ),
     )
-    return model, config
