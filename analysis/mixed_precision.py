@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from analysis._runs import md_table
+from analysis._runs import fail, md_table
+from specdec.errors import SpecdecError
 
 LABEL = {
     "all_hot": "all-hot",
@@ -69,11 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.results:
         try:
             result = json.loads(Path(path).read_text())
+            text = quality_line(result) + "\n" + budget_table(result)
         except (OSError, ValueError) as e:
-            print(f"error: {path}: {e}; run benchmarks/bench_mixed.py first", file=sys.stderr)
-            return 2
-        print(quality_line(result))
-        print(budget_table(result))
+            return fail(SpecdecError(f"{path}: {e}; run benchmarks/bench_mixed.py first"))
+        except (KeyError, TypeError) as e:  # JSON, but not what bench_mixed.py writes
+            return fail(
+                SpecdecError(
+                    f"{path}: not a bench_mixed.py result (no {e}); "
+                    "run benchmarks/bench_mixed.py to write one"
+                )
+            )
+        print(text)
     return 0
 
 

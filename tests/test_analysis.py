@@ -138,3 +138,30 @@ def test_gamma_auto_reproduces_the_readme_table(tmp_path, capsys):
     rows = _rows(capsys.readouterr().out)
     assert len(rows) == 4 and all(r in README for r in rows)
     assert (tmp_path / "gamma-auto.md").read_text().count("\n| ") > 20
+
+
+def test_mixed_precision_errors_in_one_line_through_fail(tmp_path, capsys):
+    from analysis import mixed_precision
+
+    (tmp_path / "other.json").write_text(json.dumps({"rows": []}))  # JSON, not a bench result
+    for path, says in (
+        (tmp_path / "none.json", "run benchmarks/bench_mixed.py first"),
+        (tmp_path / "other.json", "not a bench_mixed.py result (no 'quality')"),
+    ):
+        assert mixed_precision.main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}: ") and says in err and err.count("\n") == 1
+
+
+def test_families_subset_footnote_names_only_requested_families_not_built(capsys):
+    from analysis import families
+
+    unbuilt = families.not_built()
+    assert families.main(["--families", f"mixtral,{unbuilt[0]}"]) == 0
+    table, note = capsys.readouterr().out.rstrip("\n").split("\n\n")
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| `mixtral`"]
+    assert note.endswith(f"(not checked): {unbuilt[0]}.")
+    assert families.render([]).split("\n\n")[1] in README  # the full run's footnote, unchanged
+    assert families.main(["--families", "mixtral,nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --families: nope is no MoE family") and err.count("\n") == 1
