@@ -248,6 +248,11 @@ class ExpertCache:
     def slot_of(self, key: int) -> int | None:
         return self._slot_of.get(key)
 
+    @property
+    def transient(self) -> Sequence[int]:
+        """Keys read for one step only (static's scratch reads), freed at the next step."""
+        return self._transient
+
     def block_slots(self, base: int, n: int) -> np.ndarray | None:
         """[n] int32 slots of keys base..base+n-1 if every one is resident and none is a
         transient (static scratch) read freed at the next step; else None."""

@@ -33,7 +33,12 @@ class PooledCache:
             for p, n in zip((hot, cold), sizes, strict=True)
         ]
         self.max_step = min(caps)
-        self.noting = hot.noting or cold.noting  # speculation-aware options (+demote/+protect)
+        if hot.spec != cold.spec:  # one policy spec builds both pools (model/mixed.py)
+            raise ValueError(
+                f"pools of one cache take one speculation option set: hot {hot.spec}, "
+                f"cold {cold.spec}"
+            )
+        self.spec, self.noting = hot.spec, hot.noting  # +demote/+protect: note verify routing
         self._routing: list[tuple[int, np.ndarray]] = []  # this pass's verify calls (note)
 
     def _split(self, keys) -> tuple[list[int], list[int]]:
@@ -117,7 +122,7 @@ class PooledCache:
 
     def block_slots(self, base: int, n: int) -> np.ndarray | None:
         slots = list(map(self.slot_of, range(base, base + n)))
-        if None in slots or self.hot._transient or self.cold._transient:
+        if None in slots or self.hot.transient or self.cold.transient:
             return None  # a transient (static scratch) read may sit in this block: be safe
         return np.array(slots, dtype=np.int32)
 
