@@ -21,7 +21,10 @@ from specdec.cache.adaptive import replay_passes, trace_clock
 from specdec.cache.cli import add_arguments, run
 from specdec.cache.replay import replay_trace
 from specdec.clock.profiles import get_profile
-from specdec.decode.gamma import AUTO, BLOCK, GammaChooser, Observed, parse_gamma
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
+from specdec.cache.shadows import ShadowPass, Shadows
+from specdec.decode.gamma import AUTO, BLOCK, GUARD, GammaChooser, Observed, parse_gamma
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
@@ -60,50 +63,101 @@ def _chooser(read_s: float, max_gamma: int = 8) -> GammaChooser:
     return GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0, max_gamma=max_gamma)
 
 
-def _feed(ch: GammaChooser, passes: int, alpha: float, union_per_pos: float, miss_frac: float):
-    """Run `passes` passes at whatever γ the chooser picks, with seeded acceptance α; each
-    position adds `union_per_pos` experts to the union, `miss_frac` of which miss."""
+def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0):
+    """Run `passes` passes at whatever γ the chooser picks, seeded acceptance α. Plain decoding
+    misses `plain` experts per token (its shadow); a pass of γ misses `actual_misses(γ)`, and
+    each γ's shadow reports passes missing `lane_misses(γ)` (the same unless told). Returns
+    (γ chosen per pass, the run's bytes, plain's bytes over the same tokens), counted here."""
+    actual_misses = actual_misses or lane_misses
     rng = np.random.default_rng(0)
-    chosen = []
+    chosen, spent, reference = [], 0.0, 0.0
     for _ in range(passes):
         c = ch.choose(0, 1000)
         acc = 0
         while acc < c.gamma - 1 and rng.random() < alpha:
             acc += 1
-        u = 2 + union_per_pos * (c.gamma - 1)
-        ch.observe(Observed(c.gamma, acc, np.array([u]), np.array([u * miss_frac])))
+        u = 2.0 + 2.0 * (c.gamma - 1)
+        m = actual_misses(c.gamma)
+        lanes = tuple(
+            ShadowPass(g, 1, np.array([2.0 * g]), np.array([lane_misses(g)]))
+            for g in range(2, ch.max_gamma + 1)
+        )
+        plain_m = np.array([plain * (acc + 1)])
+        ch.observe(Observed(c.gamma, acc, np.array([u]), np.array([m]), plain_misses=plain_m,
+                            shadow=lanes))  # fmt: skip
         chosen.append(c.gamma)
-    return chosen
+        spent += 100.0 * m
+        reference += 100.0 * plain_m[0]
+    return chosen, spent, reference
 
 
 def test_auto_stays_plain_when_drafts_do_not_pay():
-    ch = _chooser(read_s=1.0)  # reads dominate, every extra expert misses
-    chosen = _feed(ch, 400, alpha=0.3, union_per_pos=2.0, miss_frac=1.0)
+    ch = _chooser(read_s=1.0)  # reads dominate; each position of a pass misses as plain's
+    chosen, spent, ref = _world(ch, 400, alpha=0.3, lane_misses=lambda g: 1.0 * g)
     assert chosen[:BLOCK] == [1] * BLOCK, "the first block is plain"
-    assert np.mean(np.array(chosen[-200:]) == 1) > 0.9, np.bincount(chosen[-200:])
+    assert np.mean(np.array(chosen[-200:]) == 1) > 0.95, np.bincount(chosen[-200:])
+    assert spent <= 1.03 * ref
 
 
 def test_auto_drafts_when_passes_are_cheap_and_drafts_accepted():
-    ch = _chooser(read_s=0.0)  # no read cost: tokens per pass decide; no misses: bytes equal
-    chosen = _feed(ch, 400, alpha=0.95, union_per_pos=2.0, miss_frac=0.0)
+    ch = _chooser(read_s=1.0)  # a pass misses what one plain token does, whatever its γ
+    chosen, spent, ref = _world(ch, 400, alpha=0.95, lane_misses=lambda g: 1.0)
     assert np.median(chosen[-200:]) >= 6, np.bincount(chosen[-200:])
     assert ch.alphas()[:3] == pytest.approx(0.95, abs=0.06)
+    assert spent < 0.5 * ref, "drafting read less per token than plain"
 
 
-def test_bytes_guard_keeps_plain_when_drafting_reads_more_per_token():
-    # time alone would draft (a pass costs 1 s, reads nothing in time), but every draft's
+def test_bytes_rule_keeps_plain_when_drafting_reads_more_per_token():
+    # time alone would draft (a pass costs 1 s, reads nothing in time), but every position's
     # experts miss: bytes per token grow with γ, so auto stays plain and says why
     ch = _chooser(read_s=0.0)
-    _feed(ch, 100, alpha=0.6, union_per_pos=2.0, miss_frac=1.0)
+    _world(ch, 100, alpha=0.6, lane_misses=lambda g: 1.0 * g)
     c = ch.choose(0, 1000)
     while c.why in ("hold", "explore"):
-        ch.observe(Observed(c.gamma, 0, np.array([2.0]), np.array([2.0])))
+        ch.observe(Observed(c.gamma, 0, np.array([2.0]), np.array([2.0]),
+                            plain_misses=np.array([1.0])))  # fmt: skip
         c = ch.choose(0, 1000)
-    assert {"gamma", "why", "candidates"} <= set(c.record())
+    assert {"gamma", "why", "candidates", "slack"} <= set(c.record())
     assert c.gamma == 1 and c.why == "bytes", c.record()
     rows = c.record()["candidates"]
     assert [r["gamma"] for r in rows] == list(range(1, 9))
+    assert all(r["measured"] for r in rows), "every γ from its shadow"
     assert rows[0]["tokens"] == 1 and all(r["tokens"] > 1 for r in rows[1:])
+
+
+def test_guard_holds_the_run_to_plain_when_the_shadows_are_wrong():
+    # the shadows say drafting reads a third of plain's bytes per token; the real passes
+    # read three times plain's per position: only the guard on the run's totals stops auto
+    ch = _chooser(read_s=0.0)
+    chosen, spent, ref = _world(
+        ch, 600, alpha=0.9, lane_misses=lambda g: g / 3, actual_misses=lambda g: 3.0 ** (g > 1) * g
+    )
+    assert spent <= (1 + GUARD) * ref + 100.0 * 3 * 8, (spent / ref, np.bincount(chosen))
+    assert spent / ref > 1.0, "the guard's slack was spent drafting"
+    assert "guard" in {c for c in _whys(ch, 20)}
+
+
+def _whys(ch: GammaChooser, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        c = ch.choose(0, 1000)
+        out.append(c.why)
+        ch.observe(Observed(c.gamma, 0, np.array([2.0 * c.gamma]), np.array([3.0 * c.gamma]),
+                            plain_misses=np.array([1.0])))  # fmt: skip
+    return out
+
+
+def test_mtp_draft_reads_are_charged_before_they_are_measured():
+    # plain reads nothing; the MTP layer was never measured: k experts per draft charged as
+    # misses, so the guard has no slack to pay a draft and auto stays plain
+    def cost(g, context, union, misses, du, dm):
+        return 1.0
+
+    ch = GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0, draft_block_bytes=50.0)
+    chosen, _, _ = _world(ch, 200, alpha=0.9, lane_misses=lambda g: 0.0, plain=0.0)
+    assert set(chosen) == {1}
+    c = ch.candidates(0, 1000)
+    assert c[3].bytes == pytest.approx(3 * 2 * 50.0), "3 drafts x k = 2 misses x 50 B"
 
 
 def test_expected_tokens_follow_the_acceptance_per_position():
@@ -118,8 +172,20 @@ def test_expected_tokens_follow_the_acceptance_per_position():
 
 def test_auto_never_chooses_past_the_tokens_left():
     ch = _chooser(read_s=0.0)
-    _feed(ch, 50, alpha=0.95, union_per_pos=1.0, miss_frac=0.0)
+    _world(ch, 50, alpha=0.95, lane_misses=lambda g: 1.0)
     assert all(ch.choose(0, left).gamma <= left for left in (1, 2, 3) for _ in range(BLOCK))
+
+
+def test_lanes_replay_the_committed_stream_in_passes_of_their_gamma():
+    keys = np.arange(40 * 2 * 2).reshape(40, 2, 2)  # [T, L, k]: every position new experts
+    sh = Shadows(lambda: ExpertCache(64, make_policy("lru", 64)), (2, 4), seed=0)
+    report = sh.feed(keys[:3], np.ones(7))  # α = 1: every draft accepted
+    assert report.plain_misses.tolist() == [6, 6]
+    assert [(p.gamma, p.committed) for p in report.passes] == [(2, 2), (4, 4)][:1]
+    report = sh.feed(keys[3:], np.ones(7))
+    by = {g: [p for p in report.passes if p.gamma == g] for g in (2, 4)}
+    assert len(by[2]) == 19 and len(by[4]) == 10  # 40 positions, the 2-lane's first fed earlier
+    assert all(p.union.tolist() == [2 * p.gamma] * 2 == p.misses.tolist() for p in by[4])
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ import numpy as np
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.replay import prompt_starts, rejected_routing, routing_model, trace_routes
+from specdec.cache.shadows import Shadows, pass_keys
 from specdec.clock.passes import PassClock, StepCounts
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
@@ -74,18 +75,6 @@ def trace_clock(config: dict, trace: Trace, draft_compute: str = "none") -> Pass
     return PassClock(shape, tuple(range(shape.n_layers)), draft_compute)
 
 
-def shadow_plain(shadow: ExpertCache, keys: np.ndarray) -> np.ndarray:
-    """[L] misses plain decoding has over committed positions `keys` [n, L, k] (cache keys):
-    each position one forward of one step per layer, then tick(1). `shadow` is a cache of the
-    run's policy and size that sees nothing else: `--gamma auto`'s reference for plain."""
-    misses = np.zeros(keys.shape[1])
-    for position in keys:  # [L, k]
-        for li, ks in enumerate(position.tolist()):
-            misses[li] += len(shadow.access(sorted(ks)))
-        shadow.tick(1)
-    return misses
-
-
 def _pass_routes(e, rejected, t, n, a, rho_logp, rng) -> np.ndarray:
     """[n, L, k] experts of the pass at t: true for 0..a, then its rejected drafts."""
     routes = e[t : t + n].copy()  # [n, L, k]; rows past a are replaced below
@@ -120,12 +109,11 @@ def replay_passes(
         hotlist = hotlist_keys(trace, profile_hotlist(trace))
     cache = ExpertCache(budget_slots, make_policy(policy, budget_slots, hotlist=hotlist))
     cache.preload()  # a hotlist's keys, read before the first pass (not per token)
-    shadow = None
     block = np.asarray(trace.expert_bytes, np.float64)  # [L]
     layers = sorted(clock.shape.moe_layers)
     if len(layers) != L:
         raise SpecdecError(f"the clock's model has {len(layers)} MoE layers, the trace {L}")
-    chooser = None
+    chooser = shadows = None
     if gamma == AUTO:
         widest = max(1, cache.max_step // k)  # every candidate's pass fits the cache
         cap = min(max_gamma or MAX_GAMMA, widest)
@@ -134,8 +122,12 @@ def replay_passes(
             return clock.expected(profile, g, context, layers, union, misses, block, du, dm)
 
         chooser = GammaChooser(cost, L, k, block, max_gamma=cap)
-        shadow = ExpertCache(budget_slots, make_policy(policy, budget_slots, hotlist=hotlist))
-        shadow.preload()
+        shadows = Shadows(
+            lambda: ExpertCache(budget_slots, make_policy(policy, budget_slots, hotlist=hotlist)),
+            range(2, cap + 1),
+            seed,
+        )
+        shadows.preload()
     ends = [*prompt_starts(trace, T).tolist(), T]
     geo = np.random.default_rng(seed).geometric(1.0 - alpha, T) - 1 if alpha < 1 else None
     rng = np.random.default_rng([seed, 1])
@@ -153,20 +145,15 @@ def replay_passes(
         while ends[seg] <= t:
             seg += 1
             cache.new_sequence()
-            if shadow is not None:
-                shadow.new_sequence()
+            if shadows is not None:
+                shadows.new_sequence(chooser.alphas())
         left = ends[seg] - t
         choice = chooser.choose(t, left) if chooser else None
         n = min(choice.gamma if choice else gamma, left)
         a = n - 1 if geo is None else min(int(geo[out.passes]), n - 1)
         routes = _pass_routes(e, trace.rejected, t, n, a, rho_logp, rng)  # [n, L, k]
-        keys = np.sort(routes.transpose(1, 0, 2).reshape(L, n * k) + offsets, axis=1)  # [L, n·k]
-        first = np.ones(keys.shape, bool)  # [L, n·k]: a key's first occurrence in its row
-        first[:, 1:] = keys[:, 1:] != keys[:, :-1]
         steps, union, misses = [], np.zeros(L), np.zeros(L)
-        for li in range(L):
-            at = np.flatnonzero(first[li])
-            ks, counts = keys[li, at], np.diff(at, append=n * k)
+        for li, (ks, counts) in enumerate(pass_keys(routes + offsets[None])):
             if len(ks) > cache.max_step:
                 raise BudgetError(
                     f"a pass of {n} positions selects {len(ks)} experts at one layer, more than "
@@ -193,8 +180,11 @@ def replay_passes(
         out.gamma_hist[n] += 1
         if chooser:
             out.choices.append(choice.record())
-            plain = shadow_plain(shadow, e[t : t + a + 1] + offsets[None])  # [L]
-            chooser.observe(Observed(n, a, union, misses, plain_misses=plain))
+            seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
+            chooser.observe(
+                Observed(n, a, union, misses, plain_misses=seen.plain_misses,
+                         shadow=seen.passes, context=t)
+            )  # fmt: skip
         t += a + 1
     out.hits = cache.hits
     return out

@@ -4,7 +4,9 @@
     chooser = GammaChooser(cost, n_layers=L, top_k=k, block_bytes=slot_bytes)
     choice = chooser.choose(context=120, left=40)   # Choice(gamma, why, candidates)
     ... run the pass at choice.gamma ...
-    chooser.observe(Observed(gamma, accepted, union [L], misses [L], draft_union, draft_misses))
+    report = shadows.feed(committed_keys, chooser.alphas())   # specdec.cache.shadows
+    chooser.observe(Observed(gamma, accepted, union [L], misses [L], draft_union, draft_misses,
+                             plain_misses=report.plain_misses, shadow=report.passes, context))
 
 The rule (docs/gamma-auto.md prints this text beside the measured check): for each candidate
 γ = 1..max_gamma (1 is plain decoding),
@@ -13,42 +15,39 @@ The rule (docs/gamma-auto.md prints this text beside the measured check): for ea
   pass's j-th draft given the ones before it were accepted (its own counts over a prior of
   POOL drafts at the rate pooled over all positions; forgetting factor DECAY per judged draft,
   so it follows the text);
-- expected reads, per MoE layer: the verify union and misses the recent passes of that γ had
-  (exponential average, weight EMA); a γ not measured is extrapolated from the widest one
-  measured below it by the recent union growth, U(γ) ∝ γ^b with b from the two widest γ
-  measured (else the prior U(2) = (1 + GROWTH)·k), every new expert charged as a miss until
-  measured (pessimistic on purpose: a wider pass evicts more); the draft phase's reads per
-  draft as its recent passes had them (MTP);
+- expected reads per MoE layer, from counterfactual caches (specdec.cache.shadows): one of the
+  run's policy and size per candidate γ, fed the committed tokens' routing in passes of γ
+  positions, acceptance drawn from the live α (the positions past it routed as the next
+  committed tokens: a proxy for rejected drafts, optimistic for wide γ at low α), and one fed
+  them one position per forward (plain decoding, the reference). A γ's union and misses per
+  pass are the recent passes of its shadow (exponential average, weight EMA): measured on the
+  cache that γ keeps, not on the one the run's other γ left. Before a shadow has a pass, γ is
+  extrapolated from the widest one measured below it (U(γ) ∝ γ^b, b from the two widest
+  measured, else the prior U(2) = (1 + GROWTH)·k), every new expert a miss, plus the misses it
+  causes later (each expert past plain's k evicts one plain would have kept);
+- the draft phase's reads (MTP's layer) per draft as the run's recent passes had them; before
+  any, k experts per draft, all missing;
 - expected cost: modeled seconds of that pass (`cost(γ, context, union, misses, draft_union,
   draft_misses)`; the decode loop and replay give `PassClock.expected`, specdec.clock's device
   model: roofline per layer, router syncs, reads issued after the router);
-- plus the misses a pass causes later: each expert past plain's k evicts one that plain
-  decoding would have kept, needed again with plain's hit probability (a block measures its own misses,
-  not the ones it leaves to the passes after it; seen: γ = 8 over a 32-slot cache flushed it,
-  and the plain passes after it paid);
-- chosen: the γ with the most E(γ) per second among those whose expected bytes per committed
-  token do not exceed plain decoding's (γ = 1), ties to the smaller γ.
+- admissible (the bytes rule): expected bytes per committed token at most (1 + RULE) times
+  plain's; chosen: the most E(γ) per second among the admissible, ties to the smaller γ.
 
-A chosen γ is held for a block of BLOCK passes, and a block's reads are measured only from its
-SETTLE-th pass on: what a pass misses depends on what the passes before it left in the cache, so
-the estimate of a γ is of the cache that γ keeps, not of the one another γ left. The first block
-is plain (warm-up). Exploration keeps the estimates live at a bounded price: a neighbour of the
-best (γ ± 1) never measured is probed by one pass (its acceptance, union growth and misses,
-its new experts taken to miss at least as often as plain's do; a block follows only if that
-makes it the best), a measured one
-expected within NEAR of the best's rate and NEAR_BYTES of plain's bytes per token (and plain
-itself, the reference of the bytes rule) is run for a block every EXPLORE_EVERY blocks.
+A hard floor, the guard: the chooser keeps the run's actual bytes and modeled seconds (of the
+passes it observed) and plain's shadow totals over the same committed tokens. A pass of γ > 1
+runs only while actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ) tokens at plain's
+rate), and the same for seconds; else γ = 1 ("guard"). GUARD < the 1.03 target, RULE < GUARD:
+the run stays within (1 + GUARD) of plain up to one pass and the misses it leaves behind.
 
-Plain decoding's reads, the bytes rule's reference, are best not measured by running plain
-passes: a few plain passes after a run of wide passes see the cache the wide ones left, not
-plain's own. Where the caller feeds `Observed.plain_misses` (replay and the decode loop do: a
-shadow cache of the same policy and size, fed the committed tokens' routing one position per
-forward, specdec.cache.adaptive.shadow_plain), γ = 1's expected misses are those, per token.
+A chosen γ is held for a block of BLOCK passes (guard checked every pass). The first block is
+plain (warm-up). Acceptance is learnt only from passes that draft: while fewer than LEARN drafts
+have been judged, and then every EXPLORE_EVERY blocks, one pass of the fastest γ > 1 that was
+not chosen runs ("explore"), paid from the guard's slack only (no slack: no exploration).
 
 Not used: the drafter's own routing of its drafts (the self-draft's routers, MTP's layer). γ is
 chosen before drafting, and those choices exist only once the drafts have run, which is the
-cost being decided; MTP's covers its own layer only. Every drafter is predicted from the recent
-union growth. Replay (specdec.cache.adaptive) and the decode loop share this class.
+cost being decided; MTP's covers its own layer only. The shadows measure every drafter's
+verify reads alike. Replay (specdec.cache.adaptive) and the decode loop share this class.
 Tests: `pytest tests/test_gamma_auto.py`.
 """
 
@@ -60,6 +59,7 @@ from typing import Literal
 
 import numpy as np
 
+from specdec.cache.shadows import ShadowPass
 from specdec.errors import SpecdecError
 
 AUTO = "auto"
@@ -67,15 +67,15 @@ Gamma = int | Literal["auto"]
 MAX_GAMMA = 8  # auto's widest candidate
 DECAY = 0.98  # acceptance: weight of the past per judged draft at that position
 POOL = 2.0  # acceptance: judged drafts' worth of the pooled rate in each position's estimate
-EMA = 0.1  # reads: weight of the newest pass of a γ
-EMA_PLAIN = 0.05  # plain's shadow misses: weight of the newest pass (noisy per pass, every pass)
+FORGET = 0.99  # shadows' reads: weight of the past per committed token (~100 tokens' memory)
+EMA_DRAFT = 0.1  # the draft phase's reads: weight of the newest pass that drafted
 GROWTH = 0.6  # prior union growth per extra position, in units of k (next-token overlap ~0.4)
-BLOCK = 8  # passes a chosen γ is held for (the cache settles to it)
-SETTLE = 2  # passes into a block before its reads are measured
-EXPLORE_EVERY = 8  # blocks between explorations of a measured neighbour
-EXPLORE_NEW = 1  # blocks between probes of a neighbour never measured
-NEAR = 0.9  # a measured neighbour is explored only if expected within 10% of the best's rate
-NEAR_BYTES = 0.05  # ... and within 5% of plain's bytes per token
+GUARD = 0.02  # the run's bytes and seconds stay within (1 + GUARD)·plain's (target 1.03)
+RULE = 0.01  # admissible: expected bytes per token within (1 + RULE)·plain's (below GUARD)
+BLOCK = 8  # passes a chosen γ is held for
+LEARN = 16  # judged first drafts below which every block may explore (acceptance unknown)
+EXPLORE_EVERY = 8  # blocks between explorations once acceptance is known
+Z = 2.0  # exploration's optimism: acceptance this many standard errors above its estimate
 
 
 def parse_gamma(value: str | int) -> Gamma:
@@ -100,7 +100,7 @@ class Candidate:
     tokens: float  # expected committed tokens
     cost_s: float  # expected modeled seconds of the pass
     bytes: float  # expected bytes read (verify + draft)
-    measured: bool  # reads of this γ measured lately (else extrapolated)
+    measured: bool  # reads from this γ's shadow (else extrapolated)
 
     @property
     def rate(self) -> float:
@@ -119,18 +119,21 @@ class Candidate:
 @dataclass(frozen=True)
 class Choice:
     gamma: int
-    # "best"; "bytes" (the fastest expected more bytes per token than plain); "explore";
-    # "probe" (one pass of an unmeasured neighbour);
-    # "warmup" (the first block); "hold" (a block's later pass: candidates in its first's
-    # record); "last" (one token left)
+    # "best"; "bytes" (the fastest expected more bytes per token than the rule allows);
+    # "guard" (the run's totals leave no room for the pass); "explore" (one pass to learn
+    # acceptance); "warmup" (the first block); "hold" (a block's later pass: candidates in its
+    # first's record); "last" (one token left)
     why: str
     candidates: tuple[Candidate, ...] = ()
+    slack: tuple[float, float] | None = None  # the guard's room left: (bytes, seconds)
 
     def record(self) -> dict:
         """What the pass record keeps: the γ, why, and every candidate's expectations."""
-        out = {"gamma": self.gamma, "why": self.why}
+        out: dict = {"gamma": self.gamma, "why": self.why}
         if self.candidates:
             out["candidates"] = [c.row() for c in self.candidates]
+        if self.slack is not None:
+            out["slack"] = {"bytes": round(self.slack[0]), "s": self.slack[1]}
         return out
 
 
@@ -144,9 +147,10 @@ class Observed:
     misses: np.ndarray  # [L] verify misses per MoE layer
     draft_union: float = 0.0  # draft phase, summed over layers
     draft_misses: float = 0.0
-    # [L] misses plain decoding would have had on the pass's committed tokens: a shadow cache
-    # of the same policy and size fed one committed position per forward (shadow_plain)
+    # [L] misses plain decoding would have had on the pass's committed tokens (its shadow)
     plain_misses: np.ndarray | None = None
+    shadow: tuple[ShadowPass, ...] = ()  # lane passes the committed tokens completed
+    context: int = 0  # positions before the pass (its cost)
 
 
 # cost(γ, context, verify union [L], verify misses [L], draft union and misses per draft)
@@ -159,22 +163,25 @@ class GammaChooser:
     n_layers: int  # MoE layers the verify pass steps
     top_k: int
     block_bytes: np.ndarray | float  # [L] bytes of one expert per layer (or one for all)
-    draft_block_bytes: float = 0.0  # one expert of the draft phase's layer (MTP)
+    draft_block_bytes: float = 0.0  # one expert of the draft phase's layer (MTP; else 0)
     max_gamma: int = MAX_GAMMA
     passes: int = 0
     _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
     _judged: np.ndarray = field(init=False)  # [G]
-    _union: dict[int, np.ndarray] = field(default_factory=dict)  # γ -> [L]
-    _misses: dict[int, np.ndarray] = field(default_factory=dict)  # γ -> [L]
+    # γ -> [2L + 1] its shadow's (union [L], misses [L], passes) summed, decayed per committed
+    # token alike for every γ (plain, γ = 1: one pass per token), so all share one window
+    _sums: dict[int, np.ndarray] = field(default_factory=dict)
     _draft: np.ndarray = field(init=False)  # [2] draft (union, misses) per draft
     _drafts_seen: bool = False
-    _plain: np.ndarray | None = None  # [L] plain decoding's misses per token (shadow cache)
-    _explored: int = 0  # exploration blocks so far
+    _plain_s: float = 0.0  # modeled seconds of one plain token (latest candidates)
+    _spent: np.ndarray = field(init=False)  # [2] the run's (bytes, seconds) so far
+    _plain_total: np.ndarray = field(init=False)  # [2] plain's over the same tokens
     _since: int = 0  # blocks since the last exploration
     _blocks: int = 0  # blocks started
     _pos: int = 0  # passes into the current block
-    _length: int = 0  # passes of the current block (1: a probe)
+    _length: int = 0  # passes of the current block (1: an exploration)
     _current: int = 1  # the current block's γ
+    _held: Candidate | None = None  # ... as expected at the block's start
 
     def __post_init__(self):
         if self.max_gamma < 1:
@@ -182,6 +189,7 @@ class GammaChooser:
         self._acc = np.zeros(self.max_gamma)
         self._judged = np.zeros(self.max_gamma)
         self._draft = np.zeros(2)
+        self._spent, self._plain_total = np.zeros(2), np.zeros(2)
         self.block_bytes = np.broadcast_to(
             np.asarray(self.block_bytes, np.float64), (self.n_layers,)
         )
@@ -196,19 +204,22 @@ class GammaChooser:
     def expected_tokens(self, gamma: int) -> float:
         return 1.0 + float(np.cumprod(self.alphas()[: gamma - 1]).sum())
 
+    def _hopeful_tokens(self, gamma: int) -> float:
+        """E(γ) at acceptance Z standard errors above the estimate (few judged: wide)."""
+        a = self.alphas()
+        up = np.minimum(1.0, a + Z * np.sqrt(a * (1.0 - a) / (self._judged[1:] + POOL)))
+        return 1.0 + float(np.cumprod(up[: gamma - 1]).sum())
+
     def _reads(self, gamma: int) -> tuple[np.ndarray, np.ndarray, bool]:
-        """([L] union, [L] misses, measured) expected of a verify pass of γ positions."""
-        if gamma == 1 and self._plain is not None:
-            return np.full(self.n_layers, float(self.top_k)), self._plain, True
-        if gamma in self._union:
-            return self._union[gamma], self._misses[gamma], True
-        below = [g for g in self._union if g < gamma]
-        if not below:  # nothing measured: one position of k experts, all missing
-            u = np.full(self.n_layers, float(self.top_k))
-            base, u0, m0 = 1, u, u.copy()
-        else:
-            base = max(below)
-            u0, m0 = self._union[base], self._misses[base]
+        """([L] union, [L] misses, from its shadow) expected of a verify pass of γ positions."""
+        k = np.full(self.n_layers, float(self.top_k))
+        if gamma in self._sums:
+            s, L = self._sums[gamma], self.n_layers
+            return s[:L] / s[-1], s[L:-1] / s[-1], True
+        if gamma == 1:  # plain, its shadow not fed yet: k experts, all missing
+            return k, k.copy(), False
+        base = max((g for g in self._sums if g < gamma), default=1)
+        u0, m0, _ = self._reads(base)
         # [L] the union grows as γ^b (sublinear: later drafts reuse experts); the new experts
         # are each charged as a miss
         union = np.maximum(u0 * (gamma / base) ** self._exponent(), u0)
@@ -216,107 +227,136 @@ class GammaChooser:
 
     def _exponent(self) -> np.ndarray:
         """[L] b of U(γ) ∝ γ^b: from the two widest γ measured, else the prior GROWTH."""
-        seen = sorted(self._union)
+        seen = sorted(g for g in self._sums if g > 1)
         if len(seen) >= 2:
             g0, g1 = seen[-2], seen[-1]
-            ratio = np.maximum(self._union[g1], 1e-9) / np.maximum(self._union[g0], 1e-9)
+            u0, u1 = self._reads(g0)[0], self._reads(g1)[0]
+            ratio = np.maximum(u1, 1e-9) / np.maximum(u0, 1e-9)
             return np.clip(np.log(ratio) / np.log(g1 / g0), 0.0, 1.0)
         return np.full(self.n_layers, np.log2(1.0 + GROWTH))
 
     def _evictions(self, union: np.ndarray) -> np.ndarray:
         """[L] later misses a pass of `union` causes: each expert past plain's k evicts one that
         plain decoding would have kept, needed again with plain's hit probability per access
-        (none in a layer where plain decoding never misses: there the cache evicts nothing)."""
+        (none in a layer where plain decoding never misses: there the cache evicts nothing).
+        Charged only to a γ without a shadow: a shadow's passes pay their own."""
         u1, m1, _ = self._reads(1)
         hit = np.clip(1.0 - m1 / np.maximum(u1, 1e-9), 0.0, 1.0) * (m1 > 0)  # [L]
         return np.maximum(union - u1, 0.0) * hit
 
     def candidates(self, context: int, left: int) -> list[Candidate]:
         out = []
-        d_union, d_miss = self._draft if self._drafts_seen else (0.0, 0.0)
+        if self._drafts_seen or not self.draft_block_bytes:
+            d_union, d_miss = self._draft
+        else:  # the draft layer never measured: k experts per draft, all missing
+            d_union = d_miss = float(self.top_k)
         for g in range(1, min(self.max_gamma, max(left, 1)) + 1):
             union, misses, measured = self._reads(g)
-            misses = misses + self._evictions(union)
+            if not measured:
+                misses = misses + self._evictions(union)
             cost = self.cost(g, context, union, misses, d_union, d_miss)
             nbytes = float(misses @ self.block_bytes) + (g - 1) * d_miss * self.draft_block_bytes
             out.append(Candidate(g, self.expected_tokens(g), cost, nbytes, measured))
+        self._plain_s = out[0].cost_s
         return out
+
+    def slack(self, c: Candidate) -> np.ndarray:
+        """[2] the guard's room (bytes, seconds) left after a pass of candidate `c`: (1 + GUARD)
+        times plain's totals, its E(γ) tokens credited at plain's rate, less the run's spent and
+        the pass's expected. Negative: the pass would break the floor."""
+        per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
+        plain = self._plain_total + c.tokens * per_token
+        return (1.0 + GUARD) * plain - self._spent - np.array([c.bytes, c.cost_s])
+
+    def _affordable(self, c: Candidate) -> bool:
+        if c.gamma == 1:
+            return True
+        return 1 in self._sums and bool((self.slack(c) >= 0).all())
 
     def choose(self, context: int = 0, left: int = 1 << 30) -> Choice:
         """The γ of the next pass (at most `left`, the tokens still to commit)."""
         if left <= 1 or self.max_gamma == 1:
             return Choice(1, "last" if left <= 1 else "best")
         self._pos += 1
-        if self._pos < self._length:  # hold the block's γ (its first pass's record says why)
-            return Choice(min(self._current, left, self.max_gamma), "hold")
+        if self._pos < self._length:  # a block's later pass: its γ while the guard allows
+            if self._current > 1 and not self._affordable(self._held):
+                self._current = 1  # the rest of the block is plain
+                return Choice(1, "guard")
+            return Choice(min(self._current, left), "hold")
         cands = tuple(self.candidates(context, left))
         self._pos, self._blocks = 0, self._blocks + 1
-        if self._blocks == 1:
-            self._current, why = 1, "warmup"
-        else:
-            self._current, why = self._pick(cands)
-        self._length = 1 if why == "probe" else BLOCK
-        return Choice(self._current, why, cands)
+        g, why = (1, "warmup") if self._blocks == 1 else self._pick(cands)
+        self._current, self._held = g, cands[g - 1]
+        self._length = 1 if why == "explore" else BLOCK
+        room = tuple(self.slack(self._held).tolist()) if 1 in self._sums else None
+        return Choice(g, why, cands, room)
 
     def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
-        """A block's γ: the best allowed, or a neighbour worth measuring (see module doc)."""
-        plain = cands[0]
-        per_token = plain.bytes / plain.tokens
-        allowed = [c for c in cands if c.bytes / c.tokens <= per_token * (1 + 1e-9)]
+        """A block's γ: the best admissible, an exploration, or plain (module doc)."""
+        per_token = cands[0].bytes / cands[0].tokens
+        allowed = [c for c in cands if c.bytes / c.tokens <= per_token * (1 + RULE)]
         best = max(allowed, key=lambda c: (c.rate, -c.gamma))
         fastest = max(cands, key=lambda c: (c.rate, -c.gamma))
         self._since += 1
-        beside = [c for c in cands if abs(c.gamma - best.gamma) == 1]
-        fresh = [c for c in beside if not c.measured]
-        if fresh and self._since >= EXPLORE_NEW:
+        if best.gamma == 1 and self._judged[1] < LEARN:  # acceptance is learnt by drafting
+            probe = max(cands[1:], key=lambda c: (c.rate, -c.gamma), default=None)
+        elif best.gamma == 1 and self._since >= EXPLORE_EVERY:
+            probe = self._hopeful(cands, best.rate, per_token)
+        else:
+            probe = None
+        if probe is not None and self._affordable(probe):
             self._since = 0
-            return fresh[0].gamma, "probe"
-        near = [
-            c
-            for c in beside
-            if (c.gamma == 1 and self._plain is None)  # the bytes rule's reference: kept fresh
-            or (c.rate >= NEAR * best.rate and c.bytes / c.tokens <= per_token * (1 + NEAR_BYTES))
-        ]
-        if near and self._since >= EXPLORE_EVERY:
-            self._since = 0
-            self._explored += 1
-            return near[self._explored % len(near)].gamma, "explore"
+            return probe.gamma, "explore"
+        if not self._affordable(best):
+            return 1, "guard"
         return best.gamma, "best" if best is fastest else "bytes"
 
+    def _hopeful(self, cands, rate: float, per_token: float) -> Candidate | None:
+        """The γ > 1 that would be admissible and fastest, beating `rate`, were acceptance as
+        high as it plausibly is (None: no γ worth a pass to learn it)."""
+        out, top = None, rate
+        for c in cands[1:]:
+            tokens = self._hopeful_tokens(c.gamma)
+            if c.bytes / tokens <= per_token * (1 + RULE) and tokens / c.cost_s > top:
+                out, top = c, tokens / c.cost_s
+        return out
+
     def observe(self, o: Observed) -> None:
-        """Learn from a finished pass: acceptance per draft position, and the reads of its γ
-        once the block has settled (the first SETTLE passes of a new γ see the cache the last
-        γ left)."""
+        """Learn from a finished pass: acceptance per draft position, the run's and plain's
+        totals (the guard), the shadows' passes, the draft phase's reads."""
         self.passes += 1
         judged = min(o.accepted + 1, o.gamma - 1)  # drafts after a rejection are never judged
         for j in range(1, judged + 1):
             self._acc[j] = DECAY * self._acc[j] + (j <= o.accepted)
             self._judged[j] = DECAY * self._judged[j] + 1.0
-        if o.plain_misses is not None:
-            per = np.asarray(o.plain_misses, np.float64) / (o.accepted + 1)  # [L] per token
-            self._plain = (
-                per if self._plain is None else self._plain + EMA_PLAIN * (per - self._plain)
-            )
-        if self._pos < SETTLE and self._length > 1:
-            return
         u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
-        if (
-            self._length == 1
-            and o.gamma not in self._union
-            and (1 in self._union or self._plain is not None)
-        ):
-            # a probe's one pass is a noisy sample: its new experts are taken to miss at least
-            # as often as plain decoding's experts do (a lucky pass must not look cheaper)
-            u1, m1, _ = self._reads(1)
-            m = np.maximum(m, m1 + (u - u1) * np.clip(m1 / np.maximum(u1, 1e-9), 0.0, 1.0))
-        if o.gamma in self._union:
-            self._union[o.gamma] += EMA * (u - self._union[o.gamma])
-            self._misses[o.gamma] += EMA * (m - self._misses[o.gamma])
-        else:
-            self._union[o.gamma], self._misses[o.gamma] = u.copy(), m.copy()
+        drafts = max(o.gamma - 1, 1)
+        spent_s = self.cost(
+            o.gamma, o.context, u, m, o.draft_union / drafts, o.draft_misses / drafts
+        )
+        spent_b = float(m @ self.block_bytes) + o.draft_misses * self.draft_block_bytes
+        self._spent += (spent_b, spent_s)
+        tokens = o.accepted + 1
+        for sums in self._sums.values():
+            sums *= FORGET**tokens
+        if o.plain_misses is not None:
+            per = np.asarray(o.plain_misses, np.float64) / tokens  # [L] per token
+            k = np.full(self.n_layers, float(self.top_k))
+            plain_s = tokens * self.cost(1, o.context, k, per, 0.0, 0.0)
+            self._plain_total += (float(o.plain_misses @ self.block_bytes), plain_s)
+            self._add(1, k * tokens, o.plain_misses, tokens)
+        for p in o.shadow:
+            self._add(p.gamma, p.union, p.misses, 1)
         if o.gamma > 1:
             per = np.array([o.draft_union, o.draft_misses]) / (o.gamma - 1)
             if self._drafts_seen:
-                self._draft += EMA * (per - self._draft)
+                self._draft += EMA_DRAFT * (per - self._draft)
             else:
                 self._draft, self._drafts_seen = per, True
+
+    def _add(self, gamma: int, union: np.ndarray, misses: np.ndarray, passes: int) -> None:
+        row = np.concatenate([union, misses, [passes]])  # [2L + 1]
+        if gamma in self._sums:
+            self._sums[gamma] += row
+        else:
+            self._sums[gamma] = row.astype(np.float64)

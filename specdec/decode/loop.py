@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from specdec.cache.adaptive import shadow_plain
+from specdec.cache.shadows import ShadowReport, Shadows
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile, get_profile
 from specdec.decode.drafters import Drafter
@@ -136,12 +136,15 @@ class Decode:
                 profile, gamma, context, layers, union, misses, slot, d_union, d_misses
             )
 
-        s = self.sm.streamer  # the shadow: plain decoding's cache, for the bytes rule
-        self.shadow = build_cache(
-            self.sm.policy, s.cache.n_slots, self.sm.policy_options, s.key_stride
-        )
-        self.shadow.preload()
-        return GammaChooser(cost, len(layers), self.sm.top_k, slot, slot)
+        s = self.sm.streamer  # the shadows: plain's and each γ's cache (specdec.cache.shadows)
+        self.shadows = Shadows(
+            lambda: build_cache(self.sm.policy, s.cache.n_slots, self.sm.policy_options,
+                                s.key_stride),
+            range(2, min(MAX_GAMMA, s.cache.max_step // self.sm.top_k) + 1),  # passes that fit
+            self.cfg.seed,
+        )  # fmt: skip
+        draft_slot = slot if self.clock.mtp_layer is not None else 0.0  # MTP's layer reads
+        return GammaChooser(cost, len(layers), self.sm.top_k, slot, draft_slot)
 
     @property
     def generated(self) -> list[int]:
@@ -163,7 +166,7 @@ class Decode:
             yield from self._greedy_passes(y)
             return
         if self.chooser:  # plain decoding would start from the cache the prefill left
-            self.shadow.preload(streamer.cache.resident_keys())
+            self.shadows.preload(streamer.cache.resident_keys())
         self.tap = RoutingRecorder() if self.chooser else None  # auto's: shadow_plain's input
         watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
         with watch:
@@ -211,29 +214,30 @@ class Decode:
             )
             if choice:
                 rec.gamma_choice = choice.record()
-                plain = self._shadow_plain(self.tap.calls, len(tokens))
-                self.chooser.observe(self._observed(rec, plain))
+                seen = self.shadows.feed(
+                    self._committed_keys(self.tap.calls, len(tokens)), self.chooser.alphas()
+                )
+                self.chooser.observe(self._observed(rec, seen, start[3]))
             yield rec
             n_pass += 1
 
-    def _shadow_plain(self, calls: list, committed: int) -> np.ndarray:
-        """[L] misses plain decoding would have had on the committed tokens (auto's reference):
-        their verify routing, one position per forward, through the shadow cache."""
+    def _committed_keys(self, calls: list, committed: int) -> np.ndarray:
+        """[committed, L, k] cache keys of the committed tokens' verify routing (the shadows'
+        input)."""
         rows: dict[int, list[np.ndarray]] = {}
         for layer, idx, phase in calls:
             if phase == "verify":
                 rows.setdefault(layer, []).append(idx.reshape(-1, idx.shape[-1]))
         stride = self.sm.streamer.key_stride
-        keys = np.stack(
+        return np.stack(
             [
                 np.concatenate(rows[lid])[:committed] + lid * stride
                 for lid in self.sm.main_moe_layers
             ],
             axis=1,
         )  # [committed, L, k]
-        return shadow_plain(self.shadow, keys)
 
-    def _observed(self, rec: PassRecord, plain_misses: np.ndarray) -> Observed:
+    def _observed(self, rec: PassRecord, seen: ShadowReport, context: int) -> Observed:
         """What the chooser learns from a pass, per main MoE layer in order."""
         layers = [str(lid) for lid in self.sm.main_moe_layers]
         return Observed(
@@ -243,7 +247,9 @@ class Decode:
             misses=np.array([rec.misses.get(lid, 0) for lid in layers], np.float64),  # [L]
             draft_union=float(sum(rec.draft_union.values())),
             draft_misses=float(rec.draft_misses),
-            plain_misses=plain_misses,
+            plain_misses=seen.plain_misses,
+            shadow=seen.passes,
+            context=context,
         )
 
     def _greedy_passes(self, y: int) -> Iterator[PassRecord]:
