@@ -1,8 +1,9 @@
 """`--gamma auto` against plain decoding and every fixed γ: replay grids and runtime spot checks.
 
-    python benchmarks/bench_gamma_auto.py replay --trace minimax --positions 1000 --jobs 2
+    python benchmarks/bench_gamma_auto.py replay --trace minimax --positions 2000 --jobs 2
     python benchmarks/bench_gamma_auto.py replay --trace tiny --positions 4000 --jobs 2
     python benchmarks/bench_gamma_auto.py runtime            # bundled model, every drafter
+    python benchmarks/bench_gamma_auto.py host               # auto's bookkeeping, µs per token
 
 replay: the trace (`minimax`: the calibrated MiniMax-M2.5 trace, `specdec trace synth --like
 minimax-m2.5 --positions N --seed 0`, made in a temporary directory; `tiny`: the bundled model's
@@ -12,19 +13,29 @@ compute none (oracle, lookup) and main (self-draft: γ − 1 main forwards over 
 fixed γ 1, 2, 3, 4, 8 and auto; modeled on the m4-24gb profile. A fixed γ whose pass cannot fit
 the cache is skipped (recorded as such). Writes benchmarks/results/gamma_auto_<trace>.json.
 
-runtime: `specdec generate`'s library path on the bundled tiny model, 128 tokens, drafters
-oracle:0.3, oracle:0.9, self, mtp, lookup, budgets 10%, 25% and 50%, γ 1, 2, 4 and auto, modeled on
-m4-24gb; writes benchmarks/results/gamma_auto_runtime.json. The table:
+runtime: `specdec generate`'s library path on the bundled tiny model, 256 tokens (long enough
+that auto's guard is not paid from the cold start alone), drafters oracle:0.3, oracle:0.9, self,
+mtp, lookup, budgets 5%, 10%, 25% and 50%, γ 1, 2, 4 and auto, modeled on m4-24gb; writes
+benchmarks/results/gamma_auto_runtime.json. The table:
 `python -m analysis.gamma_auto`.
+
+host: the host time auto's bookkeeping takes (GammaChooser.choose and .observe, Shadows.feed:
+the candidates' costs, the guard, plain's shadow and one lane per γ), in µs per committed token,
+timed around those calls (wrapped for this run only): the bundled model at runtime (25%,
+oracle:0.9, 256 tokens) and the MiniMax trace in replay (2000 positions, 25%, α 0.9), beside
+the whole run's host time per token. Plain and fixed-γ runs never make these calls. Writes
+benchmarks/results/gamma_auto_host.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -120,7 +131,7 @@ def runtime(args) -> int:
 
     profile = get_profile(PROFILE)
     rows = []
-    for budget in ("10%", "25%", "50%"):
+    for budget in ("5%", "10%", "25%", "50%"):
         for drafter in ("oracle:0.3", "oracle:0.9", "self", "mtp", "lookup"):
             sm = load("tiny", budget=budget, with_mtp=drafter == "mtp")
             prompt = sm.encode(args.prompt)
@@ -145,6 +156,80 @@ def runtime(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def timed(spent: dict[str, float]):
+    """Time auto's bookkeeping calls into `spent` (seconds by call) while inside."""
+    from specdec.cache.shadows import Shadows
+    from specdec.decode.gamma import GammaChooser
+
+    calls = [(GammaChooser, "choose"), (GammaChooser, "observe"), (Shadows, "feed")]
+    saved = [getattr(cls, name) for cls, name in calls]
+
+    def wrap(fn, key):
+        def run(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+
+        return run
+
+    for (cls, name), fn in zip(calls, saved, strict=True):
+        setattr(cls, name, wrap(fn, f"{cls.__name__}.{name}"))
+    try:
+        yield
+    finally:
+        for (cls, name), fn in zip(calls, saved, strict=True):
+            setattr(cls, name, fn)
+
+
+def host(args) -> int:
+    from specdec.cache.adaptive import replay_passes, trace_clock
+    from specdec.clock.check import MINIMAX_M25
+    from specdec.clock.profiles import get_profile
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.model.loader import load
+    from specdec.trace.format import load_trace
+
+    profile = get_profile(PROFILE)
+    rows = []
+    sm = load("tiny", budget="25%")
+    prompt = sm.encode("def fibonacci(n):")
+    spent: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with timed(spent):
+        res = generate(sm, prompt, "oracle:0.9", DecodeConfig(gamma="auto", max_tokens=256),
+                       (profile,), stop_at_eos=False)  # fmt: skip
+    wall, n = time.perf_counter() - t0, len(res.tokens)
+    sm.close()
+    rows.append({"run": "runtime tiny 25% oracle:0.9", "tokens": n, "wall_us_per_token": 1e6 * wall / n}
+                | {f"{k}_us_per_token": 1e6 * v / n for k, v in spent.items()})  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="gamma-auto-") as tmp:
+        cmd = ["synth", f"{tmp}/t", "--like", "minimax-m2.5", "--positions", "2000", "--seed", "0"]
+        subprocess.run([sys.executable, "-m", "specdec", "trace", *cmd], check=True)
+        trace = load_trace(f"{tmp}/t")
+    clock = trace_clock(MINIMAX_M25, trace)
+    slots = round(0.25 * trace.n_layers * trace.n_experts)
+    for gamma in (1, "auto"):
+        spent = {}
+        t0 = time.perf_counter()
+        with timed(spent):
+            r = replay_passes(trace, "lru", slots, gamma, 0.9, clock, profile)
+        wall = time.perf_counter() - t0
+        rows.append({"run": f"replay minimax 25% α 0.9 γ {gamma}", "tokens": r.committed,
+                     "wall_us_per_token": 1e6 * wall / r.committed}
+                    | {f"{k}_us_per_token": 1e6 * v / r.committed for k, v in spent.items()})  # fmt: skip
+    for row in rows:
+        print(json.dumps(row))
+    out = RESULTS / "gamma_auto_host.json"
+    meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
+    write_result(out, {"meta": meta, "rows": rows})
+    print(f"wrote {out}")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -154,10 +239,11 @@ def main() -> int:
     r.add_argument("--jobs", type=int, default=2)
     r.add_argument("--trace-dir", type=Path, help="use this trace instead of making one")
     t = sub.add_parser("runtime")
-    t.add_argument("--tokens", type=int, default=128)
+    t.add_argument("--tokens", type=int, default=256)
     t.add_argument("--prompt", default="def fibonacci(n):")
+    sub.add_parser("host")
     args = p.parse_args()
-    return replay(args) if args.what == "replay" else runtime(args)
+    return {"replay": replay, "runtime": runtime, "host": host}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -16,15 +16,16 @@ The rule (docs/gamma-auto.md prints this text beside the measured check): for ea
   POOL drafts at the rate pooled over all positions; forgetting factor DECAY per judged draft,
   so it follows the text);
 - expected reads per MoE layer, from counterfactual caches (specdec.cache.shadows): one of the
-  run's policy and size per candidate γ, fed the committed tokens' routing in passes of γ
-  positions, acceptance drawn from the live α (the positions past it routed as the next
-  committed tokens: a proxy for rejected drafts, optimistic for wide γ at low α), and one fed
-  them one position per forward (plain decoding, the reference). A γ's union and misses per
-  pass are the recent passes of its shadow (exponential average, weight EMA): measured on the
-  cache that γ keeps, not on the one the run's other γ left. Before a shadow has a pass, γ is
-  extrapolated from the widest one measured below it (U(γ) ∝ γ^b, b from the two widest
-  measured, else the prior U(2) = (1 + GROWTH)·k), every new expert a miss, plus the misses it
-  causes later (each expert past plain's k evicts one plain would have kept);
+  run's policy and size per candidate γ that fits a cache step, fed the committed tokens'
+  routing in passes of γ positions, acceptance drawn from the live α, the positions past it
+  routed as replay models rejected drafts (each of the previous position's experts kept with
+  the text's measured next-token overlap, the rest a recent committed token's); and one fed them one position per forward (plain decoding, the reference). A γ's union and misses
+  per pass are its shadow's, summed with weight FORGET per committed token (the same window
+  for every γ and for plain, cold start included): measured on the cache that γ keeps, not on
+  the one the run's other γ left. Before a shadow has a pass, γ is extrapolated from the widest
+  one measured below it (U(γ) ∝ γ^b, b from the two widest measured, else the prior
+  U(2) = (1 + GROWTH)·k), every new expert a miss, plus the misses it causes later (each
+  expert past plain's k evicts one plain would have kept);
 - the draft phase's reads (MTP's layer) per draft as the run's recent passes had them; before
   any, k experts per draft, all missing;
 - expected cost: modeled seconds of that pass (`cost(γ, context, union, misses, draft_union,
@@ -39,15 +40,18 @@ runs only while actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ) tok
 rate), and the same for seconds; else γ = 1 ("guard"). GUARD < the 1.03 target, RULE < GUARD:
 the run stays within (1 + GUARD) of plain up to one pass and the misses it leaves behind.
 
-A chosen γ is held for a block of BLOCK passes (guard checked every pass). The first block is
-plain (warm-up). Acceptance is learnt only from passes that draft: while fewer than LEARN drafts
-have been judged, and then every EXPLORE_EVERY blocks, one pass of the fastest γ > 1 that was
-not chosen runs ("explore"), paid from the guard's slack only (no slack: no exploration).
+A chosen γ is held for a block of BLOCK passes (the guard checked every pass). The first block
+is plain (warm-up). Acceptance is learnt only from passes that draft, so while plain is chosen
+one pass ("explore") runs: each block until LEARN first drafts have been judged (the fastest
+γ > 1), then every EXPLORE_EVERY blocks only a γ that would be admissible and faster than plain
+were acceptance Z standard errors above its estimate. Exploration is paid from the guard's
+slack only: no slack, no exploration.
 
 Not used: the drafter's own routing of its drafts (the self-draft's routers, MTP's layer). γ is
 chosen before drafting, and those choices exist only once the drafts have run, which is the
 cost being decided; MTP's covers its own layer only. The shadows measure every drafter's
-verify reads alike. Replay (specdec.cache.adaptive) and the decode loop share this class.
+verify reads alike (the draft phase's, MTP's, come from the run's own passes). Replay
+(specdec.cache.adaptive) and the decode loop share this class.
 Tests: `pytest tests/test_gamma_auto.py`.
 """
 
