@@ -216,6 +216,35 @@ def test_auto_replay_commits_every_position_and_records_each_pass(trace):
     assert {c["why"] for c in r.choices} >= {"warmup", "hold"}
 
 
+@pytest.fixture(scope="module")
+def long_trace():
+    return synthetic_trace(600, n_layers=4, n_experts=32, top_k=4, expert_bytes=[10, 10, 30, 20])
+
+
+@pytest.mark.parametrize(("slots", "alpha"), [(16, 0.3), (16, 0.9)])
+def test_auto_replay_never_reads_more_than_plain_where_drafting_costs_bytes(
+    long_trace, slots, alpha
+):
+    # a cache of 4 experts a layer: every fixed γ > 1 reads 1.3-2.8x plain's bytes per token
+    clock, m4 = trace_clock(TINY, long_trace), get_profile("m4-24gb")
+    plain = replay_passes(long_trace, "lru", slots, 1, alpha, clock, m4)
+    for g in (2, 4):
+        fixed = replay_passes(long_trace, "lru", slots, g, alpha, clock, m4)
+        assert fixed.bytes_per_token > 1.2 * plain.bytes_per_token
+    auto = replay_passes(long_trace, "lru", slots, AUTO, alpha, clock, m4)
+    assert auto.bytes_per_token <= 1.03 * plain.bytes_per_token
+    assert auto.tokens_per_s >= plain.tokens_per_s / 1.03
+
+
+def test_auto_replay_drafts_where_drafting_pays(long_trace):
+    clock, m4 = trace_clock(TINY, long_trace), get_profile("m4-24gb")
+    plain = replay_passes(long_trace, "lru", 64, 1, 0.95, clock, m4)
+    auto = replay_passes(long_trace, "lru", 64, AUTO, 0.95, clock, m4)
+    assert auto.tokens_per_s > 1.3 * plain.tokens_per_s
+    assert auto.bytes_per_token <= 1.03 * plain.bytes_per_token
+    assert sum(auto.gamma_hist[2:]) > 0 and auto.passes < 0.8 * auto.committed
+
+
 def test_fixed_gamma_wider_than_the_cache_is_refused(trace):
     clock = trace_clock(TINY, trace)
     with pytest.raises(BudgetError, match="raise the budget or lower gamma"):

@@ -328,6 +328,28 @@ class ExpertCache:
         )
 
 
+def position_chunks(flat_idx: np.ndarray, width: int) -> list[np.ndarray]:
+    """Consecutive groups of positions of `flat_idx` [N, k] whose union holds <= width experts."""
+    k = flat_idx.shape[-1]
+    if k > width:
+        raise BudgetError(
+            f"a cache step holds at most {width} experts but one position selects {k}: "
+            "raise the budget (or the static policy's scratch)"
+        )
+    chunks, start = [], 0
+    while start < len(flat_idx):
+        seen: set[int] = set()
+        end = start
+        while end < len(flat_idx):
+            grown = seen.union(flat_idx[end].tolist())
+            if len(grown) > width:
+                break
+            seen, end = grown, end + 1
+        chunks.append(flat_idx[start:end])
+        start = end
+    return chunks
+
+
 def pass_verdict(
     routing: list[tuple[int, np.ndarray]], accepted: int
 ) -> tuple[list[int], list[int]]:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.expert_cache import ExpertCache, position_chunks
 
 HISTORY = 256  # committed positions a lane's rejected drafts draw their routing from
 
@@ -78,12 +78,18 @@ def pass_keys(keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def access_pass(cache: ExpertCache, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One forward over positions `keys` [n, L, k]: a step per layer over its union, then
-    tick(n). Returns ([L] union, [L] misses)."""
+    """One forward over positions `keys` [n, L, k]: a step per layer over its union (or, where
+    the union exceeds a cache step, one per group of positions that fits, as the streamer
+    splits it), then tick(n). Returns ([L] union summed over steps, [L] misses)."""
     union, misses = np.zeros(keys.shape[1]), np.zeros(keys.shape[1])
     for li, (ks, counts) in enumerate(pass_keys(keys)):
-        union[li] = len(ks)
-        misses[li] = len(cache.access(ks.tolist(), counts.tolist()))
+        if len(ks) <= cache.max_step:
+            steps = [(ks, counts)]
+        else:
+            steps = [pass_keys(c[:, None])[0] for c in position_chunks(keys[:, li], cache.max_step)]
+        for part, n in steps:
+            union[li] += len(part)
+            misses[li] += len(cache.access(part.tolist(), n.tolist()))
     cache.tick(len(keys))
     return union, misses
 

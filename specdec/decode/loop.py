@@ -140,7 +140,7 @@ class Decode:
         self.shadows = Shadows(
             lambda: build_cache(self.sm.policy, s.cache.n_slots, self.sm.policy_options,
                                 s.key_stride),
-            range(2, min(MAX_GAMMA, s.cache.max_step // self.sm.top_k) + 1),  # passes that fit
+            range(2, MAX_GAMMA + 1),
             self.cfg.seed,
         )  # fmt: skip
         draft_slot = slot if self.clock.mtp_layer is not None else 0.0  # MTP's layer reads
