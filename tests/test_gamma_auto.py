@@ -19,11 +19,11 @@ import pytest
 
 from specdec.cache.adaptive import replay_passes, trace_clock
 from specdec.cache.cli import add_arguments, run
-from specdec.cache.replay import replay_trace
-from specdec.clock.profiles import get_profile
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
+from specdec.cache.replay import replay_trace
 from specdec.cache.shadows import ShadowPass, Shadows
+from specdec.clock.profiles import get_profile
 from specdec.decode.gamma import AUTO, BLOCK, GUARD, GammaChooser, Observed, parse_gamma
 from specdec.errors import BudgetError, SpecdecError
 from specdec.trace.format import save_trace

@@ -16,6 +16,8 @@ union (counts = positions selecting each expert), then tick(γ). A fixed γ give
 device clock (`PassClock.modeled`: the verify forward with its own unions and misses, plus the
 draft phase the drafter's `draft_compute` implies; replay has no draft-phase reads).
 
+`auto`'s counterfactual caches (specdec.cache.shadows: plain's and one per candidate γ) are fed
+each pass's committed positions, and reset at each prompt as the run's cache is.
 `specdec simulate --gamma auto` rows come from `auto_rows` here.
 
 A pass's union must fit the cache (as in replay.py, BudgetError otherwise); `auto` considers only

@@ -143,7 +143,8 @@ class Decode:
             range(2, MAX_GAMMA + 1),
             self.cfg.seed,
         )  # fmt: skip
-        draft_slot = slot if self.clock.mtp_layer is not None else 0.0  # MTP's layer reads
+        mtp = self.clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
+        draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
         return GammaChooser(cost, len(layers), self.sm.top_k, slot, draft_slot)
 
     @property
