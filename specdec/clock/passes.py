@@ -103,9 +103,12 @@ class PassClock:
         verify_steps: Sequence,
         measured_compute_s: float,
         refeed: tuple[int, Sequence] = (0, ()),
+        draft_forwards: int | None = None,
     ) -> ModeledTime:
         """Modeled seconds of one pass on `profile`, by part; `refeed`: (positions, steps) of the
-        forward that re-feeds the accepted prefix after a rollback (decode/rollback.py)."""
+        forward that re-feeds the accepted prefix after a rollback (decode/rollback.py);
+        `draft_forwards`: draft forwards run when not one per kept draft (a draft stop,
+        decode/draft_stop.py, runs up to two it drops)."""
         refed, refeed_steps = refeed
         if profile.compute == "measured":
             return measured_time(
@@ -114,7 +117,8 @@ class PassClock:
                 read_steps([*draft_steps, *verify_steps, *refeed_steps]),
             )
         total = ModeledTime()
-        forwards = self.draft_forwards(drafted, context, tuple(draft_steps))
+        ran = drafted if draft_forwards is None else draft_forwards
+        forwards = self.draft_forwards(ran, context, tuple(draft_steps))
         # the verify pass runs the drafts plus the last committed token: the last pass of a
         # generation may draft fewer than γ - 1, so γ is taken from what was drafted
         unions = layer_unions(verify_steps)

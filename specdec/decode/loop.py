@@ -32,6 +32,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from specdec.cache.shadows import ShadowReport, Shadows
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile, get_profile
+from specdec.decode.draft_stop import DraftStops, StopMode
 from specdec.decode.drafters import Drafter
 from specdec.decode.gamma import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
 from specdec.decode.records import PassRecord
@@ -53,6 +54,9 @@ class DecodeConfig:
     max_tokens: int = 64
     temp: float = 0.0
     seed: int = 0
+    # a drafter that routes its drafts (self): "stop" ends a draft early by that routing under
+    # auto, "record" records its predicted reads (any γ) and never stops, "off" neither
+    draft_stop: StopMode = "stop"
 
 
 def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
@@ -123,6 +127,8 @@ class Decode:
         self.prefill_s = 0.0
         self.clock = PassClock.for_decode(sm, drafter) if profiles or auto else None
         self.chooser = self._chooser() if auto else None
+        routes = drafter.routes_drafts
+        self.stops = DraftStops.build(sm, self.chooser, cfg.draft_stop) if routes else None
 
     def _chooser(self) -> GammaChooser:
         """`--gamma auto`: costs passes on the first roofline profile given, else AUTO_PROFILE."""
@@ -168,7 +174,8 @@ class Decode:
             return
         if self.chooser:  # plain decoding would start from the cache the prefill left
             self.shadows.preload(streamer.cache.resident_keys())
-        self.tap = RoutingRecorder() if self.chooser else None  # auto's: shadow_plain's input
+        # auto's shadows and the draft stop read the pass's routing here
+        self.tap = RoutingRecorder() if self.chooser or self.stops else None
         watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
         with watch:
             yield from self._spec_passes(y)
@@ -184,8 +191,14 @@ class Decode:
             left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
             choice = self.chooser.choose(len(st.tokens) - 1, left) if self.chooser else None
             gamma = choice.gamma if choice else self.gamma
+            n = min(gamma, left) - 1
+            stop = (
+                self.stops.begin(choice, gamma, len(st.tokens) - 1, self.tap.calls)
+                if (self.stops and n > 0)
+                else None
+            )
             with streamer.serving(DRAFT):
-                drafts, q = drafter.propose(st, min(gamma, left) - 1)
+                drafts, q = drafter.propose(st, n, stop) if stop else drafter.propose(st, n)
             draft_steps = streamer.drain()
             mark = CacheMark.before(st.cache)  # None unless a layer's state cannot be trimmed
             with streamer.serving(VERIFY):
@@ -212,7 +225,10 @@ class Decode:
                 start,
                 (refed, refeed_steps),
                 gamma,
+                stop.steps if stop else len(drafts),
             )
+            if stop:
+                rec.draft_routing = stop.record(self.tap.calls, len(drafts) + 1)
             if choice:
                 rec.gamma_choice = choice.record()
                 seen = self.shadows.feed(
@@ -301,10 +317,12 @@ class Decode:
         start,
         refeed=(0, []),
         gamma=1,
+        draft_forwards=None,
     ):
         """The pass's record; `start`: `_clocks()` when the pass began; `refeed`: positions fed
         again after a rollback (rollback.py) and their steps; `gamma` as configured (auto: as
-        chosen; the last pass may draft fewer). Every pass ends here, once its
+        chosen; the last pass may draft fewer); `draft_forwards`: forwards the draft ran (a
+        draft stop runs more than it keeps; None: one per draft). Every pass ends here, once its
         verdict is known: the cache hears it first (speculation-aware options)."""
         self.sm.streamer.cache.verdict(accepted)
         stats = self.sm.streamer.reader.stats
@@ -315,6 +333,7 @@ class Decode:
             p.name: self.clock.modeled(
                 p,
                 drafted=len(drafts),
+                draft_forwards=draft_forwards,
                 context=context,
                 draft_steps=draft_steps,
                 verify_steps=verify_steps,

@@ -72,6 +72,9 @@ class PassRecord:
     # --gamma auto: the γ chosen and why, with every candidate's expected tokens, modeled
     # seconds and bytes (specdec.decode.gamma.Choice.record); {} for a fixed γ
     gamma_choice: dict = field(default_factory=dict)
+    # a drafter that routes its drafts (self; decode/draft_stop.py): the reads its routing
+    # predicted beside what verify selected, and why drafting ended; {} otherwise
+    draft_routing: dict = field(default_factory=dict)
 
     @classmethod
     def build(

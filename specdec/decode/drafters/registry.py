@@ -59,6 +59,9 @@ class Drafter:
     # model over resident experts), "model" (its own model: `model_config()`), "mtp" (the MTP
     # layer) or "none"
     draft_compute = "none"
+    # its draft forwards route verify's positions, and `propose(st, n, stop)` takes a
+    # decode.draft_stop.DraftStop to end a draft early (`self`)
+    routes_drafts = False
 
     @classmethod
     def build(cls, options, ctx: DraftContext) -> Drafter:
