@@ -47,11 +47,15 @@ one pass ("explore") runs: each block until LEARN first drafts have been judged 
 were acceptance Z standard errors above its estimate. Exploration is paid from the guard's
 slack only: no slack, no exploration.
 
-Not used: the drafter's own routing of its drafts (the self-draft's routers, MTP's layer). γ is
-chosen before drafting, and those choices exist only once the drafts have run, which is the
-cost being decided; MTP's covers its own layer only. The shadows measure every drafter's
-verify reads alike (the draft phase's, MTP's, come from the run's own passes). Replay
-(specdec.cache.adaptive) and the decode loop share this class.
+The drafter's own routing, per drafter: γ is chosen here, before drafting, for every drafter
+alike: the shadows price its verify reads on the recent text's routing (the draft phase's,
+MTP's, come from the run's own passes). The self-draft's routers then route verify's very
+positions (the first MoE layer exactly, deeper ones closely): under auto its draft runs one
+position at a time up to this γ and stops early where the predicted misses of one more position
+lower tokens per modeled second or push bytes per token past plain's (specdec.decode.draft_stop,
+the decode loop only). MTP's routing covers its own draft layer, none of verify's, so nothing
+of it is predicted from. The rest (oracle, lookup, a draft model) route nothing of the target's.
+Replay (specdec.cache.adaptive) and the decode loop share this class.
 Tests: `pytest tests/test_gamma_auto.py`.
 """
 
