@@ -16,7 +16,9 @@ import dataclasses
 
 import pytest
 
+from specdec.clock.passes import PassClock
 from specdec.clock.profiles import get_profile
+from specdec.clock.roofline import forward_time
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.gamma import Choice
 from specdec.decode.loop import Decode, DecodeConfig
@@ -111,3 +113,16 @@ def test_the_draft_predicts_verify_exactly_at_the_first_moe_layer(tiny):
             assert n <= r.misses[lid]
         predicted_reads += d["predicted_misses"][first]
     assert (predicted_reads > 0) == (budget == "10%"), "10% must miss, 100% must not"
+
+
+def test_the_forwards_a_stop_drops_are_charged_to_the_pass(tiny):
+    """A stop after draft step i keeps i−1 drafts of i+1 forwards: the clock charges all."""
+    _, sm, _, _ = tiny
+    clock = PassClock.for_decode(sm, DrafterSpec.parse("self").build(sm))
+    p = get_profile("m4-24gb")
+    kw = dict(drafted=1, context=20, draft_steps=[], verify_steps=[], measured_compute_s=0.0)
+    kept = clock.modeled(p, **kw).total_s
+    ran = clock.modeled(p, **kw, draft_forwards=3).total_s
+    shape, fwd = clock.draft_forwards(1, 20, ())[0]
+    assert ran == pytest.approx(kept + 2 * forward_time(p, shape, fwd).total_s)
+    assert ran > kept
