@@ -1,10 +1,12 @@
 """The self-draft's routing as a prediction of verify's reads, and auto with and without the stop.
 
-    nice python benchmarks/bench_draft_stop.py                     # 256 tokens, budgets 10/25/50%
-    nice python benchmarks/bench_draft_stop.py --tokens 128 --budgets 10%
+    nice python benchmarks/bench_draft_stop.py          # 256 tokens, 5/10/25/50%, m4 and m5
+    nice python benchmarks/bench_draft_stop.py --tokens 128 --budgets 10% --profiles m4-24gb
 
 `specdec generate`'s library path (specdec.decode.run.generate) on the bundled tiny model, the
-self drafter, LRU, modeled on m4-24gb (the chooser's cost too). Per budget, one after another
+self drafter, LRU, modeled on each profile in turn (m4-24gb, where the bundled model's router
+syncs make every self-draft forward cost a token's time, and m5-24gb, whose runtime syncs 30x
+faster and where auto drafts at 5%), the chooser costing on it too. Per budget, one after another
 on the same loaded model (cache reset before each run): plain greedy (the reference), then
 `--gamma auto` without the draft stop (mode "record": predictions recorded, drafts never cut),
 auto with it (mode "stop"), and fixed γ = 2 and γ = 4 in mode "record" (the prediction under
@@ -15,7 +17,9 @@ routing predicted for the positions it routed, beside what verify's routing sele
 same positions against the same resident set; precision = predicted misses that were misses /
 predicted misses, recall = the same / actual misses; "read" is what verify read over all its
 positions (the last one is not predicted: the draft does not route it). The first MoE layer
-("first") is reported apart from the deeper ones ("deeper"). Every number here is modeled or
+("first") is reported apart from the deeper ones ("deeper"). "free": of the drafted positions
+routed (1..steps−1), the share whose experts were all predicted resident or already in the
+pass's union (no predicted miss added): where a drafted position costs no read. Every number here is modeled or
 counted, none timed, so the order of the runs flatters none. Writes
 benchmarks/results/draft_stop.json.
 """
@@ -34,7 +38,6 @@ sys.path.insert(0, str(ROOT))
 from specdec.host.machine import machine_info, write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-PROFILE = "m4-24gb"
 RUNS = (("plain", "1", "off"), ("auto", "auto", "record"), ("auto+stop", "auto", "stop"))
 RUNS += (("fixed2", "2", "record"), ("fixed4", "4", "record"))
 
@@ -70,10 +73,20 @@ def accuracy(records, first: str) -> dict:
     return out
 
 
+def free_positions(records) -> float | None:
+    """Share of routed drafted positions that add no predicted miss to their pass."""
+    added = []
+    for r in records:
+        m = r.draft_routing.get("misses_by_gamma", [])  # [steps] predicted misses of γ = 1..
+        added += [b - a for a, b in zip(m[:-1], m[1:], strict=True)]
+    return sum(1 for n in added if n == 0) / len(added) if added else None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tokens", type=int, default=256)
-    p.add_argument("--budgets", default="10%,25%,50%")
+    p.add_argument("--budgets", default="5%,10%,25%,50%")
+    p.add_argument("--profiles", default="m4-24gb,m5-24gb")
     p.add_argument("--prompt", default="def fibonacci(n):")
     args = p.parse_args()
 
@@ -83,13 +96,13 @@ def main() -> int:
     from specdec.decode.run import generate
     from specdec.model.loader import load
 
-    profile = get_profile(PROFILE)
     rows = []
-    for budget in args.budgets.split(","):
+    for name, budget in ((n, b) for n in args.profiles.split(",") for b in args.budgets.split(",")):
+        profile = get_profile(name)
         sm = load("tiny", budget=budget)
         prompt = sm.encode(args.prompt)
         first = str(sm.main_moe_layers[0])
-        plain = None
+        plain = None  # the first run's result
         for label, gamma, mode in RUNS:
             sm.reset_cache()
             cfg = DecodeConfig(gamma=parse_gamma(gamma), max_tokens=args.tokens, draft_stop=mode)
@@ -99,19 +112,20 @@ def main() -> int:
             s = res.summary
             drafted = [r for r in res.records if r.draft_routing]
             row = {
-                "budget": budget, "run": label, "gamma": gamma, "draft_stop": mode,
+                "profile": name, "budget": budget, "run": label, "gamma": gamma, "draft_stop": mode,
                 "slots": sm.streamer.cache.n_slots,
                 "bytes_per_token": s["bytes_per_token"],
-                "tokens_per_s": s[f"modeled_tokens_per_s/{PROFILE}"],
+                "tokens_per_s": s[f"modeled_tokens_per_s/{name}"],
                 "vs_plain_bytes": s["bytes_per_token"] / plain.summary["bytes_per_token"],
-                "vs_plain_time": plain.summary[f"modeled_tokens_per_s/{PROFILE}"]
-                / s[f"modeled_tokens_per_s/{PROFILE}"],
+                "vs_plain_time": plain.summary[f"modeled_tokens_per_s/{name}"]
+                / s[f"modeled_tokens_per_s/{name}"],
                 "same_tokens": res.tokens == plain.tokens,
                 "acceptance": s.get("acceptance"),
                 "gamma_hist": s.get("gamma_chosen_hist"),
                 "passes": len(res.records),
                 "passes_drafted": len(drafted),
                 "why": dict(collections.Counter(r.draft_routing["why"] for r in drafted)),
+                "free": free_positions(drafted),
                 "accuracy": accuracy(res.records, first) if drafted else None,
             }  # fmt: skip
             rows.append(row)
@@ -125,7 +139,7 @@ def main() -> int:
         sm.close()
     out = RESULTS / "draft_stop.json"
     meta = {
-        "profile": PROFILE,
+        "profiles": args.profiles.split(","),
         "policy": "lru",
         "model": "tiny",
         "drafter": "self",

@@ -30,8 +30,10 @@ Records: `PassRecord.draft_routing` holds, per pass with drafts, the γ chosen a
 drafting ended, the forwards run, and per MoE layer the union and misses the draft's routing
 predicted for the first `positions` positions beside what verify's routing then selected on the
 same positions against the same resident set (`hit_misses`: the predicted misses that were
-misses). Mode "record" fills the records and never stops (any γ: the benchmark's fixed γ = 4 and
-its auto without the stop); "stop" stops under `--gamma auto` only; "off" does neither.
+misses), and the predicted misses summed over layers for each γ the draft routed
+(`misses_by_gamma`: what each further position would have added). Mode "record" fills the
+records and never stops (any γ: the benchmark's fixed γ and its auto without the stop);
+"stop" stops under `--gamma auto` only; "off" does neither.
 Bench: benchmarks/bench_draft_stop.py. Tests: `pytest tests/test_draft_stop.py`.
 """
 
@@ -167,6 +169,8 @@ class DraftStop:
             "actual_union": per_layer(actual.sum(1)),
             "actual_misses": per_layer(actual_miss.sum(1)),
             "hit_misses": per_layer((predicted_miss & actual_miss).sum(1)),
+            # all layers' predicted misses of verifying positions 0..γ−1, γ = 1..steps
+            "misses_by_gamma": [int(self._reads(g)[1].sum()) for g in range(1, self.steps + 1)],
         }
 
 
