@@ -22,6 +22,7 @@ from specdec.clock.roofline import forward_time
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.gamma import Choice
 from specdec.decode.loop import Decode, DecodeConfig
+from specdec.decode.records import summarize
 from specdec.decode.run import plain_greedy
 from specdec.model.loader import load
 
@@ -64,6 +65,7 @@ def test_the_stop_triggers_where_drafted_experts_miss(tiny):
     assert tokens == plain, "greedy auto with the draft stop must equal plain greedy"
     why = collections.Counter(r.draft_routing["why"] for r in recs if r.draft_routing)
     assert why["rate"] > 0, f"at 10% over a slow disk some draft must stop early: {why}"
+    assert summarize(recs)["draft_ends"] == dict(sorted(why.items()))
     for r in recs:
         d = r.draft_routing
         if d and d["why"] != "cap":

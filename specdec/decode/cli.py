@@ -14,7 +14,9 @@ cache_counters (prefill included), ...}} where tokens_per_s is decode speed (pre
 With --gamma auto, stats also hold gamma "auto" and gamma_chosen_hist (passes per γ), and each
 --records line its gamma_choice (γ, why, and at a block's first pass every candidate's expected
 tokens, modeled seconds and bytes; auto costs passes on the first roofline --profile, else
-m4-24gb).
+m4-24gb). With the self drafter, auto drafts one position at a time and may stop short of its γ
+(specdec/decode/draft_stop.py): stats hold draft_ends (passes per reason a draft ended: cap,
+rate, bytes) and each --records line its draft_routing (predicted beside actual reads).
 """
 
 from __future__ import annotations

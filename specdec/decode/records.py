@@ -204,6 +204,9 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
     if any(r.gamma_choice for r in records):  # --gamma auto: how often each γ was chosen
         out["gamma"] = "auto"
         out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
+    ends = [r.draft_routing["why"] for r in records if r.draft_routing]
+    if ends:  # a drafter that routes its drafts (self): why each draft ended (draft_stop.py)
+        out["draft_ends"] = {why: ends.count(why) for why in sorted(set(ends))}
     for name in profiles:
         t = sum(r.modeled_s[name] for r in records)
         out[f"modeled_tokens_per_s/{name}"] = committed / t if t > 0 else None
