@@ -24,6 +24,7 @@ from specdec.decode.gamma import Choice
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import summarize
 from specdec.decode.run import plain_greedy
+from specdec.errors import SpecdecError
 from specdec.model.loader import load
 
 N_TOKENS = 48
@@ -32,14 +33,28 @@ PROMPT = "def fibonacci(n):"
 SLOW_DISK = dataclasses.replace(get_profile("m4-24gb"), name="slow-disk", read_curve=((1, 0.01),))
 
 
-@pytest.fixture(scope="module", params=["10%", "100%"])
-def tiny(request):
+def _tiny(budget: str):
     # 100%: every expert preloaded (warm), so no drafted expert is ever missing
-    sm = load("tiny", budget=request.param, warm=request.param == "100%")
+    sm = load("tiny", budget=budget, warm=budget == "100%")
     prompt = sm.encode(PROMPT)
     plain = plain_greedy(sm, prompt, N_TOKENS, stop_at_eos=False)
-    yield request.param, sm, prompt, plain
+    yield budget, sm, prompt, plain
     sm.close()
+
+
+@pytest.fixture(scope="module")
+def tiny10():
+    yield from _tiny("10%")
+
+
+@pytest.fixture(scope="module")
+def tiny100():
+    yield from _tiny("100%")
+
+
+@pytest.fixture(params=["10%", "100%"])
+def tiny(request):
+    return request.getfixturevalue(f"tiny{request.param[:-1]}")
 
 
 def _hold_at(run: Decode, gamma: int) -> None:
@@ -57,10 +72,9 @@ def _decode(sm, prompt, gamma, mode, profiles=(), hold=None):
     return run.generated, records
 
 
-def test_the_stop_triggers_where_drafted_experts_miss(tiny):
-    budget, sm, prompt, plain = tiny
-    if budget != "10%":
-        pytest.skip("10% is the budget at which drafted positions' experts miss")
+def test_the_stop_triggers_where_drafted_experts_miss(tiny10):
+    """10%: drafted positions' experts miss."""
+    _, sm, prompt, plain = tiny10
     tokens, recs = _decode(sm, prompt, "auto", "stop", (SLOW_DISK,), hold=4)
     assert tokens == plain, "greedy auto with the draft stop must equal plain greedy"
     why = collections.Counter(r.draft_routing["why"] for r in recs if r.draft_routing)
@@ -74,10 +88,9 @@ def test_the_stop_triggers_where_drafted_experts_miss(tiny):
             assert sum(d["predicted_misses"].values()) > 0, "it stopped on a predicted read"
 
 
-def test_the_stop_never_triggers_where_drafts_cost_no_reads(tiny):
-    budget, sm, prompt, plain = tiny
-    if budget != "100%":
-        pytest.skip("100% is the budget at which every drafted expert is resident")
+def test_the_stop_never_triggers_where_drafts_cost_no_reads(tiny100):
+    """100%, warm: every drafted expert is resident."""
+    _, sm, prompt, plain = tiny100
     tokens, recs = _decode(sm, prompt, "auto", "stop", (SLOW_DISK,), hold=4)
     assert tokens == plain
     assert all(r.draft_routing["why"] == "cap" for r in recs if r.draft_routing)
@@ -117,9 +130,9 @@ def test_the_draft_predicts_verify_exactly_at_the_first_moe_layer(tiny):
     assert (predicted_reads > 0) == (budget == "10%"), "10% must miss, 100% must not"
 
 
-def test_the_forwards_a_stop_drops_are_charged_to_the_pass(tiny):
+def test_the_forwards_a_stop_drops_are_charged_to_the_pass(tiny10):
     """A stop after draft step i keeps i−1 drafts of i+1 forwards: the clock charges all."""
-    _, sm, _, _ = tiny
+    _, sm, _, _ = tiny10
     clock = PassClock.for_decode(sm, DrafterSpec.parse("self").build(sm))
     p = get_profile("m4-24gb")
     kw = dict(drafted=1, context=20, draft_steps=[], verify_steps=[], measured_compute_s=0.0)
@@ -128,3 +141,9 @@ def test_the_forwards_a_stop_drops_are_charged_to_the_pass(tiny):
     shape, fwd = clock.draft_forwards(1, 20, ())[0]
     assert ran == pytest.approx(kept + 2 * forward_time(p, shape, fwd).total_s)
     assert ran > kept
+
+
+def test_an_unknown_draft_stop_mode_is_a_clear_error(tiny10):
+    _, sm, prompt, _ = tiny10
+    with pytest.raises(SpecdecError, match="draft stop 'stpo': use stop, record, off"):
+        Decode(sm, prompt, DrafterSpec.parse("self").build(sm), DecodeConfig(draft_stop="stpo"))

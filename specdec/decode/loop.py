@@ -32,7 +32,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from specdec.cache.shadows import ShadowReport, Shadows
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile, get_profile
-from specdec.decode.draft_stop import DraftStops, StopMode
+from specdec.decode.draft_stop import MODES, DraftStops, StopMode
 from specdec.decode.drafters import Drafter
 from specdec.decode.gamma import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
 from specdec.decode.records import PassRecord
@@ -113,6 +113,8 @@ class Decode:
             raise SpecdecError(f"temperature must be a finite number >= 0 (got {cfg.temp})")
         if cfg.seed < 0:
             raise SpecdecError(f"seed must be >= 0 (got {cfg.seed})")
+        if cfg.draft_stop not in MODES:
+            raise SpecdecError(f"draft stop {cfg.draft_stop!r}: use {', '.join(MODES)}")
         if not prompt:
             raise SpecdecError("the prompt is empty: give at least one token")
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
