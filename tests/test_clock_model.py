@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, replace
 
+import numpy as np
 import pytest
 
 from specdec.cli import main as specdec_main
@@ -243,3 +244,17 @@ def test_a_rollback_re_feed_is_charged_as_one_more_forward():
     refed = clock.modeled(p, **kw, refeed=(2, again))
     assert refed.total_s > plain.total_s
     assert refed.sync_s == 2 * plain.sync_s  # its MoE layer syncs on its router once more
+
+
+def test_expected_time_of_fractional_reads_is_the_mean_of_whole_reads():
+    """A pass not yet run expects 0.5 reads: half the time of none and of one read (whole reads
+    rounded, 0.5 was costed as no read at all)."""
+    clock = PassClock(ModelShape.from_config(SMALL), (0, 1), "none")
+    p, union = small_profile(), np.array([2.0])
+
+    def t(m: float) -> float:
+        return clock.expected(p, 1, 7, (1,), union, np.array([m]), 10**6)
+
+    assert t(1.0) > t(0.0)
+    assert t(0.5) == pytest.approx((t(0.0) + t(1.0)) / 2)
+    assert t(1.25) == pytest.approx(0.75 * t(1.0) + 0.25 * t(2.0))

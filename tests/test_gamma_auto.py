@@ -82,12 +82,12 @@ def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0):
             ShadowPass(g, 1, np.array([2.0 * g]), np.array([lane_misses(g)]))
             for g in range(2, ch.max_gamma + 1)
         )
-        plain_m = np.array([plain * (acc + 1)])
+        plain_m = np.full((acc + 1, 1), plain)  # [n, L]: per committed token
         ch.observe(Observed(c.gamma, acc, np.array([u]), np.array([m]), plain_misses=plain_m,
                             shadow=lanes))  # fmt: skip
         chosen.append(c.gamma)
         spent += 100.0 * m
-        reference += 100.0 * plain_m[0]
+        reference += 100.0 * plain_m.sum()
     return chosen, spent, reference
 
 
@@ -115,7 +115,7 @@ def test_bytes_rule_keeps_plain_when_drafting_reads_more_per_token():
     c = ch.choose(0, 1000)
     while c.why in ("hold", "explore"):
         ch.observe(Observed(c.gamma, 0, np.array([2.0]), np.array([2.0]),
-                            plain_misses=np.array([1.0])))  # fmt: skip
+                            plain_misses=np.array([[1.0]])))  # fmt: skip
         c = ch.choose(0, 1000)
     assert {"gamma", "why", "candidates", "slack"} <= set(c.record())
     assert c.gamma == 1 and c.why == "bytes", c.record()
@@ -143,7 +143,7 @@ def _whys(ch: GammaChooser, n: int) -> list[str]:
         c = ch.choose(0, 1000)
         out.append(c.why)
         ch.observe(Observed(c.gamma, 0, np.array([2.0 * c.gamma]), np.array([3.0 * c.gamma]),
-                            plain_misses=np.array([1.0])))  # fmt: skip
+                            plain_misses=np.array([[1.0]])))  # fmt: skip
     return out
 
 
@@ -180,12 +180,43 @@ def test_lanes_replay_the_committed_stream_in_passes_of_their_gamma():
     keys = np.arange(40 * 2 * 2).reshape(40, 2, 2)  # [T, L, k]: every position new experts
     sh = Shadows(lambda: ExpertCache(64, make_policy("lru", 64)), (2, 4), seed=0)
     report = sh.feed(keys[:3], np.ones(7))  # α = 1: every draft accepted
-    assert report.plain_misses.tolist() == [6, 6]
+    assert report.plain_misses.tolist() == [[2, 2]] * 3  # [n, L]: per position
     assert [(p.gamma, p.committed) for p in report.passes] == [(2, 2), (4, 4)][:1]
     report = sh.feed(keys[3:], np.ones(7))
     by = {g: [p for p in report.passes if p.gamma == g] for g in (2, 4)}
     assert len(by[2]) == 19 and len(by[4]) == 10  # 40 positions, the 2-lane's first fed earlier
     assert all(p.union.tolist() == [2 * p.gamma] * 2 == p.misses.tolist() for p in by[4])
+
+
+def test_shadows_start_from_the_live_cache_with_its_recency():
+    # the live cache used 3, 1, 2, 0 in that order: a new key evicts 3 there, so 3 misses next;
+    # admitting its residents afresh (sorted) would have evicted 0 and hit 3
+    live = ExpertCache(4, make_policy("lru", 4))
+    for key in (3, 1, 2, 0):
+        live.access([key])
+        live.tick(1)
+    sh = Shadows(lambda: ExpertCache(4, make_policy("lru", 4)), (2,), seed=0)
+    sh.start_from(live)
+    report = sh.feed(np.array([[[5]], [[3]]]), np.ones(7))  # [n = 2, L = 1, k = 1]
+    assert report.plain_misses.tolist() == [[1], [1]]
+    assert live.resident_keys() == [0, 1, 2, 3], "the shadows read copies, not the live cache"
+
+
+def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
+    # a read stalls the whole forward (1 s, 2 s with any read): plain missing once in two
+    # tokens took 1 + 2 s, not twice the time of half a read
+    def cost(g, context, union, misses, du, dm):
+        return 1.0 + (float(misses.sum()) > 0)
+
+    ch = GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0)
+    ch.observe(
+        Observed(2, 1, np.array([3.0]), np.array([1.0]), plain_misses=np.array([[1.0], [0.0]]))
+    )
+    ch.observe(Observed(2, 1, np.array([3.0]), np.array([1.0]), plain_misses=np.array([[0.0], [0.0]]),
+                        seconds=5.0))  # fmt: skip
+    spent_s, plain_s = ch._spent[1], ch._plain_total[1]  # the guard's totals
+    assert plain_s == pytest.approx(3.0 + 2.0)
+    assert spent_s == pytest.approx(2.0 + 5.0), "the caller's modeled seconds, when given"
 
 
 @pytest.fixture(scope="module")

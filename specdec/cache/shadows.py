@@ -1,9 +1,10 @@
 """Counterfactual caches for `--gamma auto`: what plain decoding and each fixed γ would read.
 
     shadows = Shadows(lambda: build(), gammas=range(2, 9), seed=0)
-    shadows.preload(keys)                       # as the live cache starts
+    shadows.preload()                           # as a fresh live cache starts (replay)
+    shadows.start_from(live_cache)              # or: as the live cache is now (after a prefill)
     report = shadows.feed(committed, alphas)    # committed: [n, L, k] cache keys of a pass
-    report.plain_misses                         # [L] plain decoding's misses on those positions
+    report.plain_misses                         # [n, L] plain decoding's misses per position
     report.passes                               # ShadowPass per lane pass that could now run
 
 Each shadow is a cache of the run's policy and size that sees nothing but the committed tokens'
@@ -36,6 +37,7 @@ Tests: `pytest tests/test_gamma_auto.py`.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -59,7 +61,7 @@ class ShadowPass:
 
 @dataclass(frozen=True)
 class ShadowReport:
-    plain_misses: np.ndarray  # [L] plain decoding's misses on the positions just fed
+    plain_misses: np.ndarray  # [n, L] plain decoding's misses per position just fed
     passes: tuple[ShadowPass, ...]  # lane passes that completed with them
 
 
@@ -95,12 +97,13 @@ def access_pass(cache: ExpertCache, keys: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def shadow_plain(shadow: ExpertCache, keys: np.ndarray) -> np.ndarray:
-    """[L] misses plain decoding has over committed positions `keys` [n, L, k] (cache keys):
-    each position one forward of one step per layer, then tick(1)."""
-    misses = np.zeros(keys.shape[1])
-    for position in keys:  # [L, k]
+    """[n, L] misses plain decoding has at each committed position of `keys` [n, L, k] (cache
+    keys): each position one forward of one step per layer, then tick(1). Per position, not
+    summed: plain's modeled time is a sum over its own one-token passes (reads come whole)."""
+    misses = np.zeros(keys.shape[:2])  # [n, L]
+    for t, position in enumerate(keys):  # [L, k]
         for li, ks in enumerate(position.tolist()):
-            misses[li] += len(shadow.access(sorted(ks)))
+            misses[t, li] = len(shadow.access(sorted(ks)))
         shadow.tick(1)
     return misses
 
@@ -124,6 +127,16 @@ class Shadows:
     def preload(self, keys: list[int] | None = None) -> None:
         for c in self._caches():
             c.preload(keys)
+
+    def start_from(self, live: ExpertCache) -> None:
+        """Every shadow starts as a copy of `live` now: its residents *and* its policy's state
+        (recency, frequencies), so plain's shadow evicts what the run's own plain passes would.
+        Admitting the resident keys afresh (preload) ordered them by key, not by use: after the
+        bundled model's prefill at 25% the run's plain passes then read 3 experts more than
+        plain's shadow in the first 5 tokens, a deficit (2% of ~30 kB per token) the guard
+        never repaid, so auto could not draft (bench_draft_stop, m5, 25%)."""
+        self.plain = copy.deepcopy(live)
+        self.lanes = {g: copy.deepcopy(live) for g in self.lanes}
 
     def feed(self, keys: np.ndarray, alphas: np.ndarray) -> ShadowReport:
         """Positions `keys` [n, L, k] just committed; `alphas` [G - 1] the live acceptance of

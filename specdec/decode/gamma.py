@@ -155,10 +155,13 @@ class Observed:
     misses: np.ndarray  # [L] verify misses per MoE layer
     draft_union: float = 0.0  # draft phase, summed over layers
     draft_misses: float = 0.0
-    # [L] misses plain decoding would have had on the pass's committed tokens (its shadow)
+    # [n, L] misses plain decoding would have had at each committed token (its shadow)
     plain_misses: np.ndarray | None = None
     shadow: tuple[ShadowPass, ...] = ()  # lane passes the committed tokens completed
     context: int = 0  # positions before the pass (its cost)
+    # the pass's modeled seconds as it ran, where the caller's clock knows more than `cost`
+    # does (a draft stop's dropped forwards, a rollback's re-feed); None: `cost` of the above
+    seconds: float | None = None
 
 
 # cost(γ, context, verify union [L], verify misses [L], draft union and misses per draft)
@@ -339,20 +342,25 @@ class GammaChooser:
             self._judged[j] = DECAY * self._judged[j] + 1.0
         u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
         drafts = max(o.gamma - 1, 1)
-        spent_s = self.cost(
-            o.gamma, o.context, u, m, o.draft_union / drafts, o.draft_misses / drafts
-        )
+        spent_s = o.seconds
+        if spent_s is None:
+            spent_s = self.cost(
+                o.gamma, o.context, u, m, o.draft_union / drafts, o.draft_misses / drafts
+            )
         spent_b = float(m @ self.block_bytes) + o.draft_misses * self.draft_block_bytes
         self._spent += (spent_b, spent_s)
         tokens = o.accepted + 1
         for sums in self._sums.values():
             sums *= FORGET**tokens
         if o.plain_misses is not None:
-            per = np.asarray(o.plain_misses, np.float64) / tokens  # [L] per token
+            # plain's seconds: each token its own pass with its whole reads (costing the mean
+            # over a pass's tokens rounded 0.5 read to none, crediting plain too little)
+            per = np.asarray(o.plain_misses, np.float64).reshape(-1, self.n_layers)  # [n, L]
             k = np.full(self.n_layers, float(self.top_k))
-            plain_s = tokens * self.cost(1, o.context, k, per, 0.0, 0.0)
-            self._plain_total += (float(o.plain_misses @ self.block_bytes), plain_s)
-            self._add(1, k * tokens, o.plain_misses, tokens)
+            plain_s = sum(self.cost(1, o.context + i, k, m, 0.0, 0.0) for i, m in enumerate(per))
+            total = per.sum(0)  # [L]
+            self._plain_total += (float(total @ self.block_bytes), plain_s)
+            self._add(1, k * len(per), total, len(per))
         for p in o.shadow:
             self._add(p.gamma, p.union, p.misses, 1)
         if o.gamma > 1:

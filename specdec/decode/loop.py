@@ -135,7 +135,7 @@ class Decode:
     def _chooser(self) -> GammaChooser:
         """`--gamma auto`: costs passes on the first roofline profile given, else AUTO_PROFILE."""
         profile = next((p for p in self.profiles if p.compute == "roofline"), None)
-        profile = profile or get_profile(AUTO_PROFILE)
+        profile = self.auto_profile = profile or get_profile(AUTO_PROFILE)
         layers = self.sm.main_moe_layers
         slot = self.sm.streamer.index.slot_bytes
 
@@ -175,7 +175,7 @@ class Decode:
             yield from self._greedy_passes(y)
             return
         if self.chooser:  # plain decoding would start from the cache the prefill left
-            self.shadows.preload(streamer.cache.resident_keys())
+            self.shadows.start_from(streamer.cache)
         # auto's shadows and the draft stop read the pass's routing here
         self.tap = RoutingRecorder() if self.chooser or self.stops else None
         watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
@@ -236,7 +236,18 @@ class Decode:
                 seen = self.shadows.feed(
                     self._committed_keys(self.tap.calls, len(tokens)), self.chooser.alphas()
                 )
-                self.chooser.observe(self._observed(rec, seen, start[3]))
+                # the pass's modeled seconds as run: a draft stop's dropped forwards included
+                seconds = self.clock.modeled(
+                    self.auto_profile,
+                    drafted=len(drafts),
+                    draft_forwards=stop.steps if stop else None,
+                    context=start[3],
+                    draft_steps=draft_steps,
+                    verify_steps=verify_steps,
+                    measured_compute_s=0.0,
+                    refeed=(refed, refeed_steps),
+                ).total_s
+                self.chooser.observe(self._observed(rec, seen, start[3], seconds))
             yield rec
             n_pass += 1
 
@@ -256,7 +267,9 @@ class Decode:
             axis=1,
         )  # [committed, L, k]
 
-    def _observed(self, rec: PassRecord, seen: ShadowReport, context: int) -> Observed:
+    def _observed(
+        self, rec: PassRecord, seen: ShadowReport, context: int, seconds: float
+    ) -> Observed:
         """What the chooser learns from a pass, per main MoE layer in order."""
         layers = [str(lid) for lid in self.sm.main_moe_layers]
         return Observed(
@@ -269,6 +282,7 @@ class Decode:
             plain_misses=seen.plain_misses,
             shadow=seen.passes,
             context=context,
+            seconds=seconds,
         )
 
     def _greedy_passes(self, y: int) -> Iterator[PassRecord]:
