@@ -188,20 +188,6 @@ def test_lanes_replay_the_committed_stream_in_passes_of_their_gamma():
     assert all(p.union.tolist() == [2 * p.gamma] * 2 == p.misses.tolist() for p in by[4])
 
 
-def test_shadows_start_from_the_live_cache_with_its_recency():
-    # the live cache used 3, 1, 2, 0 in that order: a new key evicts 3 there, so 3 misses next;
-    # admitting its residents afresh (sorted) would have evicted 0 and hit 3
-    live = ExpertCache(4, make_policy("lru", 4))
-    for key in (3, 1, 2, 0):
-        live.access([key])
-        live.tick(1)
-    sh = Shadows(lambda: ExpertCache(4, make_policy("lru", 4)), (2,), seed=0)
-    sh.start_from(live)
-    report = sh.feed(np.array([[[5]], [[3]]]), np.ones(7))  # [n = 2, L = 1, k = 1]
-    assert report.plain_misses.tolist() == [[1], [1]]
-    assert live.resident_keys() == [0, 1, 2, 3], "the shadows read copies, not the live cache"
-
-
 def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
     # a read stalls the whole forward (1 s, 2 s with any read): plain missing once in two
     # tokens took 1 + 2 s, not twice the time of half a read

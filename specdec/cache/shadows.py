@@ -1,8 +1,7 @@
 """Counterfactual caches for `--gamma auto`: what plain decoding and each fixed γ would read.
 
     shadows = Shadows(lambda: build(), gammas=range(2, 9), seed=0)
-    shadows.preload()                           # as a fresh live cache starts (replay)
-    shadows.start_from(live_cache)              # or: as the live cache is now (after a prefill)
+    shadows.preload(keys)                       # as the live cache starts
     report = shadows.feed(committed, alphas)    # committed: [n, L, k] cache keys of a pass
     report.plain_misses                         # [n, L] plain decoding's misses per position
     report.passes                               # ShadowPass per lane pass that could now run
@@ -37,7 +36,6 @@ Tests: `pytest tests/test_gamma_auto.py`.
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -127,16 +125,6 @@ class Shadows:
     def preload(self, keys: list[int] | None = None) -> None:
         for c in self._caches():
             c.preload(keys)
-
-    def start_from(self, live: ExpertCache) -> None:
-        """Every shadow starts as a copy of `live` now: its residents *and* its policy's state
-        (recency, frequencies), so plain's shadow evicts what the run's own plain passes would.
-        Admitting the resident keys afresh (preload) ordered them by key, not by use: after the
-        bundled model's prefill at 25% the run's plain passes then read 3 experts more than
-        plain's shadow in the first 5 tokens, a deficit (2% of ~30 kB per token) the guard
-        never repaid, so auto could not draft (bench_draft_stop, m5, 25%)."""
-        self.plain = copy.deepcopy(live)
-        self.lanes = {g: copy.deepcopy(live) for g in self.lanes}
 
     def feed(self, keys: np.ndarray, alphas: np.ndarray) -> ShadowReport:
         """Positions `keys` [n, L, k] just committed; `alphas` [G - 1] the live acceptance of

@@ -30,12 +30,15 @@ The rule (docs/gamma-auto.md prints this text beside the measured check): for ea
   any, k experts per draft, all missing;
 - expected cost: modeled seconds of that pass (`cost(γ, context, union, misses, draft_union,
   draft_misses)`; the decode loop and replay give `PassClock.expected`, specdec.clock's device
-  model: roofline per layer, router syncs, reads issued after the router);
+  model: roofline per layer, router syncs, reads issued after the router; expected misses
+  m + f costed as m and m + 1 whole reads weighted 1 − f and f, not rounded);
 - admissible (the bytes rule): expected bytes per committed token at most (1 + RULE) times
   plain's; chosen: the most E(γ) per second among the admissible, ties to the smaller γ.
 
 A hard floor, the guard: the chooser keeps the run's actual bytes and modeled seconds (of the
-passes it observed) and plain's shadow totals over the same committed tokens. A pass of γ > 1
+passes it observed, as the caller's clock modeled them: a draft stop's dropped forwards
+included) and plain's shadow totals over the same committed tokens (its seconds summed token by
+token, each a one-token pass with its own whole reads). A pass of γ > 1
 runs only while actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ) tokens at plain's
 rate), and the same for seconds; else γ = 1 ("guard"). GUARD < the 1.03 target, RULE < GUARD:
 the run stays within (1 + GUARD) of plain up to one pass and the misses it leaves behind.

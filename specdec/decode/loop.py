@@ -175,7 +175,7 @@ class Decode:
             yield from self._greedy_passes(y)
             return
         if self.chooser:  # plain decoding would start from the cache the prefill left
-            self.shadows.start_from(streamer.cache)
+            self.shadows.preload(streamer.cache.resident_keys())
         # auto's shadows and the draft stop read the pass's routing here
         self.tap = RoutingRecorder() if self.chooser or self.stops else None
         watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
