@@ -16,6 +16,14 @@ runs `--repeats` times, interleaved; from the records:
 
 Tokens are checked equal to plain greedy (γ = 1) in every run. Writes
 benchmarks/results/rollback.json (with the machine and its load: the machine is shared).
+
+    python benchmarks/bench_rollback.py --auto --tokens 256
+
+`--gamma auto` where passes roll back: oracle:0.3-0.95 and mtp, auto against plain decoding on
+the same checkpoint and budget, bytes per committed token (re-feeds included) and modeled time
+on m4-24gb (auto's own profile) — the never-lose check where a rejected pass costs a re-feed
+the chooser's candidates do not price (its guard counts what each pass's record spent).
+Writes benchmarks/results/rollback_auto.json.
 """
 
 from __future__ import annotations
@@ -30,14 +38,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.decode.loop import DecodeConfig  # noqa: E402
+from specdec.clock.profiles import get_profile  # noqa: E402
+from specdec.decode.gamma import AUTO  # noqa: E402
+from specdec.decode.loop import AUTO_PROFILE, DecodeConfig  # noqa: E402
 from specdec.decode.run import generate  # noqa: E402
-from specdec.host.machine import machine_info  # noqa: E402
+from specdec.host.machine import machine_info, write_result  # noqa: E402
 from specdec.model.loader import load  # noqa: E402
 from specdec.model.random_models import make_random  # noqa: E402
 from specdec.store.files import write_atomic  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "rollback.json"
+AUTO_RESULT = RESULT.with_name("rollback_auto.json")
+AUTO_DRAFTERS = ("oracle:0.3", "oracle:0.6", "oracle:0.8", "oracle:0.95", "mtp")
 PROMPT = "import os\nimport sys\n\ndef main(argv):\n    "
 CASES = [(d, g) for d in ("oracle:0.6", "oracle:0.8", "oracle:0.95", "mtp") for g in (2, 4)]
 
@@ -65,16 +77,51 @@ def one(sm, prompt: list[int], drafter: str, gamma: int, tokens: int, seed: int)
     }
 
 
+def auto_vs_plain(sm, prompt: list[int], tokens: int) -> dict:
+    """Per drafter: auto's bytes per committed token and modeled time over plain's."""
+    profile = get_profile(AUTO_PROFILE)
+    key = f"modeled_tokens_per_s/{profile.name}"
+    rows = {}
+    for drafter in AUTO_DRAFTERS:
+        runs = {}
+        for gamma in (1, AUTO):
+            sm.reset_cache()
+            cfg = DecodeConfig(gamma=gamma, max_tokens=tokens)
+            runs[gamma] = generate(sm, prompt, drafter, cfg, (profile,), stop_at_eos=False)
+        plain, auto = runs[1].summary, runs[AUTO].summary
+        recs = runs[AUTO].records
+        rows[drafter] = {
+            "bytes_auto_over_plain": round(auto["bytes_per_token"] / plain["bytes_per_token"], 4),
+            "time_auto_over_plain": round(plain[key] / auto[key], 4),
+            "refeed_share_of_bytes": round(
+                sum(r.refeed_bytes_read for r in recs) / max(1, sum(r.bytes_read for r in recs)), 3
+            ),
+            "passes_drafted": sum(r.drafted > 0 for r in recs),
+            "passes": len(recs),
+            "tokens_equal_plain": runs[AUTO].tokens == runs[1].tokens,
+        }
+        print(drafter, rows[drafter], flush=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--auto", action="store_true", help="auto vs plain where passes roll back")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-rollback-") as tmp:
         os.environ.setdefault("SPECDEC_CACHE", str(Path(tmp) / "cache"))
         src = make_random("qwen3_next", Path(tmp) / "qwen3_next", bits=4)
         sm = load(src, budget="30%", io="buffered")
         prompt = sm.encode(PROMPT)
+        if args.auto:
+            rows = auto_vs_plain(sm, prompt, args.tokens)
+            sm.close()
+            out = {"command": " ".join(sys.argv), "machine": machine_info(), "budget": "30%"}
+            out["profile"] = AUTO_PROFILE
+            write_result(AUTO_RESULT, out | {"drafters": rows})
+            return 0
         runs: dict[str, list[dict]] = {}
         for rep in range(args.repeats):  # interleaved: every case once per round
             plain = one(sm, prompt, "none", 1, args.tokens, rep)["tokens"]

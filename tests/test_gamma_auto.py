@@ -63,11 +63,13 @@ def _chooser(read_s: float, max_gamma: int = 8) -> GammaChooser:
     return GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0, max_gamma=max_gamma)
 
 
-def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0):
+def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0, refeed=None, record=True):
     """Run `passes` passes at whatever γ the chooser picks, seeded acceptance α. Plain decoding
     misses `plain` experts per token (its shadow); a pass of γ misses `actual_misses(γ)`, and
-    each γ's shadow reports passes missing `lane_misses(γ)` (the same unless told). Returns
-    (γ chosen per pass, the run's bytes, plain's bytes over the same tokens), counted here."""
+    each γ's shadow reports passes missing `lane_misses(γ)` (the same unless told); `refeed(γ)`:
+    experts a rejected pass reads again after its verify (a rollback's re-feed: in the pass's
+    record, Observed.spent, given unless `record` is False). Returns (γ chosen per pass, the run's
+    bytes, plain's bytes over the same tokens), counted here."""
     actual_misses = actual_misses or lane_misses
     rng = np.random.default_rng(0)
     chosen, spent, reference = [], 0.0, 0.0
@@ -83,10 +85,13 @@ def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0):
             for g in range(2, ch.max_gamma + 1)
         )
         plain_m = np.full((acc + 1, 1), plain)  # [n, L]: per committed token
+        extra = refeed(c.gamma) if refeed and acc < c.gamma - 1 else 0.0
+        seconds = ch.cost(c.gamma, 0, np.array([u]), np.array([m]), 0.0, 0.0)
+        told = (100.0 * (m + extra), seconds) if refeed and record else None
         ch.observe(Observed(c.gamma, acc, np.array([u]), np.array([m]), plain_misses=plain_m,
-                            shadow=lanes))  # fmt: skip
+                            shadow=lanes, spent=told))  # fmt: skip
         chosen.append(c.gamma)
-        spent += 100.0 * m
+        spent += 100.0 * (m + extra)
         reference += 100.0 * plain_m.sum()
     return chosen, spent, reference
 
@@ -135,6 +140,36 @@ def test_guard_holds_the_run_to_plain_when_the_shadows_are_wrong():
     assert spent <= (1 + GUARD) * ref + 100.0 * 3 * 8, (spent / ref, np.bincount(chosen))
     assert spent / ref > 1.0, "the guard's slack was spent drafting"
     assert "guard" in {c for c in _whys(ch, 20)}
+
+
+def test_guard_counts_what_a_pass_spent_beyond_its_verify_reads():
+    # verify reads look like plain's per token, but every rejected pass re-feeds its accepted
+    # prefix (a linear-attention or SSM cache cannot be trimmed) and reads 6 experts again:
+    # only the pass's record (Observed.spent) shows them, and the guard must count them
+    def run(record: bool):
+        return _world(
+            _chooser(read_s=0.0), 600, alpha=0.7, lane_misses=lambda g: 1.0,
+            actual_misses=lambda g: 1.0, refeed=lambda g: 6.0, record=record,
+        )  # fmt: skip
+
+    chosen, spent, ref = run(record=True)
+    assert spent <= (1 + GUARD) * ref + 100.0 * 7 * 8, (spent / ref, np.bincount(chosen))
+    blind, blind_spent, blind_ref = run(record=False)  # the guard sees verify reads only
+    assert np.mean(np.array(blind) > 1) > 0.5, np.bincount(blind)
+    assert blind_spent > 1.5 * blind_ref, "the re-feeds must cost: else this checks nothing"
+
+
+def test_guard_keeps_room_for_a_rejected_pass_near_the_end():
+    # far from the end the guard credits a pass its expected tokens (a rejection's shortfall is
+    # won back by the passes after it); with `left` tokens too few to win it back, the pass
+    # must fit even if it commits its one certain token
+    ch = _chooser(read_s=0.0)
+    _world(ch, 40, alpha=0.8, lane_misses=lambda g: g / 3)
+    cands = ch.candidates(0, 1000)
+    plain, wide = cands[0], cands[-1]
+    far, near = ch.slack(wide, 1000), ch.slack(wide, wide.gamma)
+    shortfall = (1 + GUARD) * (wide.tokens - 1) * np.array([plain.bytes, plain.cost_s])
+    assert near == pytest.approx(far - shortfall), (far, near, shortfall)
 
 
 def _whys(ch: GammaChooser, n: int) -> list[str]:
@@ -199,10 +234,11 @@ def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
         Observed(2, 1, np.array([3.0]), np.array([1.0]), plain_misses=np.array([[1.0], [0.0]]))
     )
     ch.observe(Observed(2, 1, np.array([3.0]), np.array([1.0]), plain_misses=np.array([[0.0], [0.0]]),
-                        seconds=5.0))  # fmt: skip
-    spent_s, plain_s = ch._spent[1], ch._plain_total[1]  # the guard's totals
+                        spent=(700.0, 5.0)))  # fmt: skip
+    (spent_b, spent_s), plain_s = ch._spent, ch._plain_total[1]  # the guard's totals
     assert plain_s == pytest.approx(3.0 + 2.0)
     assert spent_s == pytest.approx(2.0 + 5.0), "the caller's modeled seconds, when given"
+    assert spent_b == pytest.approx(100.0 + 700.0), "... and its bytes (a re-feed's included)"
 
 
 @pytest.fixture(scope="module")

@@ -165,15 +165,19 @@ def replay_passes(
             union[li], misses[li] = len(ks), missed
             steps.append(StepCounts(layers[li], len(ks), missed, int(missed * block[li])))
         cache.tick(n)
-        out.modeled_s += clock.modeled(
-            profile,
-            drafted=n - 1,
-            context=t,
-            draft_steps=[],
-            verify_steps=steps,
-            measured_compute_s=0.0,
-        ).total_s
-        out.bytes_read += float(misses @ block)
+        spent = (
+            float(misses @ block),
+            clock.modeled(
+                profile,
+                drafted=n - 1,
+                context=t,
+                draft_steps=[],
+                verify_steps=steps,
+                measured_compute_s=0.0,
+            ).total_s,
+        )
+        out.bytes_read += spent[0]
+        out.modeled_s += spent[1]
         out.accesses += int(union.sum())
         out.passes += 1
         out.positions += n
@@ -185,7 +189,7 @@ def replay_passes(
             seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
             chooser.observe(
                 Observed(n, a, union, misses, plain_misses=seen.plain_misses,
-                         shadow=seen.passes, context=t)
+                         shadow=seen.passes, context=t, spent=spent)
             )  # fmt: skip
         t += a + 1
     out.hits = cache.hits

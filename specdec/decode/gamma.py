@@ -35,13 +35,17 @@ The rule (docs/gamma-auto.md prints this text beside the measured check): for ea
 - admissible (the bytes rule): expected bytes per committed token at most (1 + RULE) times
   plain's; chosen: the most E(γ) per second among the admissible, ties to the smaller γ.
 
-A hard floor, the guard: the chooser keeps the run's actual bytes and modeled seconds (of the
-passes it observed, as the caller's clock modeled them: a draft stop's dropped forwards
+A hard floor, the guard: the chooser keeps the run's actual bytes and modeled seconds (what
+each observed pass's record spent: a rollback's re-feed and a draft stop's unused forwards
 included) and plain's shadow totals over the same committed tokens (its seconds summed token by
-token, each a one-token pass with its own whole reads). A pass of γ > 1
-runs only while actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ) tokens at plain's
-rate), and the same for seconds; else γ = 1 ("guard"). GUARD < the 1.03 target, RULE < GUARD:
-the run stays within (1 + GUARD) of plain up to one pass and the misses it leaves behind.
+token, each a one-token pass with its own whole reads). A pass of γ > 1 runs only
+while both still fit after it: actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ)
+tokens at plain's rate), and the same for seconds; and, for the run's end, the same with only
+the pass's one certain token credited (every draft rejected), less what plain decoding over the
+tokens left after it wins back (GUARD of plain's per token): a rejected pass early in a run is
+won back by the passes after it, one near the end is not. Else γ = 1 ("guard"). GUARD < the
+1.03 target, RULE < GUARD: the run ends within (1 + GUARD) of plain up to one pass's reads above
+their expectation and the misses it leaves behind.
 
 A chosen γ is held for a block of BLOCK passes (the guard checked every pass). The first block
 is plain (warm-up). Acceptance is learnt only from passes that draft, so while plain is chosen
@@ -162,9 +166,9 @@ class Observed:
     plain_misses: np.ndarray | None = None
     shadow: tuple[ShadowPass, ...] = ()  # lane passes the committed tokens completed
     context: int = 0  # positions before the pass (its cost)
-    # the pass's modeled seconds as it ran, where the caller's clock knows more than `cost`
-    # does (a draft stop's dropped forwards, a rollback's re-feed); None: `cost` of the above
-    seconds: float | None = None
+    # (bytes, modeled seconds) the pass really spent, as its record counts them: a rollback's
+    # re-feed and a draft stop's unused forwards included (None: the chooser's own cost of it)
+    spent: tuple[float, float] | None = None
 
 
 # cost(γ, context, verify union [L], verify misses [L], draft union and misses per draft)
@@ -274,18 +278,23 @@ class GammaChooser:
         self._plain_s = out[0].cost_s
         return out
 
-    def slack(self, c: Candidate) -> np.ndarray:
-        """[2] the guard's room (bytes, seconds) left after a pass of candidate `c`: (1 + GUARD)
-        times plain's totals, its E(γ) tokens credited at plain's rate, less the run's spent and
-        the pass's expected. Negative: the pass would break the floor."""
+    def slack(self, c: Candidate, left: int) -> np.ndarray:
+        """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of two
+        (negative: no room). Expected: (1 + GUARD) times plain's totals with the pass's E(γ)
+        tokens at plain's per-token rate, less the run's spent and the pass's expected. At the
+        run's end: the same if the pass commits only its one certain token (every draft
+        rejected), plus what plain decoding over the `left` tokens after it wins back, GUARD of
+        plain's per token: a pass near the end must not leave the run past the floor."""
         per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
-        plain = self._plain_total + c.tokens * per_token
-        return (1.0 + GUARD) * plain - self._spent - np.array([c.bytes, c.cost_s])
+        cost = self._spent + np.array([c.bytes, c.cost_s])
+        expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - cost
+        worst = (1.0 + GUARD) * (self._plain_total + per_token) - cost
+        return np.minimum(expected, worst + GUARD * per_token * max(left - c.gamma, 0))
 
-    def _affordable(self, c: Candidate) -> bool:
+    def _affordable(self, c: Candidate, left: int) -> bool:
         if c.gamma == 1:
             return True
-        return 1 in self._sums and bool((self.slack(c) >= 0).all())
+        return 1 in self._sums and bool((self.slack(c, left) >= 0).all())
 
     def choose(self, context: int = 0, left: int = 1 << 30) -> Choice:
         """The γ of the next pass (at most `left`, the tokens still to commit)."""
@@ -293,19 +302,19 @@ class GammaChooser:
             return Choice(1, "last" if left <= 1 else "best")
         self._pos += 1
         if self._pos < self._length:  # a block's later pass: its γ while the guard allows
-            if self._current > 1 and not self._affordable(self._held):
+            if self._current > 1 and not self._affordable(self._held, left):
                 self._current = 1  # the rest of the block is plain
                 return Choice(1, "guard")
             return Choice(min(self._current, left), "hold")
         cands = tuple(self.candidates(context, left))
         self._pos, self._blocks = 0, self._blocks + 1
-        g, why = (1, "warmup") if self._blocks == 1 else self._pick(cands)
+        g, why = (1, "warmup") if self._blocks == 1 else self._pick(cands, left)
         self._current, self._held = g, cands[g - 1]
         self._length = 1 if why == "explore" else BLOCK
-        room = tuple(self.slack(self._held).tolist()) if 1 in self._sums else None
+        room = tuple(self.slack(self._held, left).tolist()) if 1 in self._sums else None
         return Choice(g, why, cands, room)
 
-    def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
+    def _pick(self, cands: tuple[Candidate, ...], left: int) -> tuple[int, str]:
         """A block's γ: the best admissible, an exploration, or plain (module doc)."""
         per_token = cands[0].bytes / cands[0].tokens
         allowed = [c for c in cands if c.bytes / c.tokens <= per_token * (1 + RULE)]
@@ -318,10 +327,10 @@ class GammaChooser:
             probe = self._hopeful(cands, best.rate, per_token)
         else:
             probe = None
-        if probe is not None and self._affordable(probe):
+        if probe is not None and self._affordable(probe, left):
             self._since = 0
             return probe.gamma, "explore"
-        if not self._affordable(best):
+        if not self._affordable(best, left):
             return 1, "guard"
         return best.gamma, "best" if best is fastest else "bytes"
 
@@ -344,14 +353,15 @@ class GammaChooser:
             self._acc[j] = DECAY * self._acc[j] + (j <= o.accepted)
             self._judged[j] = DECAY * self._judged[j] + 1.0
         u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
-        drafts = max(o.gamma - 1, 1)
-        spent_s = o.seconds
-        if spent_s is None:
+        if o.spent is not None:
+            self._spent += o.spent
+        else:
+            drafts = max(o.gamma - 1, 1)
             spent_s = self.cost(
                 o.gamma, o.context, u, m, o.draft_union / drafts, o.draft_misses / drafts
             )
-        spent_b = float(m @ self.block_bytes) + o.draft_misses * self.draft_block_bytes
-        self._spent += (spent_b, spent_s)
+            spent_b = float(m @ self.block_bytes) + o.draft_misses * self.draft_block_bytes
+            self._spent += (spent_b, spent_s)
         tokens = o.accepted + 1
         for sums in self._sums.values():
             sums *= FORGET**tokens

@@ -217,6 +217,7 @@ class Decode:
                 tokens = tokens[: next(i for i, t in enumerate(tokens) if t in self.eos_ids) + 1]
             st.tokens += tokens
             y = tokens[-1]
+            forwards = stop.steps if stop else len(drafts)
             rec = self._record(
                 n_pass,
                 drafts,
@@ -227,7 +228,7 @@ class Decode:
                 start,
                 (refed, refeed_steps),
                 gamma,
-                stop.steps if stop else len(drafts),
+                forwards,
             )
             if stop:
                 rec.draft_routing = stop.record(self.tap.calls, len(drafts) + 1)
@@ -236,18 +237,17 @@ class Decode:
                 seen = self.shadows.feed(
                     self._committed_keys(self.tap.calls, len(tokens)), self.chooser.alphas()
                 )
-                # the pass's modeled seconds as run: a draft stop's dropped forwards included
-                seconds = self.clock.modeled(
+                spent = self.clock.modeled(  # the guard counts what the pass really cost
                     self.auto_profile,
                     drafted=len(drafts),
-                    draft_forwards=stop.steps if stop else None,
+                    draft_forwards=forwards,
                     context=start[3],
                     draft_steps=draft_steps,
                     verify_steps=verify_steps,
-                    measured_compute_s=0.0,
+                    measured_compute_s=0.0,  # a roofline profile: not used
                     refeed=(refed, refeed_steps),
                 ).total_s
-                self.chooser.observe(self._observed(rec, seen, start[3], seconds))
+                self.chooser.observe(self._observed(rec, seen, start[3], spent))
             yield rec
             n_pass += 1
 
@@ -270,7 +270,8 @@ class Decode:
     def _observed(
         self, rec: PassRecord, seen: ShadowReport, context: int, seconds: float
     ) -> Observed:
-        """What the chooser learns from a pass, per main MoE layer in order."""
+        """What the chooser learns from a pass, per main MoE layer in order; `seconds`: its
+        modeled time on auto's profile (re-feed and unused draft forwards included)."""
         layers = [str(lid) for lid in self.sm.main_moe_layers]
         return Observed(
             gamma=rec.drafted + 1,
@@ -282,7 +283,7 @@ class Decode:
             plain_misses=seen.plain_misses,
             shadow=seen.passes,
             context=context,
-            seconds=seconds,
+            spent=(float(rec.bytes_read), seconds),
         )
 
     def _greedy_passes(self, y: int) -> Iterator[PassRecord]:
