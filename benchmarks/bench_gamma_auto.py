@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec.host.machine import write_result  # noqa: E402
+from specdec.host.machine import machine_info, write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 BUDGETS = (0.05, 0.10, 0.25, 0.50)  # of the routed experts
@@ -116,6 +116,7 @@ def replay(args) -> int:
                 print(json.dumps({k: v for k, v in row.items() if k != "why"}), flush=True)
     out = RESULTS / f"gamma_auto_{args.trace}.json"
     meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
+    meta["machine"] = machine_info()  # the versions and load the numbers came from
     trace_dir = {args.trace_dir: "TRACE_DIR"} if args.trace_dir else {}
     write_result(out, {"meta": meta, "rows": rows}, trace_dir)
     print(f"wrote {out} ({len(rows)} rows)")
@@ -151,6 +152,7 @@ def runtime(args) -> int:
             sm.close()
     out = RESULTS / "gamma_auto_runtime.json"
     meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
+    meta["machine"] = machine_info()  # the versions and load the numbers came from
     write_result(out, {"meta": meta, "rows": rows})
     print(f"wrote {out} ({len(rows)} rows)")
     return 0
@@ -225,6 +227,7 @@ def host(args) -> int:
         print(json.dumps(row))
     out = RESULTS / "gamma_auto_host.json"
     meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
+    meta["machine"] = machine_info()  # the versions and load the numbers came from
     write_result(out, {"meta": meta, "rows": rows})
     print(f"wrote {out}")
     return 0
