@@ -1,12 +1,14 @@
 """γ per verify pass: a fixed number or `auto`, and the chooser `auto` asks before each pass.
 
     gamma = parse_gamma("auto")            # at the edge (CLI, Hydra); an int passes through
-    chooser = GammaChooser(cost, n_layers=L, top_k=k, block_bytes=slot_bytes)
+    chooser = GammaChooser(cost, n_layers=L, top_k=k, block_bytes=slot_bytes,
+                           draft_block_bytes=mtp_slot_bytes)   # 0 without a draft layer
     choice = chooser.choose(context=120, left=40)   # Choice(gamma, why, candidates)
     ... run the pass at choice.gamma ...
     report = shadows.feed(committed_keys, chooser.alphas())   # specdec.cache.shadows
     chooser.observe(Observed(gamma, accepted, union [L], misses [L], draft_union, draft_misses,
-                             plain_misses=report.plain_misses, shadow=report.passes, context))
+                             plain_misses=report.plain_misses, shadow=report.passes, context,
+                             spent=(bytes_read, modeled_s)))   # as the pass's record spent it
 
 The rule (docs/gamma-auto.md prints this text beside the measured check): for each candidate
 γ = 1..max_gamma (1 is plain decoding),
@@ -19,8 +21,9 @@ The rule (docs/gamma-auto.md prints this text beside the measured check): for ea
   run's policy and size per candidate γ that fits a cache step, fed the committed tokens'
   routing in passes of γ positions, acceptance drawn from the live α, the positions past it
   routed as replay models rejected drafts (each of the previous position's experts kept with
-  the text's measured next-token overlap, the rest a recent committed token's); and one fed them one position per forward (plain decoding, the reference). A γ's union and misses
-  per pass are its shadow's, summed with weight FORGET per committed token (the same window
+  the text's measured next-token overlap, the rest a recent committed token's); and one fed
+  them one position per forward (plain decoding, the reference). A γ's union and misses per
+  pass are its shadow's, summed with weight FORGET per committed token (the same window
   for every γ and for plain, cold start included): measured on the cache that γ keeps, not on
   the one the run's other γ left. Before a shadow has a pass, γ is extrapolated from the widest
   one measured below it (U(γ) ∝ γ^b, b from the two widest measured, else the prior
