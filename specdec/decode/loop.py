@@ -127,6 +127,7 @@ class Decode:
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
         )
         self.prefill_s = 0.0
+        self.discarded = 0  # forwards run past an EOS and dropped (pipelined greedy decoding)
         self.clock = PassClock.for_decode(sm, drafter) if profiles or auto else None
         self.chooser = self._chooser() if auto else None
         routes = drafter.routes_drafts
@@ -308,6 +309,7 @@ class Decode:
             n_pass += 1
         if started is not None:  # computed past an EOS: its steps never happen
             streamer.deferred.clear()
+            self.discarded = 1
             if can_trim_prompt_cache(st.cache):
                 trim_prompt_cache(st.cache, 1)
 

@@ -56,11 +56,9 @@ def record_trace(
             run = Decode(sm, prompt, Drafter(), DecodeConfig(1, max_tokens), (), eos_ids(sm))
             for _ in run.passes():
                 pass
-        seen, calls = rec.calls, tap.calls
-        if run.generated[-1] in run.eos_ids and len(seen) == (len(calls) - 1) * len(lids):
-            # pipelined greedy decoding built the forward after the EOS before reading it; that
-            # forward's cache steps never ran (decode.loop), so it routed nothing: not a position
-            calls = calls[:-1]
+        # pipelined greedy decoding may build the forward after an EOS before reading it; the
+        # decode drops that forward's cache steps and says so: it routed nothing, not a position
+        seen, calls = rec.calls, tap.calls[: len(tap.calls) - run.discarded]
         if len(seen) != len(calls) * len(lids):
             raise SpecdecError(
                 f"prompt {pid}: {len(seen)} routed MoE calls for {len(calls)} forward calls of "
