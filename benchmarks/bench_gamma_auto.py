@@ -59,6 +59,17 @@ def _config(trace_name: str) -> dict:
     return json.loads((ROOT / "specdec" / "models" / "tiny" / "config.json").read_text())
 
 
+def _write(name: str, rows: list[dict], places: dict | None = None) -> int:
+    """benchmarks/results/gamma_auto_<name>.json: the rows, the command, the machine (versions
+    and load the numbers came from); `places`: scratch paths to name by placeholder."""
+    out = RESULTS / f"gamma_auto_{name}.json"
+    meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
+    meta["machine"] = machine_info()
+    write_result(out, {"meta": meta, "rows": rows}, places)
+    print(f"wrote {out} ({len(rows)} rows)")
+    return 0
+
+
 def _one(job: tuple) -> dict:
     trace_dir, trace_name, positions, frac, alpha, draft, gamma = job
     from specdec.cache.adaptive import replay_passes, trace_clock
@@ -114,13 +125,8 @@ def replay(args) -> int:
             for row in pool.map(_one, jobs):
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "why"}), flush=True)
-    out = RESULTS / f"gamma_auto_{args.trace}.json"
-    meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
-    meta["machine"] = machine_info()  # the versions and load the numbers came from
     trace_dir = {args.trace_dir: "TRACE_DIR"} if args.trace_dir else {}
-    write_result(out, {"meta": meta, "rows": rows}, trace_dir)
-    print(f"wrote {out} ({len(rows)} rows)")
-    return 0
+    return _write(args.trace, rows, trace_dir)
 
 
 def runtime(args) -> int:
@@ -150,12 +156,7 @@ def runtime(args) -> int:
                 })  # fmt: skip
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "tokens"}))
             sm.close()
-    out = RESULTS / "gamma_auto_runtime.json"
-    meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
-    meta["machine"] = machine_info()  # the versions and load the numbers came from
-    write_result(out, {"meta": meta, "rows": rows})
-    print(f"wrote {out} ({len(rows)} rows)")
-    return 0
+    return _write("runtime", rows)
 
 
 @contextlib.contextmanager
@@ -225,12 +226,7 @@ def host(args) -> int:
                     | {f"{k}_us_per_token": 1e6 * v / r.committed for k, v in spent.items()})  # fmt: skip
     for row in rows:
         print(json.dumps(row))
-    out = RESULTS / "gamma_auto_host.json"
-    meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
-    meta["machine"] = machine_info()  # the versions and load the numbers came from
-    write_result(out, {"meta": meta, "rows": rows})
-    print(f"wrote {out}")
-    return 0
+    return _write("host", rows)
 
 
 def main() -> int:
