@@ -49,6 +49,24 @@ from specdec.cache.speculative import NO_SPEC, SpecOptions, verdict_keys
 from specdec.errors import BudgetError, SpecdecError
 
 
+class PassNotes:
+    """The speculation-aware verdict protocol shared by a cache and a cache of pools: a pass's
+    verify calls noted, then judged once (`judge`: demote and protect keys) when the verdict is
+    known. The class keeps `_routing` (list of (base, idx)) and defines `judge`."""
+
+    _routing: list[tuple[int, np.ndarray]]
+
+    def note(self, base: int, idx: np.ndarray) -> None:
+        """A verify call's routing idx [..., positions, k] (keys base + expert), for `verdict`."""
+        self._routing.append((base, idx))
+
+    def verdict(self, accepted: int) -> None:
+        """The noted pass's verdict: its first 1 + accepted positions were committed."""
+        if self._routing:
+            routing, self._routing = self._routing, []
+            self.judge(*pass_verdict(routing, accepted))
+
+
 @dataclass
 class StepResult:
     """Where the keys of one step live, and which of them the caller must read first."""
@@ -57,7 +75,7 @@ class StepResult:
     misses: list[tuple[int, int]]  # (key, slot) to fill from disk before computing
 
 
-class ExpertCache:
+class ExpertCache(PassNotes):
     """Fixed slots, one eviction policy; counters for accesses, hits, misses, evictions."""
 
     def __init__(self, n_slots: int, policy: Policy, spec: SpecOptions = NO_SPEC):
@@ -156,16 +174,6 @@ class ExpertCache:
         self.policy.new_sequence()
 
     # -- speculation-aware options -----------------------------------------------------------
-
-    def note(self, base: int, idx: np.ndarray) -> None:
-        """A verify call's routing idx [..., positions, k] (keys base + expert), for `verdict`."""
-        self._routing.append((base, idx))
-
-    def verdict(self, accepted: int) -> None:
-        """The noted pass's verdict: its first 1 + accepted positions were committed."""
-        if self._routing:
-            routing, self._routing = self._routing, []
-            self.judge(*pass_verdict(routing, accepted))
 
     def judge(self, demote: list[int], protect: list[int]) -> None:
         """Demote and protect these keys (as the options say) until the next verdict."""

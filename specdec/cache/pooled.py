@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache, StepResult, pass_verdict
+from specdec.cache.expert_cache import ExpertCache, PassNotes, StepResult
 
 UNBOUNDED = 1 << 30  # a pool holding all of its experts limits no step
 
 
-class PooledCache:
+class PooledCache(PassNotes):
     """Two ExpertCaches behind one key and slot space."""
 
     def __init__(self, hot: ExpertCache, cold: ExpertCache, is_cold: np.ndarray, sizes=(0, 0)):
@@ -89,16 +89,9 @@ class PooledCache:
         self.hot.new_sequence()
         self.cold.new_sequence()
 
-    def note(self, base: int, idx: np.ndarray) -> None:
-        self._routing.append((base, idx))
-
-    def verdict(self, accepted: int) -> None:
-        """The pass's keys, worked out once; each pool demotes and protects only keys it holds."""
-        if self._routing:
-            routing, self._routing = self._routing, []
-            self.judge(*pass_verdict(routing, accepted))
-
     def judge(self, demote: list[int], protect: list[int]) -> None:
+        """The pass's keys, worked out once (`verdict`); each pool demotes and protects only
+        keys it holds."""
         self.hot.judge(demote, protect)
         self.cold.judge(demote, protect)
 
