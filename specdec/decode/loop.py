@@ -238,16 +238,20 @@ class Decode:
                 seen = self.shadows.feed(
                     self._committed_keys(self.tap.calls, len(tokens)), self.chooser.alphas()
                 )
-                spent = self.clock.modeled(  # the guard counts what the pass really cost
-                    self.auto_profile,
-                    drafted=len(drafts),
-                    draft_forwards=forwards,
-                    context=start[3],
-                    draft_steps=draft_steps,
-                    verify_steps=verify_steps,
-                    measured_compute_s=0.0,  # a roofline profile: not used
-                    refeed=(refed, refeed_steps),
-                ).total_s
+                # the guard counts what the pass really cost (the record has it on a given profile)
+                spent = (
+                    rec.modeled_s.get(self.auto_profile.name)
+                    or self.clock.modeled(
+                        self.auto_profile,
+                        drafted=len(drafts),
+                        draft_forwards=forwards,
+                        context=start[3],
+                        draft_steps=draft_steps,
+                        verify_steps=verify_steps,
+                        measured_compute_s=0.0,  # a roofline profile: not used
+                        refeed=(refed, refeed_steps),
+                    ).total_s
+                )
                 self.chooser.observe(self._observed(rec, seen, start[3], spent))
             yield rec
             n_pass += 1
