@@ -1,7 +1,7 @@
 """What the analysis scripts share: finding a table in a run directory, and markdown output.
 
 A run directory is either what `specdec probe NAME --out DIR` writes (DIR/NAME.json) or a
-`specdec-exp` job or sweep directory (a job's tables/NAME.json, read through specdec.rundir).
+`specdec-exp` job or sweep directory (a job's tables/NAME.json, read through specdec.report.rundir).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 from specdec.probes.report import md_table
 from specdec.report.collect import Job, collect_jobs
 

@@ -191,7 +191,7 @@ NOT_MODELED = (
     "Not modeled: the draft phase's reads (an MTP layer or draft model reads its own weights: "
     "free here, so every number is a ceiling for speculation), the MTP layer itself, prefill "
     "(decode only, one prompt), and the preload of static's pins and opt_bypass's free warm "
-    "start (one-time bytes, not per token). Rejected drafts route as specdec.cache.replay's "
+    "start (one-time bytes, not per token). Rejected drafts route as specdec.sim.replay's "
     "documented model (the previous position's experts kept at the trace's overlap, the rest "
     "drawn from the layer's popularity): the question's point that a rejected draft widens the "
     "union is in the replay."
@@ -259,7 +259,7 @@ policies instead ({args.positions} positions, seed {args.seed}), at 3, 6, 9 and 
 
 {TRACE_NOTE}
 
-How it is measured: `specdec.cache.replay` (docs/cache.md). A verify pass of γ positions is, at
+How it is measured: `specdec.sim.replay` (docs/cache.md). A verify pass of γ positions is, at
 each layer, one cache step over the union of its experts; α = 1 commits γ positions a pass,
 α < 1 accepts each draft with probability α until the first rejection (seed {args.seed}).
 **Bytes per committed token** = expert bytes read on misses / positions committed. γ = 1 is

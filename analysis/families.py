@@ -4,7 +4,7 @@
     python -m analysis.families --families mixtral,qwen3_moe   # a subset
     python -m analysis.readme --write --only families   # and puts it in the README
 
-Every row comes from `specdec.model.coverage.check_family` on the family's tiny random 4-bit
+Every row comes from `specdec.bench.coverage.check_family` on the family's tiny random 4-bit
 checkpoint (built from mlx-lm's own class, so the bit-exact contract applies whatever the BLAS):
 streams = packs, loads and runs at a 40% budget; exact = streamed logits bit-equal to mlx-lm's
 resident model and greedy tokens equal to mlx-lm's generate_step; router = the family's router
@@ -28,7 +28,7 @@ from pathlib import Path
 from unittest import mock
 
 from analysis._runs import fail
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 BITS = 4
 
@@ -75,7 +75,7 @@ def switch_families() -> list[str]:
 
 def not_built(requested: list[str] | None = None) -> list[str]:
     """Switch-layer families that make-random does not build; of `requested` only, if given."""
-    from specdec.model.tiny_configs import FAMILIES
+    from specdec.checkpoint.tiny_configs import FAMILIES
 
     rest = [f for f in switch_families() if f not in FAMILIES]
     return rest if requested is None else [f for f in rest if f in requested]
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--families", help="comma-separated subset (default: all make-random builds)")
     args = p.parse_args(argv)
-    from specdec.model.coverage import check_family
-    from specdec.model.tiny_configs import FAMILIES
+    from specdec.bench.coverage import check_family
+    from specdec.checkpoint.tiny_configs import FAMILIES
 
     requested = [f for f in args.families.split(",") if f] if args.families else None
     known = set(FAMILIES) | set(switch_families())

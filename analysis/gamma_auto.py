@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "gamma-auto.md")
     args = p.parse_args(argv)
-    from specdec.decode import gamma
+    from specdec.gamma import chooser as gamma
 
     parts = ["# `--gamma auto`: the rule, and the check against plain and every fixed γ\n"]
-    parts += ["## How auto chooses (specdec/decode/gamma.py)\n", gamma.__doc__]
+    parts += ["## How auto chooses (specdec/gamma/chooser.py)\n", gamma.__doc__]
     parts += ["## The check (analysis/gamma_auto.py)\n", __doc__]
     summ = []
     for name, keys in (

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from analysis._runs import fail, md_table
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 LABEL = {
     "all_hot": "all-hot",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from analysis._runs import fail, md_table, probe_rows
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 from specdec.probes.read_path import load_read_json, read_path_table
 
 

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.store.files import durable_replace
+from specdec.core.files import durable_replace
 
 BEGIN = re.compile(r"^<!-- table: python -m analysis\.(\w+)(.*?) -->$")
 END = "<!-- /table -->"

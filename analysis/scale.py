@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from analysis._runs import fail, md_table
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 RESULT = "benchmarks/results/scale.json"
 SMALL_LAYERS = 2  # bench_scale.py's small model: two MiniMax layers, compared against mlx-lm

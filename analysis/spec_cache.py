@@ -18,7 +18,7 @@ per policy, bytes per committed token (KB for the bundled model, GB for MiniMax)
   replay and cold Belady: opt_bypass (free optimal warm start) is the bound that holds there.
 - the calibrated MiniMax-M2.5 trace (`specdec trace synth --like minimax-m2.5`, synthesized
   into a temporary directory unless --trace names one), replayed at acceptance --alpha through
-  the same policies, libCacheSim's Sieve and S3FIFO (request semantics, specdec.cache.lcs),
+  the same policies, libCacheSim's Sieve and S3FIFO (request semantics, specdec.sim.lcs),
   Belady and opt_bypass (the optimum when misses may bypass the cache).
 
 The best non-bound policy of each row is in bold; "vs lru" is its bytes over LRU's.
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.cache.replay import Access, access_sequence, policy_hits
 from specdec.cli import main as specdec_main
-from specdec.errors import BudgetError, SpecdecError
+from specdec.core.errors import BudgetError, SpecdecError
 from specdec.report.collect import collect_jobs
+from specdec.sim.replay import Access, access_sequence, policy_hits
 from specdec.trace.format import Trace, load_trace
 
 POLICIES = (

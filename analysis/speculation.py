@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from analysis._runs import decoding_jobs, fail, md_table
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 
 def _by_key(jobs) -> dict[tuple[str, int], object]:

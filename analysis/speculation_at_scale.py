@@ -4,7 +4,7 @@
     .venv/bin/python -m analysis.speculation_at_scale --positions 4000 --seed 1 --out /tmp/s.md
 
 Synthesizes the calibrated MiniMax-M2.5 trace (`specdec trace synth --like minimax-m2.5`, into a
-temporary directory deleted afterwards), replays it in verify passes (specdec.cache.replay) at
+temporary directory deleted afterwards), replays it in verify passes (specdec.sim.replay) at
 3, 6, 9 and 12 GB for each policy, γ and α, and writes docs/speculation-at-scale.md: bytes per
 committed token, the break-even α (bytes and modeled time) beside the question's
 k·(1 + 0.58·(γ − 1)) model and the independence formula, modeled tokens/s on the M4 profile,
@@ -21,13 +21,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.cache.replay import access_sequence, policy_hits, score
 from specdec.cli import main as specdec_main
 from specdec.clock.check import CONTEXT, MINIMAX_M25, spread_reads
 from specdec.clock.profiles import get_profile
 from specdec.clock.roofline import Forward, forward_time
 from specdec.clock.shapes import ModelShape
 from specdec.costmodel.speedup import expected_tokens
+from specdec.sim.replay import access_sequence, policy_hits, score
 from specdec.trace.format import Trace, hotlist_keys, load_trace, profile_hotlist
 
 EXPERT_BYTES = 7_962_624  # one 4-bit MiniMax-M2.5 expert (docs/trace-synth.md)

@@ -15,9 +15,9 @@ import sys
 from decimal import ROUND_HALF_UP, Decimal
 
 from analysis._runs import fail, md_table
-from specdec.costmodel.cli import parse_union
+from specdec.cli.union_model import parse_union
+from specdec.core.errors import SpecdecError
 from specdec.costmodel.model import build_union_model
-from specdec.errors import SpecdecError
 
 QUESTION = "1:8,2:13.42,3:17.99,8:35.01"  # ../shared/seed-question.md, top-8 of 256 experts
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec.host.machine import machine_info, write_result  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = (("plain", "1", "off"), ("auto", "auto", "record"), ("auto+stop", "auto", "stop"))
@@ -91,10 +91,10 @@ def main() -> int:
     args = p.parse_args()
 
     from specdec.clock.profiles import get_profile
-    from specdec.decode.gamma import parse_gamma
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.model.loader import load
+    from specdec.gamma.chooser import parse_gamma
+    from specdec.stream.loader import load
 
     rows = []
     for name, budget in ((n, b) for n in args.profiles.split(",") for b in args.budgets.split(",")):

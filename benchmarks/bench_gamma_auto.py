@@ -7,7 +7,7 @@
 
 replay: the trace (`minimax`: the calibrated MiniMax-M2.5 trace, `specdec trace synth --like
 minimax-m2.5 --positions N --seed 0`, made in a temporary directory; `tiny`: the bundled model's
-routing recorded by `specdec trace record tiny --max-tokens 64`: 40 held-out prompts, their prompt positions included) replayed pass by pass (specdec.cache.adaptive)
+routing recorded by `specdec trace record tiny --max-tokens 64`: 40 held-out prompts, their prompt positions included) replayed pass by pass (specdec.gamma.replay)
 through LRU at budgets 5/10/25/50% of the routed experts, oracle acceptance 0.3-0.95, draft
 compute none (oracle, lookup) and main (self-draft: γ − 1 main forwards over resident experts),
 fixed γ 1, 2, 3, 4, 8 and auto; modeled on the m4-24gb profile. A fixed γ whose pass cannot fit
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec.host.machine import machine_info, write_result  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 BUDGETS = (0.05, 0.10, 0.25, 0.50)  # of the routed experts
@@ -72,9 +72,9 @@ def _write(name: str, rows: list[dict], places: dict | None = None) -> int:
 
 def _one(job: tuple) -> dict:
     trace_dir, trace_name, positions, frac, alpha, draft, gamma = job
-    from specdec.cache.adaptive import replay_passes, trace_clock
     from specdec.clock.profiles import get_profile
-    from specdec.errors import BudgetError
+    from specdec.core.errors import BudgetError
+    from specdec.gamma.replay import replay_passes, trace_clock
     from specdec.trace.format import load_trace
 
     trace = load_trace(trace_dir)
@@ -131,10 +131,10 @@ def replay(args) -> int:
 
 def runtime(args) -> int:
     from specdec.clock.profiles import get_profile
-    from specdec.decode.gamma import parse_gamma
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.model.loader import load
+    from specdec.gamma.chooser import parse_gamma
+    from specdec.stream.loader import load
 
     profile = get_profile(PROFILE)
     rows = []
@@ -162,8 +162,8 @@ def runtime(args) -> int:
 @contextlib.contextmanager
 def timed(spent: dict[str, float]):
     """Time auto's bookkeeping calls into `spent` (seconds by call) while inside."""
-    from specdec.cache.shadows import Shadows
-    from specdec.decode.gamma import GammaChooser
+    from specdec.gamma.chooser import GammaChooser
+    from specdec.gamma.shadows import Shadows
 
     calls = [(GammaChooser, "choose"), (GammaChooser, "observe"), (Shadows, "feed")]
     saved = [getattr(cls, name) for cls, name in calls]
@@ -188,12 +188,12 @@ def timed(spent: dict[str, float]):
 
 
 def host(args) -> int:
-    from specdec.cache.adaptive import replay_passes, trace_clock
     from specdec.clock.check import MINIMAX_M25
     from specdec.clock.profiles import get_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.model.loader import load
+    from specdec.gamma.replay import replay_passes, trace_clock
+    from specdec.stream.loader import load
     from specdec.trace.format import load_trace
 
     profile = get_profile(PROFILE)

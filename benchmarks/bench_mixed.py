@@ -43,13 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 from specdec.decode.drafters import DrafterSpec  # noqa: E402
 from specdec.decode.loop import Decode, DecodeConfig  # noqa: E402
 from specdec.decode.run import generate  # noqa: E402
-from specdec.host.machine import machine_info, write_result  # noqa: E402
-from specdec.model.loader import load, resolve  # noqa: E402
+from specdec.pack.pack import pack  # noqa: E402
 from specdec.store.layout import ExpertIndex  # noqa: E402
-from specdec.store.pack import pack  # noqa: E402
+from specdec.stream.loader import load, resolve  # noqa: E402
 from specdec.trace.format import HotlistEntry, write_hotlist  # noqa: E402
 from specdec.trace.prompts import load_prompts  # noqa: E402
 

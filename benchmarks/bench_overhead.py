@@ -1,7 +1,7 @@
 """Host-overhead benchmark: writes benchmarks/results/overhead[-NAME].json (with the machine).
 
 Run from the repo root: `python benchmarks/bench_overhead.py [--model tiny] [--tokens 128]
-[--pairs 7] [--name NAME] [--cli-only --prompt TEXT]` (specdec.model.overhead says what is
+[--pairs 7] [--name NAME] [--cli-only --prompt TEXT]` (specdec.bench.overhead says what is
 measured; --cli-only runs only the fresh-process pairs, for real-shape models whose forward takes
 seconds on a CPU). It times decode: other work
 on the cores distorts it, so pairs are interleaved and medians with ranges reported; the load
@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.host.blas import ensure_fast_blas  # noqa: E402
-from specdec.host.machine import machine_info, write_result  # noqa: E402
-from specdec.model import overhead  # noqa: E402
-from specdec.model.cli import add_overhead_arguments  # noqa: E402
+from specdec.bench import overhead  # noqa: E402
+from specdec.cli.model import add_overhead_arguments  # noqa: E402
+from specdec.core.blas import ensure_fast_blas  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

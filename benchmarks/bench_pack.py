@@ -36,10 +36,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.model.presets import like_config  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
-from specdec.store.pack import weight_files  # noqa: E402
-from specdec.store.readbench import machine_info  # noqa: E402
+from specdec.bench.read import machine_info  # noqa: E402
+from specdec.checkpoint.presets import like_config  # noqa: E402
+from specdec.core.files import write_atomic  # noqa: E402
+from specdec.pack.pack import weight_files  # noqa: E402
 from specdec.store.safetensors import safetensors_header_bytes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -153,7 +153,7 @@ def evict(files: list[Path], drop_caches: bool) -> float:
 
 
 def child(model_dir: str, out_dir: str) -> None:
-    from specdec.store.pack import pack
+    from specdec.pack.pack import pack
 
     t0 = time.perf_counter()
     pack(model_dir, out_dir)

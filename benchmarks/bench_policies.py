@@ -38,14 +38,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.cache.bounds import Belady, lru_curve_steps  # noqa: E402
 from specdec.cache.expert_cache import ExpertCache  # noqa: E402
-from specdec.cache.lcs import lcs_process, write_oracle_trace  # noqa: E402
 from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
-from specdec.cache.replay import access_sequence, policy_hits  # noqa: E402
-from specdec.cache.simulate import replay, trace_steps  # noqa: E402
-from specdec.host.machine import machine_info  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
+from specdec.core.files import write_atomic  # noqa: E402
+from specdec.core.machine import machine_info  # noqa: E402
+from specdec.sim.bounds import Belady, lru_curve_steps  # noqa: E402
+from specdec.sim.lcs import lcs_process, write_oracle_trace  # noqa: E402
+from specdec.sim.replay import access_sequence, policy_hits  # noqa: E402
+from specdec.sim.simulate import replay, trace_steps  # noqa: E402
 from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, save_trace  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 

@@ -24,10 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.host.blas import ensure_fast_blas  # noqa: E402
-from specdec.store import fiobench, readbench  # noqa: E402
-from specdec.store.cli import add_read_arguments, read_bench_from_args  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
+from specdec.bench import fio as fiobench
+from specdec.bench import read as readbench  # noqa: E402
+from specdec.cli.store import add_read_arguments, read_bench_from_args  # noqa: E402
+from specdec.core.blas import ensure_fast_blas  # noqa: E402
+from specdec.core.files import write_atomic  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")

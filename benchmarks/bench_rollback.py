@@ -38,14 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specdec.checkpoint.random_models import make_random  # noqa: E402
 from specdec.clock.profiles import get_profile  # noqa: E402
-from specdec.decode.gamma import AUTO  # noqa: E402
+from specdec.core.files import write_atomic  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 from specdec.decode.loop import AUTO_PROFILE, DecodeConfig  # noqa: E402
 from specdec.decode.run import generate  # noqa: E402
-from specdec.host.machine import machine_info, write_result  # noqa: E402
-from specdec.model.loader import load  # noqa: E402
-from specdec.model.random_models import make_random  # noqa: E402
-from specdec.store.files import write_atomic  # noqa: E402
+from specdec.gamma.chooser import AUTO  # noqa: E402
+from specdec.stream.loader import load  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "rollback.json"
 AUTO_RESULT = RESULT.with_name("rollback_auto.json")

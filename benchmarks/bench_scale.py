@@ -48,8 +48,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.host.blas import ensure_fast_blas  # noqa: E402
-from specdec.host.machine import machine_info, write_result  # noqa: E402
+from specdec.core.blas import ensure_fast_blas  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "scale.json"
 PROMPT = "def f(x):"
@@ -131,7 +131,7 @@ print(json.dumps([int(t) for t, _ in generate_step(mx.array(prompt), model, max_
 
 OVERLAP = """
 import json, numpy as np
-from specdec.model.loader import load
+from specdec.stream.loader import load
 from specdec.decode.run import generate
 from specdec.decode.loop import DecodeConfig
 sm = load({packed!r}, budget="100%")

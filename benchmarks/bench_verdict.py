@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.cache.expert_cache import ExpertCache  # noqa: E402
 from specdec.cache.policies import make_policy  # noqa: E402
-from specdec.cache.replay import access_sequence  # noqa: E402
 from specdec.cache.speculative import split_policy  # noqa: E402
-from specdec.host.machine import machine_info, write_result  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
+from specdec.sim.replay import access_sequence  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
 
 POLICIES = ("lru", "lru+demote", "lru+protect", "lru+demote+protect")

@@ -15,7 +15,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 
 class SweepReport(Callback):
@@ -25,8 +25,8 @@ class SweepReport(Callback):
         self._lock: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from specdec.rundir import SWEEP_LOCK
-        from specdec.store.files import acquire
+        from specdec.core.files import acquire
+        from specdec.report.rundir import SWEEP_LOCK
 
         sweep = Path(config.hydra.sweep.dir)
         try:  # a second identical sweep would interleave the first one's records and report

@@ -16,10 +16,10 @@ from typing import Any, Union
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from specdec.core.errors import SpecdecError
+from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec
-from specdec.decode.gamma import parse_gamma
-from specdec.errors import SpecdecError
-from specdec.units import DEFAULT_BUDGET
+from specdec.gamma.chooser import parse_gamma
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     # positions per verify pass (1 = plain decoding), or auto: chosen before each pass
-    # (specdec.decode.gamma); checked by to_config
+    # (specdec.gamma.chooser); checked by to_config
     gamma: Union[int, str] = 1  # noqa: UP007 -- OmegaConf's schema needs typing.Union
     max_tokens: int = 64
     temp: float = 0.0

@@ -1,4 +1,4 @@
-"""Bookkeeping of `specdec-exp` around specdec.rundir (which owns the run directory's files):
+"""Bookkeeping of `specdec-exp` around specdec.report.rundir (which owns the run directory's files):
 the config hash a rerun is skipped by, the provenance recorded with a job, and its JobCard.
 
 A rerun of a sweep finds the completion marker with the same config hash and skips the job; a
@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specdec.clock.profiles import get_profile
-from specdec.host.blas import active_blas
-from specdec.rundir import JobCard
+from specdec.core.blas import active_blas
+from specdec.report.rundir import JobCard
 
 # Keys that change where or how a job reports, not what it measures.
 _NOT_HASHED = ("logger", "progress", "sweep")

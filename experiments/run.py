@@ -8,7 +8,7 @@
     specdec-exp --cfg job              # print the composed config and exit (Hydra's flags)
 
 Without `python -m` inside a checkout: `python -m experiments.run ...`. Each job writes into
-its run directory (runs/single/... or runs/sweeps/SWEEP/JOB/) what specdec/rundir.py lists,
+its run directory (runs/single/... or runs/sweeps/SWEEP/JOB/) what specdec/report/rundir.py lists,
 logs to wandb (offline by default, under the run directory), always finishes the wandb run, and
 returns its headline metric for sweepers. A sweep run again skips the jobs that finished; at
 the end of a sweep `specdec report` runs on the sweep directory (experiments/callbacks.py).
@@ -29,12 +29,12 @@ from omegaconf import DictConfig, OmegaConf
 from experiments import jobs
 from experiments.config import register, to_config
 from experiments.tasks import get_task
-from specdec import rundir
+from specdec.core.blas import ensure_fast_blas
+from specdec.core.errors import SpecdecError
+from specdec.core.files import locked
 from specdec.decode.records import read_records
-from specdec.errors import SpecdecError
-from specdec.host.blas import ensure_fast_blas
+from specdec.report import rundir
 from specdec.report.wandb_sink import WandbSink
-from specdec.store.files import locked
 
 log = logging.getLogger("specdec-exp")
 

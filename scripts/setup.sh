@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up specdec in ./.venv: Python packages, and on Debian/Ubuntu the OpenBLAS that MLX's CPU
-# build uses through specdec.host.blas (50x faster matmuls than the reference BLAS mlx[cpu] bundles;
+# build uses through specdec.core.blas (50x faster matmuls than the reference BLAS mlx[cpu] bundles;
 # results do not depend on it). Idempotent: a second run only checks.
 #   bash scripts/setup.sh            # then: .venv/bin/specdec --help
 set -euo pipefail

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 
 
 def load(path, **kwargs):
-    """Load a model with its routed experts streamed from disk (see specdec.model.loader.load)."""
-    from specdec.model.loader import load as _load
+    """Load a model with its routed experts streamed from disk (see specdec.stream.loader.load)."""
+    from specdec.stream.loader import load as _load
 
     return _load(path, **kwargs)

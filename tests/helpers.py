@@ -11,9 +11,9 @@ import pytest
 from mlx_lm import load as mlx_load
 from mlx_lm.generate import generate_step
 
-from specdec.host.blas import active_blas
-from specdec.model.loader import load
-from specdec.model.random_models import make_random
+from specdec.checkpoint.random_models import make_random
+from specdec.core.blas import active_blas
+from specdec.stream.loader import load
 
 FAMILIES = ["deepseek_v3", "qwen3_moe", "qwen2_moe", "mixtral", "minimax"]
 

@@ -19,15 +19,15 @@ import sys
 
 import pytest
 
-from specdec.host.blas import active_blas, find_fast_blas
+from specdec.core.blas import active_blas, find_fast_blas
 from tests.helpers import FAMILIES, assert_greedy_match, assert_logits_match, random_checkpoint
 
 CHECK = """
 import json, sys, numpy as np, mlx.core as mx
 from mlx_lm import load as mlx_load
 from mlx_lm.models.cache import make_prompt_cache
-from specdec.host.blas import active_blas
-from specdec.model.loader import load
+from specdec.core.blas import active_blas
+from specdec.stream.loader import load
 
 def logits(m, toks, c):
     return np.array(m(mx.array([toks]), cache=c)[0].astype(mx.float32))  # [T, vocab]
@@ -86,7 +86,7 @@ def test_exactness_contract_under_each_blas(f32_checkpoints, tmp_path, name, env
     cmd = [
         sys.executable,
         "-c",
-        "from specdec.host.blas import ensure_fast_blas as e; e()\n" + CHECK,
+        "from specdec.core.blas import ensure_fast_blas as e; e()\n" + CHECK,
     ]
     out = subprocess.run(
         cmd + f32_checkpoints, env=env, capture_output=True, text=True, timeout=600

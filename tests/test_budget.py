@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.errors import BudgetError
-from specdec.model.stream import StreamConfig
-from specdec.units import DEFAULT_BUDGET, Budget
+from specdec.core.errors import BudgetError
+from specdec.core.units import DEFAULT_BUDGET, Budget
+from specdec.stream.config import StreamConfig
 
 
 @pytest.mark.parametrize(

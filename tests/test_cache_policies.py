@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import POLICIES, make_policy
-from specdec.errors import BudgetError, SpecdecError
+from specdec.core.errors import BudgetError, SpecdecError
 
 N_KEYS = 24
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdec.cli import COMMANDS, command, main
-from specdec.store.pack import pack
+from specdec.pack.pack import pack
 from specdec.trace.format import Trace, save_trace
 from tests.helpers import random_checkpoint
 

@@ -126,7 +126,7 @@ def test_a_hotlist_seeds_static_and_hotness(ckpt, tmp_path, monkeypatch):
     assert bad.returncode == 2 and "is not a routed expert of this model" in bad.stderr
     # what the hotlist buys: static pins it (a scratch of one position's top-k leaves room)
     from specdec.decode.run import generate
-    from specdec.model.loader import load
+    from specdec.stream.loader import load
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     k = cfg["num_experts_per_tok"]

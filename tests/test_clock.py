@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specdec.clock import BUILTIN_NAMES, DeviceProfile, get_profile, load_profile, this_machine
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 MIB = 2**20
 

@@ -85,9 +85,9 @@ def test_a_decode_wholly_resident_is_charged_no_router_sync(tmp_path, monkeypatc
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
+    from specdec.checkpoint.random_models import make_random
     from specdec.clock.passes import read_steps
-    from specdec.model.loader import load
-    from specdec.model.random_models import make_random
+    from specdec.stream.loader import load
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     src = make_random("qwen3_moe", tmp_path / "m", bits=4, seed=0)
@@ -161,7 +161,7 @@ def tiny(tmp_path_factory):
     import os
 
     os.environ.setdefault("SPECDEC_CACHE", str(tmp_path_factory.mktemp("cache")))
-    from specdec.model.loader import load
+    from specdec.stream.loader import load
 
     sm = load("tiny", budget="10%")
     yield sm
@@ -233,7 +233,7 @@ def test_draft_model_forwards_use_the_draft_shape():
 
 def test_a_rollback_re_feed_is_charged_as_one_more_forward():
     """Untrimmable caches re-feed the accepted prefix after a rejection (decode/rollback.py)."""
-    from specdec.model.streamer import LayerStep
+    from specdec.stream.streamer import LayerStep
 
     clock = PassClock(ModelShape.from_config(SMALL), (0, 1), "none")
     p = small_profile()

@@ -24,9 +24,9 @@ import mlx.core as mx
 from mlx_lm import load as mlx_load
 from mlx_lm.generate import generate_step
 
-from specdec.model.random_models import make_random
+from specdec.checkpoint.random_models import make_random
+from specdec.pack.verify import verify
 from specdec.store.layout import ExpertIndex
-from specdec.store.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "def main():\n    return"

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec.cli.union_model import parse_union
+from specdec.core.errors import SpecdecError
 from specdec.costmodel import (
     best_gamma,
     break_even,
@@ -27,8 +29,6 @@ from specdec.costmodel import (
     solve_acceptance,
     speedup,
 )
-from specdec.costmodel.cli import parse_union
-from specdec.errors import SpecdecError
 
 QUESTION = {1: 8.0, 2: 13.42, 3: 17.99, 8: 35.01}  # seed question §3, top-8 MiniMax-M2.5
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
+from specdec.core.errors import BudgetError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
-from specdec.errors import BudgetError
-from specdec.model.loader import load
-from specdec.model.streamer import Streamer
+from specdec.stream.loader import load
+from specdec.stream.streamer import Streamer
 from tests.helpers import random_checkpoint, resident_logits
 
 

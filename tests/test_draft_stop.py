@@ -1,4 +1,4 @@
-"""The draft stop (specdec/decode/draft_stop.py): the self-draft's routing predicts verify's reads,
+"""The draft stop (specdec/gamma/draft_stop.py): the self-draft's routing predicts verify's reads,
 and `--gamma auto` ends a draft early where the next position does not pay; lossless either way.
 
 pytest tests/test_draft_stop.py
@@ -19,13 +19,13 @@ import pytest
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import get_profile
 from specdec.clock.roofline import forward_time
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import DrafterSpec
-from specdec.decode.gamma import Choice
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import summarize
 from specdec.decode.run import plain_greedy
-from specdec.errors import SpecdecError
-from specdec.model.loader import load
+from specdec.gamma.chooser import Choice
+from specdec.stream.loader import load
 
 N_TOKENS = 48
 PROMPT = "def fibonacci(n):"

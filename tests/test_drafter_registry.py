@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import DRAFTERS, Drafter, DrafterSpec, register
-from specdec.errors import SpecdecError
 
 
 def test_every_conf_drafter_is_registered():

@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import specdec.store.pack as pack_module
+import specdec.pack.pack as pack_module
 from specdec.cli import main
 from specdec.decode.records import PassRecord
+from specdec.pack.pack import pack
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
-from specdec.store.pack import pack
 from specdec.trace.format import Trace, save_trace
 from tests.helpers import random_checkpoint
 
@@ -279,7 +279,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
 
 def no_router(c) -> None:
     """deepseek_v3 as a family with no router adapter (as any family specdec has none for)."""
-    from specdec.model import families
+    from specdec.checkpoint import families
 
     c["monkeypatch"].setitem(families.FAMILIES, "deepseek_v3", families.Family("deepseek_v3"))
 

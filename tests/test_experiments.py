@@ -25,7 +25,7 @@ from hydra.errors import ConfigCompositionException
 from experiments.config import Config, register, to_config
 from experiments.jobs import config_hash
 from experiments.run import slug
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -296,7 +296,7 @@ def test_report_keeps_one_job_per_config(basic_sweep, tmp_path):
 
 
 def test_wandb_online_without_credentials_is_one_clear_error(tmp_path, monkeypatch):
-    from specdec.errors import SpecdecError
+    from specdec.core.errors import SpecdecError
     from specdec.report.wandb_sink import WandbSink
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -315,8 +315,7 @@ def test_report_shows_tasks_without_records(tmp_path):
     import matplotlib.pyplot as plt
 
     from experiments.tasks import TaskResult
-    from specdec import rundir
-    from specdec.report import build_report
+    from specdec.report import build_report, rundir
 
     run_dir = tmp_path / "sweep" / "task.options.budgets=[0.1]"
     run_dir.mkdir(parents=True)
@@ -373,7 +372,7 @@ def test_bad_trace_gammas_and_too_few_tokens_are_one_line_errors(tmp_path):
     from types import SimpleNamespace
 
     from experiments.tasks._decode import decode
-    from specdec.errors import SpecdecError
+    from specdec.core.errors import SpecdecError
 
     register()
     with initialize_config_dir(str(CONF), version_base="1.3"):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from mlx_lm.models import deepseek_v3
 
-from specdec.model.extract_mtp import extract_mtp
-from specdec.model.mtp import load_mtp
+from specdec.checkpoint.extract_mtp import extract_mtp
+from specdec.checkpoint.mtp import load_mtp
 
 CONFIG = {
     "model_type": "deepseek_v3",
@@ -139,7 +139,7 @@ def test_save_with_mtp_writes_a_directory_both_loaders_open(tmp_path, bits):
     from mlx.utils import tree_flatten
     from mlx_lm.utils import load_model
 
-    from specdec.model.mtp import MTPModule, quantize_with_mtp, save_with_mtp
+    from specdec.checkpoint.mtp import MTPModule, quantize_with_mtp, save_with_mtp
 
     args = deepseek_v3.ModelArgs.from_dict(CONFIG)
     model, mtp, config = deepseek_v3.Model(args), MTPModule(args), dict(CONFIG)
@@ -156,7 +156,7 @@ def test_save_with_mtp_writes_a_directory_both_loaders_open(tmp_path, bits):
 
 
 def test_a_failed_save_keeps_the_previous_files_and_leaves_no_temporary(tmp_path, monkeypatch):
-    from specdec.model.mtp import MTPModule, save_with_mtp
+    from specdec.checkpoint.mtp import MTPModule, save_with_mtp
 
     args = deepseek_v3.ModelArgs.from_dict(CONFIG)
     model, mtp = deepseek_v3.Model(args), MTPModule(args)

@@ -1,5 +1,5 @@
 """Bring your own checkpoint: every MoE family make-random builds streams exactly, and its router
-adapter, self-draft, lookahead and trace recording work (specdec.model.coverage runs the checks).
+adapter, self-draft, lookahead and trace recording work (specdec.bench.coverage runs the checks).
 
 Run: `pytest tests/test_families.py` (~1 min on 2 cores). Each family's tiny checkpoint is built
 from mlx-lm's own class; streamed logits and greedy tokens are held to the exactness contract
@@ -16,19 +16,19 @@ import json
 import mlx.core as mx
 import pytest
 
+from specdec.bench.coverage import check_family
+from specdec.checkpoint import families as families_module
+from specdec.checkpoint.families import FAMILIES as ROUTED
+from specdec.checkpoint.families import Family
+from specdec.checkpoint.random_models import MTP_FAMILIES, make_random
+from specdec.checkpoint.tiny_configs import FAMILIES
+from specdec.core.errors import SpecdecError
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.errors import SpecdecError
-from specdec.model import families as families_module
-from specdec.model.coverage import check_family
-from specdec.model.families import FAMILIES as ROUTED
-from specdec.model.families import Family
-from specdec.model.loader import load
-from specdec.model.random_models import MTP_FAMILIES, make_random
-from specdec.model.tiny_configs import FAMILIES
+from specdec.pack.pack import pack
 from specdec.probes.capture import MoETap
 from specdec.store.layout import ExpertIndex
-from specdec.store.pack import pack
+from specdec.stream.loader import load
 from tests.helpers import assert_greedy_match, assert_logits_match
 
 ALL = sorted(FAMILIES)

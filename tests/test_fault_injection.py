@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlx_lm import load as mlx_load
 
-from specdec.errors import StoreError
-from specdec.model.loader import load
+from specdec.core.errors import StoreError
 from specdec.store.reader import MAX_RETRIES
+from specdec.stream.loader import load
 from tests.helpers import random_checkpoint
 
 FAULTS = ("transient", "persistent", "short", "slow")
@@ -196,8 +196,8 @@ def test_persistent_fault_through_the_cli(ckpt, tmp_path, monkeypatch, capsys):
 
 def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
     """--verify-checksums covers lookahead reads: the bad block is forgotten, then named."""
+    from specdec.pack.pack import pack
     from specdec.store.layout import EXPERTS_BIN, ExpertIndex
-    from specdec.store.pack import pack
 
     src, ref_model = ckpt
     packed = pack(src, tmp_path / "packed")
@@ -220,7 +220,7 @@ def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
 
 MMAP_SHRINK = """
 import os, sys
-from specdec.errors import StoreError
+from specdec.core.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex
 from specdec.store.reader import ExpertReader
@@ -245,7 +245,7 @@ def test_mmap_of_a_file_truncated_after_mapping_is_a_clear_error(ckpt, tmp_path)
     import sys
     from pathlib import Path
 
-    from specdec.store.pack import pack
+    from specdec.pack.pack import pack
 
     packed = pack(ckpt[0], tmp_path / "packed")
     root = Path(__file__).resolve().parents[1]
@@ -266,9 +266,9 @@ def test_mmap_of_a_file_truncated_after_mapping_is_a_clear_error(ckpt, tmp_path)
 
 
 def test_mmap_of_a_truncated_file_is_refused_before_mapping(ckpt, tmp_path):
+    from specdec.pack.pack import pack
     from specdec.store.arena import Arena
     from specdec.store.layout import EXPERTS_BIN, ExpertIndex
-    from specdec.store.pack import pack
     from specdec.store.reader import ExpertReader
 
     packed = pack(ckpt[0], tmp_path / "packed")

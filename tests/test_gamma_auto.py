@@ -17,15 +17,15 @@ import sys
 import numpy as np
 import pytest
 
-from specdec.cache.adaptive import replay_passes, trace_clock
-from specdec.cache.cli import add_arguments, run
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.replay import replay_trace
-from specdec.cache.shadows import ShadowPass, Shadows
+from specdec.cli.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
-from specdec.decode.gamma import AUTO, BLOCK, GUARD, GammaChooser, Observed, parse_gamma
-from specdec.errors import BudgetError, SpecdecError
+from specdec.core.errors import BudgetError, SpecdecError
+from specdec.gamma.chooser import AUTO, BLOCK, GUARD, GammaChooser, Observed, parse_gamma
+from specdec.gamma.replay import replay_passes, trace_clock
+from specdec.gamma.shadows import ShadowPass, Shadows
+from specdec.sim.replay import replay_trace
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
+from specdec.checkpoint.random_models import make_random
+from specdec.core.errors import SpecdecError, StoreError
 from specdec.decode.records import RecordWriter, read_records
-from specdec.errors import SpecdecError, StoreError
-from specdec.model.random_models import make_random
+from specdec.pack.pack import pack, source_fingerprint
+from specdec.pack.verify import verify
 from specdec.store.layout import ExpertIndex
-from specdec.store.pack import pack, source_fingerprint
-from specdec.store.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 N_BLOCKS = 48  # qwen3_moe random: 3 MoE layers x 16 experts

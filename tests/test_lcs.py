@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.cache.lcs import lcs_hits, lcs_process, write_oracle_trace
-from specdec.cache.replay import Access, access_sequence, policy_hits
-from specdec.cache.simulate import simulate
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
+from specdec.core.units import Budget
+from specdec.sim.lcs import lcs_hits, lcs_process, write_oracle_trace
+from specdec.sim.replay import Access, access_sequence, policy_hits
+from specdec.sim.simulate import simulate
 from specdec.trace.synthetic import synthetic_trace
-from specdec.units import Budget
 
 
 @pytest.mark.parametrize("seed", [0, 1])

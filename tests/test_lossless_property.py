@@ -23,7 +23,7 @@ from mlx_lm.generate import generate_step
 from specdec.cache.policies import POLICIES
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.model.loader import load
+from specdec.stream.loader import load
 from tests.helpers import random_checkpoint
 
 N_TOKENS = 24

@@ -18,18 +18,18 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from specdec.checkpoint.bundled import resolve_model
+from specdec.core.errors import StoreError
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.errors import StoreError
-from specdec.model.bundled import resolve_model
-from specdec.model.loader import load
-from specdec.model.mixed import resident_mixed
+from specdec.pack.pack import pack, plan
+from specdec.pack.requantize import cold_layout
+from specdec.pack.verify import verify
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout, TensorSpec
-from specdec.store.pack import pack, plan
 from specdec.store.pools import plan_pools, pool_index
-from specdec.store.requantize import cold_layout
 from specdec.store.safetensors import read_safetensors_header
-from specdec.store.verify import verify
+from specdec.stream.loader import load
+from specdec.stream.mixed import resident_mixed
 from tests.helpers import (
     assert_greedy_match,
     assert_logits_match,

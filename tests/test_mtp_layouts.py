@@ -21,9 +21,9 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models import glm4_moe, qwen3_next
 
-from specdec.model.extract_mtp import extract_mtp
-from specdec.model.mtp import load_mtp, mtp_class, target_io
-from specdec.model.random_models import _randomize, family_config
+from specdec.checkpoint.extract_mtp import extract_mtp
+from specdec.checkpoint.mtp import load_mtp, mtp_class, target_io
+from specdec.checkpoint.random_models import _randomize, family_config
 from tests.helpers import LOGIT_ATOL
 
 # The library's tiny Qwen3-Next, with fewer experts, partial rotary and a layer-4 full attention.
@@ -171,7 +171,7 @@ def test_extracted_mtp_equals_the_reference_mirror(tmp_path, family):
 
 @pytest.mark.parametrize("family", ["glm4_moe", "qwen3_next"])
 def test_extract_quantized_and_errors(tmp_path, family):
-    from specdec.errors import SpecdecError
+    from specdec.core.errors import SpecdecError
 
     config = QWEN3_NEXT if family == "qwen3_next" else GLM
     module = qwen3_next if family == "qwen3_next" else glm4_moe

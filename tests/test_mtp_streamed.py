@@ -14,10 +14,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from specdec.checkpoint.mtp import load_mtp, mtp_class, target_io
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.model.mtp import load_mtp, mtp_class, target_io
-from specdec.model.steplog import Call
+from specdec.stream.steplog import Call
 from tests.helpers import assert_logits_match, streamed_target
 
 N_TOKENS = 48

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec.errors import SpecdecError
-from specdec.model.random_models import make_random
-from specdec.store import files
+from specdec.checkpoint.random_models import make_random
+from specdec.core import files
+from specdec.core.errors import SpecdecError
+from specdec.pack.pack import pack
+from specdec.pack.verify import verify
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
-from specdec.store.pack import pack
-from specdec.store.verify import verify
 from specdec.trace.format import Trace, save_trace
 from tests.helpers import random_checkpoint
 

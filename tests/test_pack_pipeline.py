@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec.errors import StoreError
-from specdec.model.random_models import make_random
-from specdec.store import copypipe
-from specdec.store import pack as pack_mod
+from specdec.checkpoint.random_models import make_random
+from specdec.core.errors import StoreError
+from specdec.pack import copypipe
+from specdec.pack import pack as pack_mod
+from specdec.pack.pack import pack, plan
 from specdec.store.layout import ALIGN, EXPERTS_BIN, RESIDENT, ExpertIndex
-from specdec.store.pack import pack, plan
 from specdec.store.safetensors import read_safetensors_header
 
 FILES = (EXPERTS_BIN, RESIDENT, "experts.json")

@@ -1,4 +1,4 @@
-"""Old packed copies in $SPECDEC_CACHE are removed, safely (specdec/store/packed_cache.py).
+"""Old packed copies in $SPECDEC_CACHE are removed, safely (specdec/pack/packed_cache.py).
 
 Run: `pytest tests/test_packed_cache.py`. A model directory loaded by path is packed into the
 cache; touching its config.json makes a new copy, and the old one goes, unless it is in use (a
@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from specdec.errors import SpecdecError
-from specdec.model.loader import ensure_packed, load
-from specdec.store.files import acquire
-from specdec.store.packed_cache import hold_in_use, use_lock_path
+from specdec.core.errors import SpecdecError
+from specdec.core.files import acquire
+from specdec.pack.packed_cache import hold_in_use, use_lock_path
+from specdec.stream.loader import ensure_packed, load
 from tests.helpers import random_checkpoint
 
 

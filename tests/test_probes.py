@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from specdec.cli import main as cli_main
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
+from specdec.core.units import Budget
 from specdec.trace.format import load_trace, save_trace
 from specdec.trace.prompts import load_prompts
-from specdec.units import Budget
 from tests.helpers import random_checkpoint
 
 PROMPTS = 3
@@ -26,8 +26,8 @@ TOKENS = 6
 
 @pytest.fixture(scope="module")
 def ds3(tmp_path_factory):
-    from specdec.model.loader import load
     from specdec.probes.record import record
+    from specdec.stream.loader import load
 
     ckpt = random_checkpoint(tmp_path_factory.mktemp("ckpt"), "deepseek_v3", None)
     sm = load(ckpt, budget="100%", with_mtp=False)
@@ -60,8 +60,8 @@ def test_record_stops_at_an_eos_and_keeps_the_positions_before_it(ds3, monkeypat
     """An EOS mid-decode ends that prompt's trace where the decode stopped, even when plain
     greedy decoding computed one forward past the EOS (every layer resident: pipelined) whose
     cache steps never ran; the rows kept are the rows of the recording without an EOS."""
-    from specdec.model.loader import load
     from specdec.probes.record import record_trace
+    from specdec.stream.loader import load
 
     ckpt, _, rec = ds3
     t = rec.trace
@@ -121,9 +121,9 @@ def test_eviction_position_sets(ds3):
 
 
 def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
-    from specdec.cache.simulate import simulate
     from specdec.probes.eviction import select_positions
     from specdec.probes.gates import gates_table
+    from specdec.sim.simulate import simulate
 
     _, sm, rec = ds3
     rows = gates_table(sm, rec, budgets=[0.5])
@@ -270,7 +270,7 @@ def test_cli_trace_record_writes_a_trace_and_errors_in_one_line(ds3, tmp_path, c
 
 
 def test_trace_stats_of_a_recorded_trace_keep_to_each_prompts_decode_positions(ds3):
-    from specdec.trace.stats import trace_stats
+    from specdec.sim.stats import trace_stats
 
     t = ds3[2].trace
     s = trace_stats(t, f"{t.n_layers * t.top_k}slots", gammas=(2,), phase="decode")

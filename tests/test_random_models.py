@@ -15,8 +15,8 @@ import mlx_lm
 import pytest
 from transformers import AutoTokenizer
 
-from specdec.errors import SpecdecError
-from specdec.model.random_models import make_random
+from specdec.checkpoint.random_models import make_random
+from specdec.core.errors import SpecdecError
 
 FIRST = ["deepseek_v3", "deepseek_v32", "glm4_moe", "minimax", "mixtral", "qwen2_moe", "qwen3_moe"]
 

@@ -16,11 +16,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specdec.errors import StoreError
-from specdec.model.random_models import make_random
+from specdec.checkpoint.random_models import make_random
+from specdec.core.errors import StoreError
+from specdec.pack.pack import pack
 from specdec.store.arena import Arena
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex
-from specdec.store.pack import pack
 from specdec.store.reader import ExpertReader
 
 

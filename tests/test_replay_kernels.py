@@ -2,7 +2,7 @@
 
 pytest tests/test_replay_kernels.py
 
-specdec.cache.kernels replays the runtime's policies (specdec.cache.policies, driven through
+specdec.sim.kernels replays the runtime's policies (specdec.cache.policies, driven through
 ExpertCache) for speed; the classes are the specification. Random traces with per-position
 counts, ticks every few steps and sequence restarts: every access must hit or miss alike.
 """
@@ -13,10 +13,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.cache.bounds import Belady
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.replay import POLICY_NAMES, Access, policy_hits
+from specdec.sim.bounds import Belady
+from specdec.sim.replay import POLICY_NAMES, Access, policy_hits
 
 
 def _python_hits(name, acc: Access, n, hotlist):

@@ -9,7 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from specdec.host.machine import write_result
+from specdec.core.machine import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,11 +16,11 @@ from mlx_lm import load as mlx_load
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from specdec.checkpoint.mtp_qwen3_next import Qwen3NextMTP
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.rollback import CacheMark, can_roll_back
 from specdec.decode.run import generate
-from specdec.model.loader import load
-from specdec.model.mtp_qwen3_next import Qwen3NextMTP
+from specdec.stream.loader import load
 from tests.helpers import random_checkpoint, streamed_target
 
 N_TOKENS = 40
@@ -79,7 +79,7 @@ def test_deepseek_v41_window_cache_restores_exactly():
     """deepseek_v41's LayerCache drops window rows (untrimmable): the mark restores it exactly."""
     from mlx_lm.models import deepseek_v41
 
-    from specdec.model.random_models import _randomize
+    from specdec.checkpoint.random_models import _randomize
 
     args = deepseek_v41.ModelArgs.from_dict(
         {
@@ -145,7 +145,7 @@ def test_a_wrapped_sliding_window_restores_exactly():
 def test_a_cache_holding_other_caches_is_refused():
     from mlx_lm.models.cache import ArraysCache, CacheList, KVCache
 
-    from specdec.errors import SpecdecError
+    from specdec.core.errors import SpecdecError
 
     cache = [CacheList(ArraysCache(size=1), KVCache())]
     assert not can_roll_back(cache)

@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
+from specdec.checkpoint.presets import PRESETS, like_config
+from specdec.checkpoint.random_models import make_random
+from specdec.checkpoint.random_scale import make_like
+from specdec.core.errors import BudgetError, SpecdecError
+from specdec.core.units import Budget
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.errors import BudgetError, SpecdecError
-from specdec.model import loader
-from specdec.model.presets import PRESETS, like_config
-from specdec.model.random_models import make_random
-from specdec.model.random_scale import make_like
+from specdec.pack.pack import pack
+from specdec.pack.verify import verify
 from specdec.store.arena import Arena
 from specdec.store.budget import plan_slots
 from specdec.store.layout import ExpertIndex, TensorSpec
-from specdec.store.pack import pack
-from specdec.store.verify import verify
-from specdec.units import Budget
+from specdec.stream import loader
 from tests.helpers import assert_logits_match, resident_logits
 
 

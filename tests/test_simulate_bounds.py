@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from specdec.cache.bounds import Belady, knapsack_bound, opt_bypass_hits
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import POLICIES, make_policy
-from specdec.cache.simulate import replay
+from specdec.sim.bounds import Belady, knapsack_bound, opt_bypass_hits
+from specdec.sim.simulate import replay
 
 
 def _run(steps, n, policy) -> ExpertCache:

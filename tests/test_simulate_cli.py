@@ -13,11 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from specdec.cache.bounds import Belady
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.simulate import lookahead_steps, simulate, trace_steps
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
+from specdec.core.units import Budget
+from specdec.sim.bounds import Belady
+from specdec.sim.simulate import lookahead_steps, simulate, trace_steps
 from specdec.trace.format import (
     HotlistEntry,
     Trace,
@@ -29,7 +30,6 @@ from specdec.trace.format import (
     write_hotlist,
 )
 from specdec.trace.synthetic import synthetic_trace
-from specdec.units import Budget
 
 
 @pytest.fixture

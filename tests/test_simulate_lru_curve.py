@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.cache.bounds import lru_curve_steps
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.simulate import simulate, trace_steps
-from specdec.errors import BudgetError
+from specdec.core.errors import BudgetError
+from specdec.core.units import Budget
+from specdec.sim.bounds import lru_curve_steps
+from specdec.sim.simulate import simulate, trace_steps
 from specdec.trace.synthetic import synthetic_trace
-from specdec.units import Budget
 
 
 def _replay_hits(steps, n, group_size=None):

@@ -15,19 +15,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.cache.drive import drive_hits, pass_verdict
 from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.lcs import lcs_hits
 from specdec.cache.policies import make_policy
-from specdec.cache.replay import Access, access_sequence, policy_hits
-from specdec.cache.simulate import simulate
 from specdec.cache.speculative import SpecOptions, split_policy, verdict_keys
+from specdec.core.errors import SpecdecError
+from specdec.core.units import Budget
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.errors import SpecdecError
-from specdec.model.loader import load
+from specdec.sim.drive import drive_hits, pass_verdict
+from specdec.sim.lcs import lcs_hits
+from specdec.sim.replay import Access, access_sequence, policy_hits
+from specdec.sim.simulate import simulate
+from specdec.stream.loader import load
 from specdec.trace.synthetic import synthetic_trace
-from specdec.units import Budget
 
 
 @pytest.mark.parametrize("seed", [0, 1])

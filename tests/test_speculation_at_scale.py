@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.cache.replay import replay_trace
+from specdec.sim.replay import replay_trace
 from specdec.trace.presets import get_preset
 from specdec.trace.synthetic import generate
 

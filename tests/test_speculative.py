@@ -15,12 +15,12 @@ from mlx_lm import load as mlx_load
 from mlx_lm.generate import generate_step
 from scipy.stats import chi2_contingency, chisquare
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.decode.sampling import judge
-from specdec.errors import SpecdecError
-from specdec.model.loader import load
-from specdec.model.steplog import Call
+from specdec.stream.loader import load
+from specdec.stream.steplog import Call
 from tests.helpers import random_checkpoint
 
 N_TOKENS = 128
@@ -49,7 +49,7 @@ def target_full(target):
     model (16 experts a layer: at any budget that misses, a pass of 2 already spans more than
     half the cache, and cold, MTP's first drafts read experts plain decoding never reads, so
     auto keeps to plain decoding there: its guard allows no more bytes than plain's, see
-    specdec/decode/gamma.py)."""
+    specdec/gamma/chooser.py)."""
     _, prompt, ref, draft_src = target
     sm = load(draft_src.parent / "deepseek_v3-4", budget="100%", io="direct", warm=True)
     yield sm, prompt, ref, draft_src

@@ -8,21 +8,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.cache.bounds import Belady
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.replay import (
+from specdec.core.units import Budget
+from specdec.decode.trace_union import window_unions
+from specdec.sim.bounds import Belady
+from specdec.sim.replay import (
     access_sequence,
     plan_passes,
     rejected_routing,
     replay_trace,
     routing_model,
 )
-from specdec.cache.simulate import replay, simulate, trace_steps
-from specdec.decode.trace_union import window_unions
+from specdec.sim.simulate import replay, simulate, trace_steps
 from specdec.trace.format import hotlist_keys, profile_hotlist
 from specdec.trace.synthetic import synthetic_trace
-from specdec.units import Budget
 
 POLICIES = ("lru", "slru", "hotness", "lfu", "static", "belady")
 
@@ -88,7 +88,7 @@ def test_full_acceptance_passes_cover_consecutive_windows(trace):
 
 def test_union_steps_replay_as_the_runtime_steps_them(trace):
     """One ExpertCache.step(keys, counts) per layer of each pass, then tick(γ): what
-    specdec.model.streamed does with a forward call of γ positions."""
+    specdec.stream.streamed does with a forward call of γ positions."""
     gamma, n = 4, 24
     hot = hotlist_keys(trace, profile_hotlist(trace))
     acc = access_sequence(trace, gamma, 0.6, seed=1)
@@ -170,7 +170,7 @@ def test_generate_records_carry_every_positions_routing(tmp_path):
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.records import read_records, records_trace
     from specdec.decode.run import generate
-    from specdec.model.loader import load
+    from specdec.stream.loader import load
     from tests.helpers import random_checkpoint
 
     sm = load(random_checkpoint(tmp_path, "deepseek_v3", None), budget="30%")

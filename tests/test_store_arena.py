@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from specdec.errors import StoreError
+from specdec.core.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import ALIGN, TensorSpec
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from specdec.store.readbench import PATHS, bench_read
+from specdec.bench.read import PATHS, bench_read
 from tests.test_store_errors import specdec
 
 
@@ -65,9 +65,9 @@ def test_bench_cli_json(tmp_path):
 def test_bench_paths_subset_and_huge_page_warning(tmp_path, monkeypatch):
     """--paths runs only those paths; an arena short of huge pages says so in the table (mocked
     shortfall: smaps reports none), never a silent 4 KiB-page figure under the arena's name."""
+    from specdec.bench import read as readbench
+    from specdec.bench.read import format_table
     from specdec.store import arena as arena_mod
-    from specdec.store import readbench
-    from specdec.store.readbench import format_table
 
     monkeypatch.setattr(arena_mod, "huge_page_bytes", lambda start, length: 0)
     monkeypatch.setattr(readbench, "COMPACT_MEMORY", tmp_path / "absent")  # no real compaction

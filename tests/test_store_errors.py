@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.errors import StoreError
-from specdec.model.random_models import make_random
+from specdec.checkpoint.random_models import make_random
+from specdec.core.errors import StoreError
+from specdec.pack.pack import pack
 from specdec.store.arena import Arena
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
-from specdec.store.pack import pack
 from specdec.store.reader import ExpertReader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +163,7 @@ def test_killed_pack_leaves_no_valid_looking_dir(model_dir, tmp_path):
     out = tmp_path / "packed"
     script = (
         "import os, signal, sys\n"
-        "from specdec.store.pack import pack\n"
+        "from specdec.pack.pack import pack\n"
         "def die(layer, expert):\n"
         "    if (layer, expert) == (1, 3):\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from specdec.model.random_models import make_random
+from specdec.checkpoint.random_models import make_random
+from specdec.pack.pack import pack
 from specdec.store.arena import Arena
 from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex
-from specdec.store.pack import pack
 from specdec.store.reader import IO_MODES, ExpertReader
 
 CASES = [

@@ -17,7 +17,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.model.loader import load
+from specdec.stream.loader import load
 from tests.helpers import (
     FAMILIES,
     assert_greedy_match,

@@ -18,10 +18,10 @@ import pytest
 from mlx_lm import generate, load
 from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 
+from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL, resolve_model
+from specdec.checkpoint.mtp import MTPModule, load_mtp
 from specdec.cli import main as cli_main
-from specdec.errors import SpecdecError
-from specdec.model.bundled import BUNDLED, DEFAULT_MODEL, resolve_model
-from specdec.model.mtp import MTPModule, load_mtp
+from specdec.core.errors import SpecdecError
 from specdec.store.layout import MTP_FILE
 
 TINY = BUNDLED["tiny"]

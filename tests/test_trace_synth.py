@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from specdec.cli import main as cli_main
-from specdec.errors import SpecdecError
-from specdec.trace.fit import TOLERANCE, Targets, fit
+from specdec.core.errors import SpecdecError
+from specdec.sim.fit import TOLERANCE, Targets, fit
+from specdec.sim.stats import trace_stats
 from specdec.trace.format import Trace, load_trace
 from specdec.trace.presets import PRESETS, load_targets
-from specdec.trace.stats import trace_stats
 from specdec.trace.synthetic import SynthParams, TraceShape, generate, generate_experts
 
 MINIMAX = PRESETS["minimax-m2.5"]
@@ -172,7 +172,7 @@ def test_stats_equal_an_independent_computation(phase, capsys, tmp_path):
 
 
 def test_fit_recovers_the_statistics_of_a_known_generator(monkeypatch):
-    from specdec.trace import fit as fit_module
+    from specdec.sim import fit as fit_module
 
     shape = TraceShape(3, 32, 4, 1000)
     truth = generate(shape, SynthParams(0.7, 0.15, 0.3, 2.0), 300, seed=9)
@@ -274,7 +274,7 @@ def test_stats_json_of_any_trace_is_a_targets_file(tmp_path, capsys):
 
 
 def test_synth_from_a_targets_file_fits_then_writes_its_shape(tmp_path, monkeypatch, capsys):
-    from specdec.trace import fit as fit_module
+    from specdec.sim import fit as fit_module
 
     monkeypatch.setitem(fit_module.NM_OPTIONS, "maxfev", 10)  # the CLI path, not the fit's quality
     shape = {"n_layers": 2, "n_experts": 16, "top_k": 2, "expert_bytes": 64}

@@ -4,7 +4,7 @@
     python -m training.card_tiny --max-tokens 0   # every held-out token (slow on 2 cores)
 
 Loads specdec/models/tiny exactly as users do (`mlx_lm.load`, quantized) plus its MTP module
-(`specdec.model.mtp.load_mtp`), tokenizes the held-out files (rule: training/tiny_corpus.py)
+(`specdec.checkpoint.mtp.load_mtp`), tokenizes the held-out files (rule: training/tiny_corpus.py)
 with the shipped tokenizer, and evaluates --max-tokens / --seq windows of --seq tokens, spread
 evenly over the held-out stream, under teacher forcing of the real text. Writes, into the model directory: card.json (every number on the
 card), loss.png (training curve from train_log.jsonl) and README.md (the card, rendered from
@@ -29,7 +29,7 @@ import platform
 import time
 from pathlib import Path
 
-from specdec.host.blas import active_blas, ensure_fast_blas
+from specdec.core.blas import active_blas, ensure_fast_blas
 
 ensure_fast_blas()
 
@@ -39,8 +39,8 @@ import numpy as np  # noqa: E402
 from mlx_lm import load  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-from specdec.model.bundled import BUNDLED  # noqa: E402
-from specdec.model.mtp import load_mtp  # noqa: E402
+from specdec.checkpoint.bundled import BUNDLED  # noqa: E402
+from specdec.checkpoint.mtp import load_mtp  # noqa: E402
 from training.tiny_card_text import render_card  # noqa: E402
 from training.tiny_corpus import EOT, encode_files, stdlib_corpus  # noqa: E402
 

@@ -7,7 +7,7 @@
 1. Random weights (init std 0.1, random router biases and norm gains, so routing, RoPE and MLA
    all matter): training/tiny_torch_model.py in float32 vs the MLX model that
    training/export_tiny_torch.build_mlx makes from its HF-named weights (mlx-lm's sanitize,
-   `deepseek_v3.Model`, `specdec.model.mtp.MTPModule`), before quantization. Main and MTP logits
+   `deepseek_v3.Model`, `specdec.checkpoint.mtp.MTPModule`), before quantization. Main and MTP logits
    must agree within --tol (1e-4) absolute, and every router's top-k must be the same.
 2. Control: the same MLX model with RoPE switched to `traditional=False` must NOT agree (so the
    check can tell rotary layouts apart); it fails the run if it does.

@@ -7,7 +7,7 @@ Reads the shards `tiny_torch.NN.pt` and runs.json that `training/train_tiny_torc
 wrote (HF DeepSeek-V3 names, bfloat16), runs mlx-lm's own `deepseek_v3.Model.sanitize` (stacks
 the per-expert weights into `switch_mlp`, splits `kv_b_proj` into `embed_q` / `unembed_out`),
 over the MTP layer too, loads the main model strictly and the MTP with
-`specdec.model.mtp.load_mtp`, quantizes both as `mlx_lm.convert -q` does (affine, 4 bits,
+`specdec.checkpoint.mtp.load_mtp`, quantizes both as `mlx_lm.convert -q` does (affine, 4 bits,
 group 64; layers whose input width is not a multiple of 64 stay float) and writes config.json,
 model.safetensors, mtp.safetensors, the tokenizer files, train_log.jsonl and
 train_summary.json. Needs torch (CPU build) only to read the shards.
@@ -27,7 +27,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs
 
-from specdec.model.mtp import MTPModule, load_mtp, quantize_with_mtp, save_with_mtp
+from specdec.checkpoint.mtp import MTPModule, load_mtp, quantize_with_mtp, save_with_mtp
 from training.tiny_torch_model import TinyConfig
 
 QUANT = {"group_size": 64, "bits": 4, "mode": "affine"}

@@ -141,7 +141,7 @@ with experts in mlx-lm's stacked `mlp.switch_mlp.{{gate,up,down}}_proj` layout, 
 in **`mtp.safetensors`**, not `model.safetensors`: mlx-lm 0.32's loader reads only
 `model*.safetensors`, strictly, and its `deepseek_v3` sanitizer drops only `model.layers.61.*`,
 so MTP keys inside `model.safetensors` would make `mlx_lm.load` fail. `mlx_lm.load` opens this
-directory as is and ignores `mtp.safetensors`; `specdec.model.mtp.load_mtp` reads it, and the
+directory as is and ignores `mtp.safetensors`; `specdec.checkpoint.mtp.load_mtp` reads it, and the
 packer streams its experts as layer {cfg["num_hidden_layers"]}.
 
 ## Corpus and split
@@ -233,7 +233,7 @@ def _training_gpu(t: dict, hp: dict) -> str:
 
 Trained on {t["device"]} in PyTorch ({t["torch"]}, bf16 autocast) by
 `training/train_tiny_torch.py`, a line-for-line mirror of mlx-lm's `deepseek_v3` and of
-`specdec.model.mtp`, then exported by `training/export_tiny_torch.py` through mlx-lm's own
+`specdec.checkpoint.mtp`, then exported by `training/export_tiny_torch.py` through mlx-lm's own
 `sanitize` and `quantize_model`. Why not the MLX script: on this project's 2 CPU cores, shared
 with other work, `training/train_tiny.py` reached 0.85 M tokens in 42 minutes (held-out loss
 4.31, MTP acceptance 0.60, overlap 1.4x-2.3x random: the overlap bar missed); the GPU run saw

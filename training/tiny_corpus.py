@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.model.bpe import train_byte_bpe
+from specdec.checkpoint.bpe import train_byte_bpe
 
 EOT = "<|endoftext|>"
 VOCAB_SIZE = 4096

@@ -5,7 +5,7 @@
     python -m training.train_tiny --export-only         # quantize + write specdec/models/tiny
 
 Architecture: mlx-lm's `deepseek_v3` (MLA attention, sigmoid routing with the `noaux_tc`
-correction bias, one shared expert, dense first layer) plus `specdec.model.mtp.MTPModule`.
+correction bias, one shared expert, dense first layer) plus `specdec.checkpoint.mtp.MTPModule`.
 Loss = CE(main, t_{i+1}) + λ·CE(MTP, t_{i+2}) with λ = 0.3 (DeepSeek-V3's early value).
 Balance: DeepSeek-V3's auxiliary-loss-free rule; after every step, per MoE layer (MTP's
 included) `bias_e += u·sign(mean_load − load_e)`; the bias only changes which experts are
@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from specdec.host.blas import active_blas, ensure_fast_blas
+from specdec.core.blas import active_blas, ensure_fast_blas
 
 ensure_fast_blas()
 
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 from mlx_lm.models.deepseek_v3 import Model, ModelArgs, MoEGate  # noqa: E402
 
-from specdec.model.mtp import MTPModule, quantize_with_mtp, save_with_mtp  # noqa: E402
+from specdec.checkpoint.mtp import MTPModule, quantize_with_mtp, save_with_mtp  # noqa: E402
 from training.tiny_corpus import VOCAB_SIZE, encode_files, stdlib_corpus, train_tokenizer  # noqa: E402
 from training.tiny_ops import SortedSwitchGLU, cross_entropy  # noqa: E402
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 
 @dataclass

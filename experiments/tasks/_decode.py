@@ -17,24 +17,24 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.cli.generate import policy_options
 from specdec.clock.profiles import get_profile
-from specdec.decode.cli import policy_options
+from specdec.core.errors import SpecdecError
+from specdec.core.files import durable_replace
+from specdec.core.units import Budget
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
-from specdec.errors import SpecdecError
-from specdec.model.loader import StreamedModel, cache_root, load
-from specdec.model.stream import StreamConfig
-from specdec.rundir import RECORDS
-from specdec.store.files import durable_replace
-from specdec.units import Budget
+from specdec.report.rundir import RECORDS
+from specdec.stream.config import StreamConfig
+from specdec.stream.loader import StreamedModel, cache_root, load
 
 
 def model_dir(path: str, bits: int | None) -> str:
     """`random:FAMILY` -> its generated checkpoint (built on first use); anything else as is."""
     if not path.startswith("random:"):
         return path
-    from specdec.model.random_models import make_random
+    from specdec.checkpoint.random_models import make_random
 
     family = path.partition(":")[2]
     out = cache_root() / "random" / f"{family}-{bits or 'f32'}"

@@ -2,7 +2,7 @@
 
     specdec-exp experiment=eviction model=tiny       # = specdec probe eviction --model tiny
 
-`task.options` holds the probe's own knobs (`specdec.probes.cli.ProbeOptions` fields: budgets,
+`task.options` holds the probe's own knobs (`specdec.cli.probe.ProbeOptions` fields: budgets,
 prompts, profile_prompts, limit, positions, policy, read_json); the probe writes NAME.md, .json
 and .png into the run directory, and its rows become the job's table.
 """
@@ -19,7 +19,7 @@ from experiments.tasks._decode import model_dir
 def run_probe_task(
     name: str, cfg, run_dir: Path, headline_name: str, headline: Callable[[list[dict]], float]
 ) -> TaskResult:
-    from specdec.probes.cli import ProbeOptions, run_probe
+    from specdec.cli.probe import ProbeOptions, run_probe
 
     opts = ProbeOptions(
         model=model_dir(cfg.model.path, cfg.model.bits),

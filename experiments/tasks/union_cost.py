@@ -17,7 +17,7 @@ from pathlib import Path
 from experiments.tasks import TaskResult
 from experiments.tasks._decode import decode, loaded_model, model_info, per_layer_union
 from specdec.decode.trace_union import consecutive_overlap, trace_union
-from specdec.rundir import write_trace_union
+from specdec.report.rundir import write_trace_union
 
 
 def run(cfg, run_dir: Path) -> TaskResult:

@@ -12,7 +12,7 @@ then each miss (ascending) is admitted, evicting while full a key the policy pic
 resident keys NOT in S. Slots returned by a step stay valid until the next step or prefetch.
 A step may select at most `max_step` keys (n_slots; static: its scratch slots), else it raises
 BudgetError naming the minimum: callers split wider steps into chunks of at most `max_step`.
-The simulator (specdec.cache.simulate) drives the very same object through `access()`.
+The simulator (specdec.sim.simulate) drives the very same object through `access()`.
 
 Prefetch (router lookahead): `prefetch(keys, exclude)` admits keys into free slots or over
 victims not in `exclude`. A prefetched key is held outside the policy, at the lowest protection
@@ -32,7 +32,7 @@ block is never handed out as a hit; the next access reads the block again.
 Residency: `version` changes whenever a key enters or leaves a slot; `block_slots(base, n)` gives
 the slots of keys base..base+n-1 when all are resident and none is transient. While the version
 stands, a step over those keys is all hits and moves nothing, so a caller may compute on those
-slots first and run the step later (specdec.model.streamer's device slot tables).
+slots first and run the step later (specdec.stream.streamer's device slot tables).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 
 from specdec.cache.policies import Policy, _pop_oldest
 from specdec.cache.speculative import NO_SPEC, SpecOptions, verdict_keys
-from specdec.errors import BudgetError, SpecdecError
+from specdec.core.errors import BudgetError, SpecdecError
 
 
 class PassNotes:

@@ -16,8 +16,8 @@ A policy name may carry options after `+`, wherever a policy is named (`--policy
            the next pass while any other key can go instead.
 
 Both change only which keys stay resident, never what is computed: decoding stays exact. The
-runtime (specdec.model.streamer notes each verify call's routing, the decode loop reports the
-verdict) and the replay (specdec.cache.replay) compute the keys with the same `verdict_keys`.
+runtime (specdec.stream.streamer notes each verify call's routing, the decode loop reports the
+verdict) and the replay (specdec.sim.replay) compute the keys with the same `verdict_keys`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 OPTIONS = ("demote", "protect")
 

@@ -1,5 +1,5 @@
 """The device model checked against the seed question's own runs (`reproduce`; the command is
-`specdec clock check`, in specdec.clock.cli).
+`specdec clock check`, in specdec.cli.clock).
 
 The check feeds the device model the parameters of each run the seed question reports on its
 24 GB M4 (MiniMax-M2.5 at 4 bits, one token per forward, LRU) and compares modeled with

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 READ_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "read.json"
 ASSUMED_LATENCY_S = 100e-6  # NVMe random read at queue depth 1, the usual order; no Mac figure

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 KV_BYTES = 2.0  # KV cache entries in 16-bit, as mlx-lm keeps them for a 16-bit model

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from specdec.core.errors import SpecdecError
 from specdec.costmodel.speedup import best_gamma, break_even, ceiling, check_alpha, check_gamma
 from specdec.costmodel.speedup import speedup as speedup_at
 from specdec.costmodel.union import (
@@ -27,7 +28,6 @@ from specdec.costmodel.union import (
     fit_overlap,
     fit_power,
 )
-from specdec.errors import SpecdecError
 
 FILLS = ("linear", "power", "overlap")
 

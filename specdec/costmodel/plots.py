@@ -19,9 +19,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from specdec.core.files import durable_replace
 from specdec.costmodel.speedup import break_even, speedup  # noqa: E402
 from specdec.costmodel.union import UnionFit  # noqa: E402
-from specdec.store.files import durable_replace
 
 _FIT_STYLES = {"linear": "-", "power": "--", "overlap": "-."}
 

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 
 def check_alpha(alpha: float) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 UnionTable = dict[int, float]  # γ -> mean union over layers and passes
 

@@ -29,28 +29,28 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from specdec.cache.shadows import ShadowReport, Shadows
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile, get_profile
-from specdec.decode.draft_stop import MODES, DraftStops, StopMode
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import Drafter
-from specdec.decode.gamma import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
 from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
-from specdec.errors import SpecdecError
-from specdec.model.loader import StreamedModel, build_cache
-from specdec.model.steplog import Call
+from specdec.gamma.chooser import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
+from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
+from specdec.gamma.shadows import ShadowReport, Shadows
 from specdec.store.budget import peak_rss_bytes
+from specdec.stream.loader import StreamedModel, build_cache
+from specdec.stream.steplog import Call
 
 AUTO_PROFILE = "m4-24gb"  # what `auto` costs passes on when no roofline --profile is given
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    gamma: Gamma = 1  # an int, or "auto" (specdec.decode.gamma, parsed at the edge)
+    gamma: Gamma = 1  # an int, or "auto" (specdec.gamma.chooser, parsed at the edge)
     max_tokens: int = 64
     temp: float = 0.0
     seed: int = 0
@@ -145,7 +145,7 @@ class Decode:
                 profile, gamma, context, layers, union, misses, slot, d_union, d_misses
             )
 
-        s = self.sm.streamer  # the shadows: plain's and each γ's cache (specdec.cache.shadows)
+        s = self.sm.streamer  # the shadows: plain's and each γ's cache (specdec.gamma.shadows)
         self.shadows = Shadows(
             lambda: build_cache(self.sm.policy, s.cache.n_slots, self.sm.policy_options,
                                 s.key_stride),

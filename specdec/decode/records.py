@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specdec.errors import SpecdecError
-from specdec.store.files import write_error
+from specdec.core.errors import SpecdecError
+from specdec.core.files import write_error
 
 if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
     from specdec.clock.roofline import ModeledTime
-    from specdec.model.steplog import LayerStep
+    from specdec.stream.steplog import LayerStep
 
 MODELED_VERSION = 2  # see PassRecord.modeled_version
 
@@ -70,7 +70,7 @@ class PassRecord:
     refed: int = 0
     refeed_bytes_read: int = 0
     # --gamma auto: the γ chosen and why, with every candidate's expected tokens, modeled
-    # seconds and bytes (specdec.decode.gamma.Choice.record); {} for a fixed γ
+    # seconds and bytes (specdec.gamma.chooser.Choice.record); {} for a fixed γ
     gamma_choice: dict = field(default_factory=dict)
     # a drafter that routes its drafts (self; decode/draft_stop.py): the reads its routing
     # predicted beside what verify selected, and why drafting ended; {} otherwise

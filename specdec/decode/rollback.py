@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.state import DecodeState, forward
-from specdec.errors import SpecdecError
 
 _VALUES = (mx.array, int, float, bool, str, type(None))
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.clock.profiles import DeviceProfile
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import Drafter, DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, summarize
 from specdec.decode.routing import RoutingRecorder
-from specdec.errors import SpecdecError
-from specdec.model.loader import StreamedModel
 from specdec.store.budget import peak_rss_bytes
+from specdec.stream.loader import StreamedModel
 
 
 @dataclass

@@ -9,8 +9,8 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.decode.sampling import probs, sample
-from specdec.model.loader import StreamedModel
-from specdec.model.steplog import Call
+from specdec.stream.loader import StreamedModel
+from specdec.stream.steplog import Call
 
 
 @dataclass

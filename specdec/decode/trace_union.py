@@ -13,7 +13,7 @@ import numpy as np
 
 from specdec.decode.routing import recording
 from specdec.decode.run import plain_greedy
-from specdec.model.loader import StreamedModel
+from specdec.stream.loader import StreamedModel
 
 
 def record_decode_routing(

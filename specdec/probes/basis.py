@@ -76,7 +76,7 @@ def expert_matrices(packed: Path, index: ExpertIndex, lid: int) -> dict[str, np.
 
 def basis_table(model: str | Path) -> list[dict]:
     """One row per (MoE layer, projection, and `all` concatenated)."""
-    from specdec.model.loader import ensure_packed, resolve
+    from specdec.stream.loader import ensure_packed, resolve
 
     packed = ensure_packed(resolve(model))
     index = ExpertIndex.load(packed)

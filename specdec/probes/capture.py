@@ -6,10 +6,10 @@
     tap.calls[0].lookahead[(d, lid)] # MoE layer lid's router on the input of the MoE layer
                                      # d MoE layers before it
 
-Every MoE decoder layer's block (the attribute holding its switch module: specdec.model.discover)
+Every MoE decoder layer's block (the attribute holding its switch module: specdec.checkpoint.discover)
 is wrapped for the duration of the `with` and records; the family needs a router adapter. Distances count MoE layers, as the runtime's `--lookahead`, the simulator and
 docs/trace-format.md do (dense layers are not in a trace): d = 1 is the previous MoE layer. At
-each MoE layer's call the family's own `route` (specdec.model.families) is evaluated on the same
+each MoE layer's call the family's own `route` (specdec.checkpoint.families) is evaluated on the same
 array the block receives, so the recorded gates belong to exactly the experts the block selects,
 and router lookahead costs nothing extra in the model itself. One `CallCapture` per forward call
 (a prefill or a decode step), in call order.
@@ -23,8 +23,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specdec.model.discover import switch_sites
-from specdec.model.families import Family
+from specdec.checkpoint.discover import switch_sites
+from specdec.checkpoint.families import Family
 
 
 @dataclass

@@ -5,7 +5,7 @@
     write_eviction(rows, "runs/probes")                        # eviction.{md,json,png}
     specdec probe eviction --model tiny --out runs/probes
 
-Policies, all replayed through the runtime's own ExpertCache by specdec.cache.simulate:
+Policies, all replayed through the runtime's own ExpertCache by specdec.sim.simulate:
 `hotness` (ds4's key: route hotness first, recency breaks ties; counters seeded and the cache
 preloaded from the hotlist), `lru`, `slru`, `lfu`, `static` (pins the hotlist), and the offline
 bounds `knapsack_bound` (fractional knapsack over the evaluated trace's own hit counts: no static
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.cache.simulate import simulate
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
+from specdec.core.units import Budget
+from specdec.sim.simulate import simulate
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
-from specdec.units import Budget
 
 POLICIES = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady", "opt_bypass"]
 LABELS = {
@@ -104,8 +104,8 @@ def eviction_table(
 
 
 def render_eviction(rows: list[dict], title: str = "") -> str:
+    from specdec.core.units import format_bytes
     from specdec.probes.report import md_table
-    from specdec.units import format_bytes
 
     slots = sorted({r["budget_slots"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))

@@ -28,10 +28,10 @@ import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.simulate import trace_steps
-from specdec.model.discover import switch_sites
-from specdec.model.steplog import Call
+from specdec.checkpoint.discover import switch_sites
 from specdec.probes.eviction import select_positions
+from specdec.sim.simulate import trace_steps
+from specdec.stream.steplog import Call
 from specdec.trace.format import Trace
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
+from specdec.core.units import Budget
 from specdec.trace.format import Trace
-from specdec.units import Budget
 
 
 def overlap(pred: np.ndarray, real: np.ndarray) -> np.ndarray:
@@ -45,7 +45,7 @@ def lookahead_table(trace: Trace, budgets: list[float] = (), policy: str = "lru"
     """Recall rows (kind "recall"), one per predictor: d, recall over all positions and over
     decode positions only; then, per budget (share of all routed experts), prefetch rows (kind
     "prefetch"): the decode positions replayed through `policy` with no lookahead and with the
-    router's predictions d MoE layers ahead prefetched (specdec.cache.simulate, as the runtime's
+    router's predictions d MoE layers ahead prefetched (specdec.sim.simulate, as the runtime's
     --lookahead does): demand misses per token are the reads a layer waits for."""
     if trace.lookahead is None:
         raise SpecdecError(
@@ -72,8 +72,8 @@ def lookahead_table(trace: Trace, budgets: list[float] = (), policy: str = "lru"
 
 
 def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
-    from specdec.cache.simulate import simulate
     from specdec.probes.eviction import select_positions
+    from specdec.sim.simulate import simulate
 
     if not budgets:
         return []
@@ -127,8 +127,8 @@ def _pct(v: float | None) -> str:
 
 
 def render_lookahead(rows: list[dict], title: str = "") -> str:
+    from specdec.core.units import format_bytes
     from specdec.probes.report import md_table
-    from specdec.units import format_bytes
 
     recall = [r for r in rows if r["kind"] == "recall"]
     out = (f"{title}\n\n" if title else "") + md_table(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 DESCRIBE = {
     "pread_heap_mxarray": "pread -> heap -> MLX array",

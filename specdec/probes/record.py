@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import Drafter
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.routing import recording
 from specdec.decode.run import eos_ids
-from specdec.errors import SpecdecError
 from specdec.probes.capture import MoETap
 from specdec.trace.format import Trace
 from specdec.trace.prompts import load_prompts
@@ -103,7 +103,7 @@ def _add_call(call, rows, lids, distances, cols, inputs) -> None:
         if layer != lid or not np.array_equal(inds, real):
             raise SpecdecError(
                 f"layer {lid}: the family route disagrees with the block's own routing: "
-                "fix its adapter in specdec/model/families.py"
+                "fix its adapter in specdec/checkpoint/families.py"
             )
         experts.append(real)
         gates.append(np.take_along_axis(scores, order, -1))
@@ -136,7 +136,7 @@ def record(
     """Load `model` (or use the loaded `sm`) at budget 100% and record `prompts` (a spec)."""
     texts = load_prompts(prompts, split=split, limit=limit, field=text_field)
     if sm is None:
-        from specdec.model.loader import load
+        from specdec.stream.loader import load
 
         sm = load(model, budget="100%", with_mtp=False)
     ids = [list(sm.tokenizer.encode(t))[:max_prompt_tokens] or [0] for t in texts]

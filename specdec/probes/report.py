@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on the machines that run probes
 import matplotlib.pyplot as plt  # noqa: E402
 
-from specdec.store.files import durable_replace
+from specdec.core.files import durable_replace
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -1,7 +1,7 @@
 """Markdown tables, PNG plots and a wandb run from a run or sweep directory (`build_report`).
 
     build_report(Path("runs/sweeps/main"))   # writes runs/sweeps/main/report/
-    (`specdec report DIR`: specdec.report.cli)
+    (`specdec report DIR`: specdec.cli.report)
 
 Reads only what the jobs wrote (records JSONL, trace union, config; see specdec.report.collect)
 and writes `report.md`, PNGs and `tables/*.json` into DIR/report (or --out), then logs the same

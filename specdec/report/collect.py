@@ -1,7 +1,7 @@
 """Read the finished jobs of a run or sweep directory: their cards, records, trace union, tables.
 
 Decoding jobs have records (one line per verify pass); other tasks (probes) only their tables
-and figures. Only finished jobs count (specdec.rundir's completion marker, written last by
+and figures. Only finished jobs count (specdec.report.rundir's completion marker, written last by
 `specdec-exp`); each job's summary is recomputed from its records JSONL, never taken from wandb.
 Two job directories with the same config hash (the same measurement run twice) give one job,
 the later. Jobs are compared by the `JobCard` the harness wrote, never by its config format.
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.records import summarize
-from specdec.errors import SpecdecError
-from specdec.rundir import JobFiles, finished_markers, read_job
+from specdec.report.rundir import JobFiles, finished_markers, read_job
 
 
 @dataclass

@@ -19,7 +19,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 
 MODES = ("offline", "online", "disabled")
 

@@ -40,7 +40,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from specdec.errors import StoreError
+from specdec.core.errors import StoreError
 from specdec.store.layout import ALIGN, TensorSpec
 from specdec.store.safetensors import mx_dtype
 

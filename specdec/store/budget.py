@@ -4,7 +4,7 @@
     plan.n_slots, plan.holds_all, plan.arena_bytes
 
 A budget is bytes (`9GB`), slots (`96slots`) or a share of the routed experts (`25%`), parsed
-once where it enters (`specdec.units.Budget.parse`). A budget above the model's routed experts
+once where it enters (`specdec.core.units.Budget.parse`). A budget above the model's routed experts
 holds all of them: the plan is capped at one slot per expert (`holds_all`, and `requested_slots`
 says what was asked), so nothing is allocated beyond the model. A budget whose arena plus the
 resident weights does not fit the memory available now (Linux: MemAvailable) is a BudgetError
@@ -17,11 +17,11 @@ import resource
 import sys
 from dataclasses import dataclass
 
-from specdec.errors import BudgetError
-from specdec.host.machine import physical_memory
+from specdec.core.errors import BudgetError
+from specdec.core.machine import physical_memory
+from specdec.core.units import Budget, format_bytes
 from specdec.store.arena import arena_bytes
 from specdec.store.layout import ExpertIndex
-from specdec.units import Budget, format_bytes
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ A packed directory (written by `specdec pack`, read by `store.reader`) holds:
                                    the layer's own layout)
 
 Routed-expert tensors are mlx-lm's stacked switch projections (leading dim = number of experts),
-found by `specdec.model.discover` from the family's module tree; the format itself knows nothing
+found by `specdec.checkpoint.discover` from the family's module tree; the format itself knows nothing
 of model families. Try it:
 `python -c "from specdec.store.layout import ExpertIndex; print(ExpertIndex.load('PACKED').layer_ids)"`
 """
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from specdec.errors import StoreError
-from specdec.store.files import write_atomic
+from specdec.core.errors import StoreError
+from specdec.core.files import write_atomic
 from specdec.store.safetensors import dtype_itemsize
 
 INDEX_VERSION = 1

@@ -31,12 +31,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from specdec.errors import BudgetError
+from specdec.core.errors import BudgetError
+from specdec.core.units import Budget, format_bytes
 from specdec.store.arena import Arena, arena_bytes
 from specdec.store.budget import SlotPlan, available_memory
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout
 from specdec.store.reader import ExpertReader, ReadStats, timed_wait
-from specdec.units import Budget, format_bytes
 
 
 def members(ly: LayerLayout, cold: bool) -> np.ndarray:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.errors import StoreError
+from specdec.core.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex, round_up
 

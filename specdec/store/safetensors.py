@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from specdec.errors import StoreError
-from specdec.store.files import durable_replace
+from specdec.core.errors import StoreError
+from specdec.core.files import durable_replace
 
 # safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
 _ST_DTYPES: dict[str, str] = {

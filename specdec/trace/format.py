@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.errors import SpecdecError
-from specdec.store.files import (
+from specdec.core.errors import SpecdecError
+from specdec.core.files import (
     check_replaceable,
     mark,
     swap_dir,

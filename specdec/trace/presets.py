@@ -24,11 +24,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.errors import SpecdecError
-from specdec.model.presets import routed_shape
-from specdec.trace.fit import Targets
+from specdec.checkpoint.presets import routed_shape
+from specdec.core.errors import SpecdecError
+from specdec.core.units import parse_budget
+from specdec.sim.fit import Targets
 from specdec.trace.synthetic import SynthParams, TraceShape
-from specdec.units import parse_budget
 
 
 def mlx_4bit_expert_bytes(hidden: int, intermediate: int) -> int:
@@ -94,7 +94,7 @@ def get_preset(name: str) -> Preset:
 
 
 def load_targets(path: str | os.PathLike, like: str | None = None) -> tuple[TraceShape, Targets]:
-    """Read a targets JSON file (format in specdec.trace.fit); its shape, or the preset's."""
+    """Read a targets JSON file (format in specdec.sim.fit); its shape, or the preset's."""
     p = Path(path)
     try:
         raw = json.loads(p.read_text())

@@ -22,8 +22,8 @@ import sysconfig
 from pathlib import Path
 from urllib.parse import urlparse
 
-from specdec.errors import SpecdecError
-from specdec.store.files import durable_replace
+from specdec.core.errors import SpecdecError
+from specdec.core.files import durable_replace
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SHIPPED = {"heldout": DATA / "prompts_heldout.jsonl", "profile": DATA / "prompts_profile.jsonl"}

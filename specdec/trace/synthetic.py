@@ -18,7 +18,7 @@ k experts position t routes to):
 experts: reuse that reaches past the previous token but not far (the one-step model overpredicts
 the union of 8 tokens, a fading memory that reaches far underpredicts it), `skew` the hot set a
 static pinning can exploit. docs/trace-synth.md describes the model, the fit to measured
-statistics (specdec.trace.fit) and the presets (specdec.trace.presets). Not a substitute for a recorded
+statistics (specdec.sim.fit) and the presets (specdec.trace.presets). Not a substitute for a recorded
 trace when a number is reported about a model.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.errors import SpecdecError
+from specdec.core.errors import SpecdecError
 from specdec.trace.format import Trace
 
 _CHUNK = 128  # positions whose random numbers are drawn at once

@@ -39,7 +39,7 @@ from specdec.cache.policies.base import (
     policy_names,
     register,
 )
-from specdec.registry import import_package
+from specdec.core.registry import import_package
 
 import_package(__name__, __path__, skip=("base",))
 

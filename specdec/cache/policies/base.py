@@ -8,8 +8,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse, islice
 
-from specdec.errors import BudgetError, SpecdecError
-from specdec.registry import Registry
+from specdec.core.errors import BudgetError, SpecdecError
+from specdec.core.registry import Registry
 
 
 @dataclass(frozen=True)

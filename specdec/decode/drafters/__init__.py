@@ -17,6 +17,7 @@ it (registry.py says what the file holds).
 
 from __future__ import annotations
 
+from specdec.core.registry import import_package
 from specdec.decode.drafters.registry import (
     DRAFTERS,
     DraftContext,
@@ -26,7 +27,6 @@ from specdec.decode.drafters.registry import (
     register,
     stack_q,
 )
-from specdec.registry import import_package
 
 import_package(__name__, __path__, skip=("registry",))
 

@@ -8,10 +8,10 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters.registry import DraftContext, Drafter, register, stack_q
 from specdec.decode.sampling import Verdict
 from specdec.decode.state import DecodeState
-from specdec.errors import SpecdecError
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _load_draft_model(path: str):
     """The draft model of `draft:PATH`, loaded whole by mlx-lm (it must fit in memory)."""
     from mlx_lm.utils import load as mlx_load
 
-    from specdec.model.loader import resolve
+    from specdec.stream.loader import resolve
 
     model_dir = resolve(path)
     if (model_dir / "experts.json").exists():

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters.registry import DraftContext, Drafter, register
 from specdec.decode.state import DecodeState
-from specdec.errors import SpecdecError
 
 
 @dataclass(frozen=True)

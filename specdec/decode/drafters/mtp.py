@@ -1,18 +1,18 @@
 """`mtp`: the model's multi-token-prediction module as the drafter (its experts stream).
 
 Layouts: DeepSeek-V3's (deepseek_v3, deepseek_v32, kimi_k25, glm4_moe) and Qwen3-Next's
-(specdec.model.mtp_class)."""
+(specdec.checkpoint.mtp.mtp_class)."""
 
 from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
 
+from specdec.checkpoint.mtp import target_io
+from specdec.core.errors import SpecdecError
 from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, register, stack_q
 from specdec.decode.sampling import Verdict
 from specdec.decode.state import DecodeState
-from specdec.errors import SpecdecError
-from specdec.model.mtp import target_io
 
 
 @register

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from specdec.core.errors import SpecdecError
+from specdec.core.registry import Registry
 from specdec.decode.sampling import Verdict
 from specdec.decode.state import DecodeState
-from specdec.errors import SpecdecError
-from specdec.registry import Registry
 
 
 @dataclass(frozen=True)

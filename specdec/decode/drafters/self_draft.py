@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.decode.draft_stop import DraftStop
 from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, register, stack_q
 from specdec.decode.rollback import CacheMark, roll_back
 from specdec.decode.state import DecodeState, forward
-from specdec.model.steplog import Call
+from specdec.gamma.draft_stop import DraftStop
+from specdec.stream.steplog import Call
 
 RESIDENT_DRAFT = Call("draft", resident_only=True)  # experts not resident are dropped
 

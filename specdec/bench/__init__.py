@@ -1,0 +1,1 @@
+"""specdec.bench: see README.md's architecture section."""

@@ -1,0 +1,435 @@
+"""`specdec bench read`: throughput of the ways to get an expert block from disk into MLX.
+
+Reproduces section 5 of the seed question on this machine, for expert-sized blocks (default
+1.18 MB, rounded up to 4 KiB), read once each in random order from a ~1 GiB file on the real disk:
+
+    pread_heap_mxarray     os.pread -> bytes on the heap -> mx.array (a copy)     page cache
+    preadv_fresh_buffer    new MLX buffer per read, O_DIRECT preadv into it        bypassed
+    preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
+    ..._one_by_one         the same, one block per read() (a lone miss)            bypassed
+    ..._4k_pages           the same arena without transparent huge pages            bypassed
+    preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
+    mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
+
+each serial and with 8 threads. The file's pages are dropped (posix_fadvise DONTNEED) before each
+run, so buffered paths read the disk too. The peer is fio (`store/fiobench.py`; `apt-get install
+fio`) in every configuration that could be its best: psync, libaio and io_uring with the same
+reads in flight, each with 4 KiB-page and huge-page buffers (the arena has huge pages, and
+O_DIRECT pins every page of its buffer). Every path and every fio configuration run once per
+round, shuffled together, so the disk's drift hits all alike; `checks.best` compares our best
+page-cache-bypassing path with fio's best. The arena paths run the project's real reader over a
+real packed layout (experts.bin + experts.json), not a copy of its code.
+
+`specdec bench read --json` prints the JSON; `python benchmarks/bench_read.py` writes
+benchmarks/results/read.json.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from specdec.bench import fio as fiobench
+from specdec.core import machine
+from specdec.core.errors import StoreError
+from specdec.store.arena import Arena
+from specdec.store.layout import (
+    ALIGN,
+    EXPERTS_BIN,
+    INDEX_VERSION,
+    ExpertIndex,
+    LayerLayout,
+    TensorSpec,
+    round_up,
+)
+from specdec.store.reader import ExpertReader, filesystem_type, open_expert_file
+
+DEFAULT_BLOCK = 1_180_000  # the seed question's 1.18 MB expert blocks
+DEFAULT_FILE = 1 << 30
+DEFAULT_RUN = 256 << 20  # bytes read per timed run (distinct blocks, random order)
+ARENA_SLOTS = 64  # slots cycled through; > threads, so reads in flight never share a slot
+COMPACT_MEMORY = Path("/proc/sys/vm/compact_memory")  # root: compact, then retry huge pages
+
+
+@dataclass
+class PathResult:
+    name: str
+    gbps: float  # median over rounds, 1e9 bytes/s
+    page_cache: bool  # True when the path reads through the page cache
+    threads: int
+    runs_gbps: list[float]
+    # device bytes read / bytes asked for (kernel readahead and mmap fault-around inflate it);
+    # None where the block device's counters cannot be read
+    read_amplification: float | None = None
+
+
+# ----------------------------------------------------------------------------- the test file
+
+
+@dataclass
+class BenchFile:
+    """The test file in packed layout, its index, and the preallocated arena the reads land in."""
+
+    dir: Path
+    index: ExpertIndex
+    arena: Arena  # transparent huge pages where the kernel grants them (Arena's default)
+    arena_4k: Arena  # the same without huge pages: shows what page pinning costs O_DIRECT
+
+    @property
+    def layout(self) -> LayerLayout:
+        return self.index.layers[0]
+
+
+def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> BenchFile:
+    """A packed-layout experts.bin of random bytes (one 'layer' of equal blocks) and its index."""
+    fstype = filesystem_type(directory)
+    if fstype in ("tmpfs", "ramfs"):
+        raise StoreError(f"{directory} is on {fstype}: pass --dir on a real disk")
+    n_blocks = max(16, file_bytes // block_bytes)
+    layout = LayerLayout(
+        prefix="bench",
+        n_experts=n_blocks,
+        block_bytes=block_bytes,
+        tensors=[TensorSpec("block.weight", "U8", (block_bytes,), 0, block_bytes)],
+        offsets=block_bytes * np.arange(n_blocks, dtype=np.int64),
+        crc32=np.zeros(n_blocks, dtype=np.uint32),
+    )
+    index = ExpertIndex(INDEX_VERSION, block_bytes, {0: layout})
+    rng = np.random.default_rng(0)
+    with open(directory / EXPERTS_BIN, "wb") as f:
+        for _ in range(n_blocks):
+            f.write(rng.bytes(block_bytes))
+        f.flush()
+        os.fsync(f.fileno())
+    index.save(directory)
+    return BenchFile(
+        directory,
+        index,
+        _huge_page_arena(block_bytes),
+        Arena(ARENA_SLOTS, block_bytes, huge_pages=False),
+    )
+
+
+def _huge_page_arena(block_bytes: int) -> Arena:
+    """The arena, with one retry after compacting memory (root) when the kernel had no free
+    2 MiB pages: without them the arena path measures 4 KiB-page pinning, not the arena the
+    reader is built for (fio gets reserved huge pages). What the kernel granted, measured, is in
+    the result and the table, with a warning line when short."""
+    arena = Arena(ARENA_SLOTS, block_bytes)
+    if not arena.huge_pages and os.access(COMPACT_MEMORY, os.W_OK):
+        del arena
+        mx.clear_cache()  # else MLX hands the same 4 KiB-page memory back
+        COMPACT_MEMORY.write_text("1\n")
+        arena = Arena(ARENA_SLOTS, block_bytes)
+    return arena
+
+
+def device_sectors_read(path: Path) -> int | None:
+    """Sectors (512 B) read so far by the block device holding `path` (Linux sysfs), or None."""
+    st = os.stat(path)
+    try:
+        fields = Path(
+            f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat"
+        ).read_text()
+        return int(fields.split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def drop_page_cache(path: Path) -> bool:
+    """Evict the file's clean pages (it was fsynced); True when the kernel took the advice."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------- the paths
+
+
+def _run_pool(threads: int, fn: Callable[[int], None], items: list[int]) -> float:
+    """Seconds to run fn over items on `threads` threads (pool started before the clock)."""
+    if threads == 1:
+        t0 = time.perf_counter()
+        for i in items:
+            fn(i)
+        return time.perf_counter() - t0
+    with cf.ThreadPoolExecutor(threads) as pool:
+        started = threading.Barrier(threads + 1)
+        for _ in range(threads):
+            pool.submit(started.wait)
+        started.wait()
+        t0 = time.perf_counter()
+        list(pool.map(fn, items))
+        return time.perf_counter() - t0
+
+
+def _pread_heap_mxarray(bf: BenchFile, order: list[int], threads: int) -> float:
+    ly = bf.layout
+    fd = open_expert_file(bf.dir / EXPERTS_BIN, "buffered")
+
+    def one(e: int) -> None:
+        data = os.pread(fd, ly.block_bytes, int(ly.offsets[e]))  # heap bytes
+        mx.eval(mx.array(np.frombuffer(data, np.uint8)))  # copied into an MLX buffer
+
+    try:
+        return _run_pool(threads, one, order)
+    finally:
+        os.close(fd)
+
+
+def _preadv_fresh_buffer(bf: BenchFile, order: list[int], threads: int) -> float:
+    ly = bf.layout
+    fd = open_expert_file(bf.dir / EXPERTS_BIN, "direct")
+
+    def one(e: int) -> None:
+        buf = mx.zeros((ly.block_bytes + ALIGN,), dtype=mx.uint8)  # allocated (and zeroed) per read
+        mx.eval(buf)
+        view = np.array(buf, copy=False)
+        start = (-view.ctypes.data) % ALIGN
+        os.preadv(fd, [memoryview(view[start : start + ly.block_bytes])], int(ly.offsets[e]))
+
+    try:
+        return _run_pool(threads, one, order)
+    finally:
+        os.close(fd)
+
+
+def _reader_path(io: str, huge_pages: bool = True):
+    """The reader opened (file, threads) before the clock, as a decode engine opens it at load."""
+
+    def run(bf: BenchFile, order: list[int], threads: int) -> float:
+        arena = bf.arena if huge_pages else bf.arena_4k
+        with ExpertReader(bf.dir, bf.index, arena, io=io, threads=threads) as reader:
+            requests = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
+            t0 = time.perf_counter()
+            reader.read(requests)
+            return time.perf_counter() - t0
+
+    return run
+
+
+def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> float:
+    """Each block alone, as a lone miss (the reader splits blocks over 2 x SPLIT_MIN)."""
+    with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=threads) as reader:
+        t0 = time.perf_counter()
+        for i, e in enumerate(order):
+            reader.read([(0, e, i % ARENA_SLOTS)])
+        return time.perf_counter() - t0
+
+
+PATHS: dict[str, tuple[Callable, bool]] = {
+    "pread_heap_mxarray": (_pread_heap_mxarray, True),
+    "preadv_fresh_buffer": (_preadv_fresh_buffer, False),
+    "preadv_direct_arena": (_reader_path("direct"), False),
+    "preadv_direct_arena_one_by_one": (_direct_one_by_one, False),
+    "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
+    "preadv_buffered_arena": (_reader_path("buffered"), True),
+    "mmap_copy": (_reader_path("mmap"), True),
+}
+
+
+def time_path(
+    name: str, bf: BenchFile, threads: int, n_reads: int, seed: int
+) -> tuple[float, float | None]:
+    """One run: n_reads distinct blocks in random order, page cache dropped first. Each path
+    opens its file and starts its threads before its clock starts, as fio does (fio's bandwidth
+    counts a job's I/O time, not process start, file open or buffer allocation).
+
+    Returns (GB/s, read amplification: device bytes read / bytes asked for, or None).
+    """
+    fn, _ = PATHS[name]
+    ly = bf.layout
+    order = np.random.default_rng(seed).permutation(ly.n_experts)[:n_reads].tolist()
+    drop_page_cache(bf.dir / EXPERTS_BIN)
+    sectors = device_sectors_read(bf.dir / EXPERTS_BIN)
+    dt = fn(bf, order, threads)  # the reads only: like fio's, setup is off the clock
+    nbytes = len(order) * ly.block_bytes
+    after = device_sectors_read(bf.dir / EXPERTS_BIN)
+    amp = None if sectors is None or after is None else (after - sectors) * 512 / nbytes
+    return nbytes / dt / 1e9, amp
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def machine_info(directory: Path) -> dict[str, Any]:
+    return {
+        **machine.machine_info(),
+        "filesystem": filesystem_type(directory),
+        "bench_dir": str(directory),
+        "fio": fiobench.version(),
+        "hugepages_free": fiobench.hugepages_free(),
+    }
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def bench_read(
+    directory: Path | None = None,
+    block_bytes: int = DEFAULT_BLOCK,
+    file_bytes: int = DEFAULT_FILE,
+    threads: tuple[int, ...] = (1, 8),
+    rounds: int = 10,
+    run_bytes: int = DEFAULT_RUN,
+    paths: tuple[str, ...] = tuple(PATHS),
+) -> dict[str, Any]:
+    """Each path and fio, `rounds` times each; per round the order of the runs is shuffled."""
+    block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
+    if directory is None and filesystem_type(Path(tempfile.gettempdir())) in ("tmpfs", "ramfs"):
+        directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
+    if directory is not None and not Path(directory).is_dir():
+        raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
+    work = Path(tempfile.mkdtemp(prefix="specdec-bench-read-", dir=directory))
+    try:
+        bf = make_bench_file(work, block_bytes, file_bytes)
+        index = bf.index
+        n_reads = min(index.layers[0].n_experts, max(1, run_bytes // block_bytes))
+        dropped = drop_page_cache(work / EXPERTS_BIN)
+        fio_cfgs = {c.name + f"@{c.threads}": c for c in fiobench.configs(block_bytes, threads)}
+        # A shared (virtual) disk drifts by tens of percent within seconds: interleave every
+        # path and fio in a shuffled order per round, so drift hits all alike; report medians.
+        jobs = [(n, t) for t in threads for n in paths] + [
+            (k, c.threads) for k, c in fio_cfgs.items()
+        ]
+        runs: dict[tuple[str, int], list[float]] = {job: [] for job in jobs}
+        amps: dict[tuple[str, int], list[float]] = {job: [] for job in jobs}
+        rng = np.random.default_rng(0)
+        for r in range(rounds):
+            for i in rng.permutation(len(jobs)):
+                name, t = jobs[i]
+                seed = 1000 * r + int(i)
+                if name in fio_cfgs:
+                    gbps = fiobench.run(work / EXPERTS_BIN, block_bytes, fio_cfgs[name], n_reads)
+                else:
+                    gbps, amp = time_path(name, bf, t, n_reads, seed)
+                    if amp is not None:
+                        amps[(name, t)].append(amp)
+                runs[(name, t)].append(gbps)
+        results = [
+            PathResult(
+                n,
+                statistics.median(v),
+                PATHS[n][1],
+                t,
+                v,
+                statistics.median(amps[(n, t)]) if amps[(n, t)] else None,
+            )
+            for (n, t), v in runs.items()
+            if n in PATHS
+        ]
+        fio = [
+            {
+                "engine": c.engine,
+                "mem": c.mem,
+                "threads": c.threads,
+                "gbps": statistics.median(runs[(k, c.threads)]),
+                "runs_gbps": runs[(k, c.threads)],
+                "command": " ".join(
+                    fiobench.command(work / EXPERTS_BIN, block_bytes, c, n_reads)
+                ).replace(str(work), "BENCH_DIR"),
+            }
+            for k, c in fio_cfgs.items()
+        ] or None
+        return {
+            "block_bytes": block_bytes,
+            "file_bytes": index.file_bytes,
+            "bytes_per_run": n_reads * block_bytes,
+            "rounds": rounds,
+            "page_cache_dropped_between_runs": dropped,
+            "arena_huge_pages": bf.arena.huge_page_fraction,  # measured (smaps), 0..1
+            "arena_huge_pages_reason": bf.arena.pages.reason,
+            "paths": [asdict(r) for r in results],
+            "fio": fio,
+            "checks": _checks(results, fio),
+            "hugepages_short_for_fio": fiobench.hugepages_short(block_bytes, threads),
+            "machine": machine_info(work),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+DIRECT_PATHS = ("preadv_direct_arena", "preadv_direct_arena_one_by_one")  # ours, into the arena
+
+
+def _checks(results: list[PathResult], fio: list[dict] | None) -> dict[str, Any]:
+    """The done-criteria: per thread count, direct arena vs each fio config and vs pread->heap;
+    overall, our best direct configuration vs fio's best (by median over the interleaved rounds;
+    also the median of their per-round ratios)."""
+    by = {(r.name, r.threads): r for r in results}
+    out: dict[str, Any] = {}
+    for t in sorted({r.threads for r in results}):
+        if ("preadv_direct_arena", t) not in by:
+            continue  # a --paths run without it
+        direct = by[("preadv_direct_arena", t)].gbps
+        row: dict[str, Any] = {}
+        if ("pread_heap_mxarray", t) in by:
+            row["direct_over_pread_heap"] = direct / by[("pread_heap_mxarray", t)].gbps
+            row["faster_than_pread_heap"] = row["direct_over_pread_heap"] > 1.0
+        for f in fio or []:
+            if f["threads"] == t:
+                row[f"direct_over_fio_{f['engine']}_{f['mem']}"] = direct / f["gbps"]
+        out[f"threads_{t}"] = row
+    ours = [r for r in results if r.name in DIRECT_PATHS]
+    if fio and ours:
+        best_ours = max(ours, key=lambda r: r.gbps)
+        best_fio = max(fio, key=lambda f: f["gbps"])
+        # paired per round: the two best configurations ran in the same shuffled round
+        per_round = [a / b for a, b in zip(best_ours.runs_gbps, best_fio["runs_gbps"], strict=True)]
+        ratio = best_ours.gbps / best_fio["gbps"]
+        out["best"] = {
+            "ours": f"{best_ours.name} threads={best_ours.threads}",
+            "ours_gbps": best_ours.gbps,
+            "fio": f"{best_fio['engine']} mem={best_fio['mem']} threads={best_fio['threads']}",
+            "fio_gbps": best_fio["gbps"],
+            "ours_over_fio_best": ratio,
+            "per_round_ratio_median": statistics.median(per_round),
+            "meets_0.95_fio_best": ratio >= 0.95,
+        }
+    return out
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = [
+        f"block {result['block_bytes']} B, file {result['file_bytes'] / 1e9:.2f} GB, "
+        f"{result['bytes_per_run'] / 1e6:.0f} MB per run, median of {result['rounds']} runs"
+    ]
+    lines.append(f"{'path':<30}{'threads':>8}{'GB/s':>8}  {'page cache':<11}read amplification")
+    for p in result["paths"]:
+        amp = "-" if p["read_amplification"] is None else f"{p['read_amplification']:.2f}"
+        lines.append(
+            f"{p['name']:<30}{p['threads']:>8}{p['gbps']:>8.2f}  {p['page_cache']!s:<11}{amp}"
+        )
+    for f in result["fio"] or []:
+        name = f"fio {f['engine']} {f['mem']} O_DIRECT"
+        lines.append(f"{name:<30}{f['threads']:>8}{f['gbps']:>8.2f}  False")
+    huge = result["arena_huge_pages"]
+    if huge is not None and huge < 1.0:  # never a silent 4 KiB-page figure under the arena's name
+        lines.append(
+            f"WARNING: the arena got 2 MiB pages for only {huge:.0%} of its memory "
+            f"({result.get('arena_huge_pages_reason')}): its rows measure 4 KiB-page pinning"
+        )
+    best = result["checks"].get("best")
+    if best:
+        lines.append(
+            f"best direct ({best['ours']}) / best fio ({best['fio']}): "
+            f"{best['ours_over_fio_best']:.2f} (per-round median {best['per_round_ratio_median']:.2f})"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""specdec.checkpoint: see README.md's architecture section."""

@@ -1,0 +1,179 @@
+"""`specdec generate`: text from a model whose routed experts stream from disk.
+
+    specdec generate --model tiny --prompt "def fib(n):" --max-tokens 64 --budget 25% --json
+    specdec generate --drafter mtp --gamma 3 --records steps.jsonl --profile m4-24gb
+    specdec generate --drafter self --gamma auto --records steps.jsonl   # γ chosen per pass
+
+`--model` takes a bundled name, an mlx-lm model directory (packed into the cache on first use)
+or a packed directory. With --json the last stdout line is one JSON object:
+{"tokens", "text", "stats": {bytes_read, hits, misses, hit_rate, blocked_s, tokens_per_s,
+acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_read,
+cache_slots, holds_all_experts, peak_rss_bytes, per_token_ms {compute, blocked_on_reads,
+reads_overlapped}, miss_gb_per_s, arena_huge_pages (measured share of 2 MiB pages),
+cache_counters (prefill included), ...}} where tokens_per_s is decode speed (prefill excluded).
+With --gamma auto, stats also hold gamma "auto" and gamma_chosen_hist (passes per γ), and each
+--records line its gamma_choice (γ, why, and at a block's first pass every candidate's expected
+tokens, modeled seconds and bytes; auto costs passes on the first roofline --profile, else
+m4-24gb). With the self drafter, auto drafts one position at a time and may stop short of its γ
+(specdec/gamma/draft_stop.py): stats hold draft_ends (passes per reason a draft ended: cap,
+rate, bytes) and each --records line its draft_routing (predicted beside actual reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specdec.clock.profiles import get_profile
+from specdec.core.errors import SpecdecError
+from specdec.core.units import DEFAULT_BUDGET, Budget
+from specdec.decode.drafters import DrafterSpec
+from specdec.decode.loop import DecodeConfig
+from specdec.decode.run import generate
+from specdec.gamma.chooser import parse_gamma
+from specdec.stream.config import StreamConfig
+from specdec.stream.loader import load
+
+
+def check_text(option: str, text: str) -> None:
+    """Command-line text must be UTF-8 (a non-UTF-8 argv arrives with surrogate escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecdecError(f"{option} is not valid UTF-8 text: pass the prompt in UTF-8") from None
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by every command that loads a streamed model."""
+    p.add_argument("--model", default="tiny", help="bundled name, mlx-lm dir or packed dir")
+    p.add_argument(
+        "--budget",
+        default=DEFAULT_BUDGET,
+        help="expert cache: 512MiB, 2GB, 96slots or N%% of experts",
+    )
+    p.add_argument(
+        "--policy",
+        default="lru",
+        help="lru, slru, hotness, lfu, static, sieve or s3fifo; +demote, +protect: "
+        "speculation-aware options (lru+demote+protect)",
+    )
+    p.add_argument(
+        "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"
+    )
+    p.add_argument("--io", default="direct", choices=["direct", "buffered", "mmap"])
+    p.add_argument("--threads", type=int, default=8, help="reader threads")
+    p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")
+    p.add_argument("--lookahead", type=int, default=0, help="router lookahead distance d (0 = off)")
+    p.add_argument(
+        "--warm", action="store_true", help="read every expert at load (budget must hold all)"
+    )
+
+
+def policy_options(policy: str, hotlist: Path | None) -> dict | None:
+    """The policy's options from the command line: the hotlist's (layer, expert) pairs."""
+    from specdec.cache.policies import REGISTRY
+    from specdec.cache.speculative import split_policy
+
+    if hotlist is None:
+        name = split_policy(policy)[0]
+        if name in REGISTRY and REGISTRY[name].needs_hotlist:
+            raise SpecdecError(
+                f"--policy {policy} pins a hotlist: pass --hotlist FILE (a ds4 hotlist, e.g. "
+                "from `specdec trace hotlist TRACE --out FILE`)"
+            )
+        return None
+    from specdec.trace.format import read_hotlist
+
+    return {"hotlist": [(e.layer, e.expert) for e in read_hotlist(hotlist)]}
+
+
+def stream_config(args: argparse.Namespace) -> StreamConfig:
+    """The options of add_model_arguments as the loader's one typed value."""
+    return StreamConfig(
+        budget=Budget.parse(args.budget),
+        policy=args.policy,
+        policy_options=policy_options(args.policy, args.hotlist) or {},
+        io=args.io,
+        threads=args.threads,
+        verify_checksums=args.verify_checksums,
+        lookahead=args.lookahead,
+        warm=args.warm,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("--prompt", default="def fibonacci(n):", help="prompt text")
+    p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument(
+        "--drafter", default="none", help="none, mtp, self, lookup, oracle:ALPHA, draft:PATH"
+    )
+    p.add_argument(
+        "--gamma",
+        default="1",
+        help="positions per verify pass (1 = plain), or auto: chosen before each pass",
+    )
+    p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--profile", action="append", default=[], help="device profile(s) for modeled time"
+    )
+    p.add_argument("--records", type=Path, help="write one JSON line per verify pass here")
+    p.add_argument("--append", action="store_true", help="add to an existing --records file")
+    p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_text("--prompt", args.prompt)
+    profiles = tuple(get_profile(n) for n in args.profile)
+    drafter = DrafterSpec.parse(args.drafter)
+    gamma = parse_gamma(args.gamma)
+    sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
+    try:
+        tok = sm.tokenizer
+        if args.chat:
+            if not getattr(tok, "chat_template", None):
+                raise SpecdecError(
+                    f"--chat: {sm.path}'s tokenizer has no chat template; drop --chat"
+                )
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": args.prompt}], add_generation_prompt=True
+            )
+        else:
+            prompt = sm.encode(args.prompt)
+        cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
+        res = generate(sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append)
+    finally:
+        sm.close()
+    s = res.summary
+    stats = {
+        "bytes_read": s.get("bytes_read", 0),
+        "hits": s.get("hits", 0),
+        "misses": s.get("misses", 0),
+        "hit_rate": s.get("hit_rate"),
+        "blocked_s": s.get("blocked_s", 0.0),
+        "tokens_per_s": s.get("tokens_per_s"),
+        **{k: v for k, v in s.items() if k not in ("hits", "misses")},
+    }
+    if args.json:
+        print(json.dumps({"tokens": res.tokens, "text": res.text, "stats": stats}))
+    else:
+        print(args.prompt + res.text)
+        print(
+            f"\n[{len(res.tokens)} tokens, {s.get('tokens_per_s') or 0:.1f} tok/s decode, "
+            f"hit rate {s.get('hit_rate') or 0:.3f}, {s.get('bytes_read', 0) / 2**20:.1f} MiB read"
+            + (
+                f", cache holds all {s['cache_slots']} experts"
+                if s.get("holds_all_experts")
+                else ""
+            )
+            + (
+                f", arena huge pages {s['arena_huge_pages']:.0%}"
+                if s.get("arena_huge_pages") is not None
+                else ""
+            )
+            + f", peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB]"
+        )
+    return 0

@@ -1,0 +1,1 @@
+"""specdec.core: see README.md's architecture section."""

@@ -1,0 +1,71 @@
+"""What a result was measured on: machine, package versions, BLAS, load. Stored beside results.
+
+from specdec.core.machine import machine_info; machine_info()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from specdec.core.blas import active_blas
+from specdec.core.files import write_atomic
+
+PACKAGES = ("specdec", "mlx", "mlx-lm", "numpy", "scipy", "hydra-core", "wandb")
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def physical_memory() -> int:
+    """Bytes of RAM this machine has (0 where the OS does not say)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+
+
+def machine_info() -> dict[str, Any]:
+    mem = physical_memory()
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem / 2**30, 1),
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "blas": active_blas(),
+        # other work on the machine shares its disk and cores: read the numbers with this
+        "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def write_result(
+    path: str | os.PathLike, result: Any, places: dict[str, Any] | None = None
+) -> None:
+    """Write a benchmark's JSON result without this machine's paths: each of `places`
+    ({path: placeholder}, e.g. a scratch dir -> "DIR") becomes its placeholder, the repository
+    root becomes relative, the home directory "~". Results are read on other machines."""
+    text = json.dumps(result, indent=1) + "\n"
+    repo = Path(__file__).resolve().parents[2]
+    subs = {**{str(p): name for p, name in (places or {}).items()}, f"{repo}/": "", str(repo): "."}
+    subs |= {str(Path(p).resolve()): name for p, name in (places or {}).items()}
+    for path_text, name in sorted(subs.items(), key=lambda kv: -len(kv[0])):  # longest first
+        text = text.replace(path_text, name)
+    write_atomic(path, text.replace(str(Path.home()) + "/", "~/"))

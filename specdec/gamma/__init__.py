@@ -1,0 +1,1 @@
+"""specdec.gamma: see README.md's architecture section."""

@@ -1,0 +1,394 @@
+"""γ per verify pass: a fixed number or `auto`, and the chooser `auto` asks before each pass.
+
+    gamma = parse_gamma("auto")            # at the edge (CLI, Hydra); an int passes through
+    chooser = GammaChooser(cost, n_layers=L, top_k=k, block_bytes=slot_bytes,
+                           draft_block_bytes=mtp_slot_bytes)   # 0 without a draft layer
+    choice = chooser.choose(context=120, left=40)   # Choice(gamma, why, candidates)
+    ... run the pass at choice.gamma ...
+    report = shadows.feed(committed_keys, chooser.alphas())   # specdec.gamma.shadows
+    chooser.observe(Observed(gamma, accepted, union [L], misses [L], draft_union, draft_misses,
+                             plain_misses=report.plain_misses, shadow=report.passes, context,
+                             spent=(bytes_read, modeled_s)))   # as the pass's record spent it
+
+The rule (docs/gamma-auto.md prints this text beside the measured check): for each candidate
+γ = 1..max_gamma (1 is plain decoding),
+
+- expected committed tokens E(γ) = 1 + Σ_{i<γ} Π_{j≤i} α_j, with α_j the live acceptance of the
+  pass's j-th draft given the ones before it were accepted (its own counts over a prior of
+  POOL drafts at the rate pooled over all positions; forgetting factor DECAY per judged draft,
+  so it follows the text);
+- expected reads per MoE layer, from counterfactual caches (specdec.gamma.shadows): one of the
+  run's policy and size per candidate γ that fits a cache step, fed the committed tokens'
+  routing in passes of γ positions, acceptance drawn from the live α, the positions past it
+  routed as replay models rejected drafts (each of the previous position's experts kept with
+  the text's measured next-token overlap, the rest a recent committed token's); and one fed
+  them one position per forward (plain decoding, the reference). A γ's union and misses per
+  pass are its shadow's, summed with weight FORGET per committed token (the same window
+  for every γ and for plain, cold start included): measured on the cache that γ keeps, not on
+  the one the run's other γ left. Before a shadow has a pass, γ is extrapolated from the widest
+  one measured below it (U(γ) ∝ γ^b, b from the two widest measured, else the prior
+  U(2) = (1 + GROWTH)·k), every new expert a miss, plus the misses it causes later (each
+  expert past plain's k evicts one plain would have kept);
+- the draft phase's reads (MTP's layer) per draft as the run's recent passes had them; before
+  any, k experts per draft, all missing;
+- expected cost: modeled seconds of that pass (`cost(γ, context, union, misses, draft_union,
+  draft_misses)`; the decode loop and replay give `PassClock.expected`, specdec.clock's device
+  model: roofline per layer, router syncs, reads issued after the router; expected misses
+  m + f costed as m and m + 1 whole reads weighted 1 − f and f, not rounded);
+- admissible (the bytes rule): expected bytes per committed token at most (1 + RULE) times
+  plain's; chosen: the most E(γ) per second among the admissible, ties to the smaller γ.
+
+A hard floor, the guard: the chooser keeps the run's actual bytes and modeled seconds (what
+each observed pass's record spent: a rollback's re-feed and a draft stop's unused forwards
+included) and plain's shadow totals over the same committed tokens (its seconds summed token by
+token, each a one-token pass with its own whole reads). A pass of γ > 1 runs only
+while both still fit after it: actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ)
+tokens at plain's rate), and the same for seconds; and, for the run's end, the same with only
+the pass's one certain token credited (every draft rejected), less what plain decoding over the
+tokens left after it wins back (GUARD of plain's per token): a rejected pass early in a run is
+won back by the passes after it, one near the end is not. Else γ = 1 ("guard"). GUARD < the
+1.03 target, RULE < GUARD: the run ends within (1 + GUARD) of plain up to one pass's reads above
+their expectation and the misses it leaves behind.
+
+A chosen γ is held for a block of BLOCK passes (the guard checked every pass). The first block
+is plain (warm-up). Acceptance is learnt only from passes that draft, so while plain is chosen
+one pass ("explore") runs: each block until LEARN first drafts have been judged (the fastest
+γ > 1), then every EXPLORE_EVERY blocks only a γ that would be admissible and faster than plain
+were acceptance Z standard errors above its estimate. Exploration is paid from the guard's
+slack only: no slack, no exploration.
+
+The drafter's own routing, per drafter: γ is chosen here, before drafting, for every drafter
+alike: the shadows price its verify reads on the recent text's routing (the draft phase's,
+MTP's, come from the run's own passes). The self-draft's routers then route verify's very
+positions (the first MoE layer exactly, deeper ones closely): under auto its draft runs one
+position at a time up to this γ and stops early where the predicted misses of one more position
+lower tokens per modeled second or push bytes per token past plain's (specdec.gamma.draft_stop,
+the decode loop only). MTP's routing covers its own draft layer, none of verify's, so nothing
+of it is predicted from. The rest (oracle, lookup, a draft model) route nothing of the target's.
+Replay (specdec.gamma.replay) and the decode loop share this class.
+Tests: `pytest tests/test_gamma_auto.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from specdec.core.errors import SpecdecError
+from specdec.gamma.shadows import ShadowPass
+
+AUTO = "auto"
+Gamma = int | Literal["auto"]
+MAX_GAMMA = 8  # auto's widest candidate
+DECAY = 0.98  # acceptance: weight of the past per judged draft at that position
+POOL = 2.0  # acceptance: judged drafts' worth of the pooled rate in each position's estimate
+FORGET = 0.99  # shadows' reads: weight of the past per committed token (~100 tokens' memory)
+EMA_DRAFT = 0.1  # the draft phase's reads: weight of the newest pass that drafted
+GROWTH = 0.6  # prior union growth per extra position, in units of k (next-token overlap ~0.4)
+GUARD = 0.02  # the run's bytes and seconds stay within (1 + GUARD)·plain's (target 1.03)
+RULE = 0.01  # admissible: expected bytes per token within (1 + RULE)·plain's (below GUARD)
+BLOCK = 8  # passes a chosen γ is held for
+LEARN = 16  # judged first drafts below which every block may explore (acceptance unknown)
+EXPLORE_EVERY = 8  # blocks between explorations once acceptance is known
+Z = 2.0  # exploration's optimism: acceptance this many standard errors above its estimate
+
+
+def parse_gamma(value: str | int) -> Gamma:
+    """γ from the command line or a config: a positive integer or `auto`."""
+    text = str(value).strip()
+    if text.lower() == AUTO:
+        return AUTO
+    try:
+        g = int(text)
+    except ValueError:
+        raise SpecdecError(
+            f"gamma {value!r}: give a whole number >= 1 (1 is plain decoding) or auto"
+        ) from None
+    if g < 1:
+        raise SpecdecError(f"gamma must be >= 1 (got {g}); gamma = 1 is plain decoding")
+    return g
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gamma: int
+    tokens: float  # expected committed tokens
+    cost_s: float  # expected modeled seconds of the pass
+    bytes: float  # expected bytes read (verify + draft)
+    measured: bool  # reads from this γ's shadow (else extrapolated)
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.cost_s
+
+    def row(self) -> dict:
+        return {
+            "gamma": self.gamma,
+            "tokens": round(self.tokens, 4),
+            "cost_s": self.cost_s,
+            "bytes": round(self.bytes),
+            "measured": self.measured,
+        }
+
+
+@dataclass(frozen=True)
+class Choice:
+    gamma: int
+    # "best"; "bytes" (the fastest expected more bytes per token than the rule allows);
+    # "guard" (the run's totals leave no room for the pass); "explore" (one pass to learn
+    # acceptance); "warmup" (the first block); "hold" (a block's later pass: candidates in its
+    # first's record); "last" (one token left)
+    why: str
+    candidates: tuple[Candidate, ...] = ()
+    slack: tuple[float, float] | None = None  # the guard's room left: (bytes, seconds)
+
+    def record(self) -> dict:
+        """What the pass record keeps: the γ, why, and every candidate's expectations."""
+        out: dict = {"gamma": self.gamma, "why": self.why}
+        if self.candidates:
+            out["candidates"] = [c.row() for c in self.candidates]
+        if self.slack is not None:
+            out["slack"] = {"bytes": round(self.slack[0]), "s": self.slack[1]}
+        return out
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One pass, as the chooser learns from it."""
+
+    gamma: int  # positions verified
+    accepted: int  # drafts accepted (the pass judged accepted + 1 drafts unless all passed)
+    union: np.ndarray  # [L] verify union per MoE layer
+    misses: np.ndarray  # [L] verify misses per MoE layer
+    draft_union: float = 0.0  # draft phase, summed over layers
+    draft_misses: float = 0.0
+    # [n, L] misses plain decoding would have had at each committed token (its shadow)
+    plain_misses: np.ndarray | None = None
+    shadow: tuple[ShadowPass, ...] = ()  # lane passes the committed tokens completed
+    context: int = 0  # positions before the pass (its cost)
+    # (bytes, modeled seconds) the pass really spent, as its record counts them: a rollback's
+    # re-feed and a draft stop's unused forwards included (None: the chooser's own cost of it)
+    spent: tuple[float, float] | None = None
+
+
+# cost(γ, context, verify union [L], verify misses [L], draft union and misses per draft)
+CostFn = Callable[[int, int, np.ndarray, np.ndarray, float, float], float]
+
+
+@dataclass
+class GammaChooser:
+    cost: CostFn
+    n_layers: int  # MoE layers the verify pass steps
+    top_k: int
+    block_bytes: np.ndarray | float  # [L] bytes of one expert per layer (or one for all)
+    draft_block_bytes: float = 0.0  # one expert of the draft phase's layer (MTP; else 0)
+    max_gamma: int = MAX_GAMMA
+    passes: int = 0
+    _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
+    _judged: np.ndarray = field(init=False)  # [G]
+    # γ -> [2L + 1] its shadow's (union [L], misses [L], passes) summed, decayed per committed
+    # token alike for every γ (plain, γ = 1: one pass per token), so all share one window
+    _sums: dict[int, np.ndarray] = field(default_factory=dict)
+    _draft: np.ndarray = field(init=False)  # [2] draft (union, misses) per draft
+    _drafts_seen: bool = False
+    _plain_s: float = 0.0  # modeled seconds of one plain token (latest candidates)
+    _spent: np.ndarray = field(init=False)  # [2] the run's (bytes, seconds) so far
+    _plain_total: np.ndarray = field(init=False)  # [2] plain's over the same tokens
+    _since: int = 0  # blocks since the last exploration
+    _blocks: int = 0  # blocks started
+    _pos: int = 0  # passes into the current block
+    _length: int = 0  # passes of the current block (1: an exploration)
+    _current: int = 1  # the current block's γ
+    _held: Candidate | None = None  # ... as expected at the block's start
+
+    def __post_init__(self):
+        if self.max_gamma < 1:
+            raise SpecdecError(f"max gamma {self.max_gamma}: give at least 1")
+        self._acc = np.zeros(self.max_gamma)
+        self._judged = np.zeros(self.max_gamma)
+        self._draft = np.zeros(2)
+        self._spent, self._plain_total = np.zeros(2), np.zeros(2)
+        self.block_bytes = np.broadcast_to(
+            np.asarray(self.block_bytes, np.float64), (self.n_layers,)
+        )
+
+    def alphas(self) -> np.ndarray:
+        """[G - 1] live acceptance of draft 1..G-1 given the drafts before it were accepted:
+        each position's own counts over a prior of POOL judged drafts at the pooled rate of all
+        positions (itself over Beta(1, 1)), so a position rarely drafted takes the others' rate."""
+        pooled = (self._acc[1:].sum() + 1.0) / (self._judged[1:].sum() + 2.0)
+        return (self._acc[1:] + POOL * pooled) / (self._judged[1:] + POOL)
+
+    def expected_tokens(self, gamma: int) -> float:
+        return 1.0 + float(np.cumprod(self.alphas()[: gamma - 1]).sum())
+
+    def _hopeful_tokens(self, gamma: int) -> float:
+        """E(γ) at acceptance Z standard errors above the estimate (few judged: wide)."""
+        a = self.alphas()
+        up = np.minimum(1.0, a + Z * np.sqrt(a * (1.0 - a) / (self._judged[1:] + POOL)))
+        return 1.0 + float(np.cumprod(up[: gamma - 1]).sum())
+
+    def _reads(self, gamma: int) -> tuple[np.ndarray, np.ndarray, bool]:
+        """([L] union, [L] misses, from its shadow) expected of a verify pass of γ positions."""
+        k = np.full(self.n_layers, float(self.top_k))
+        if gamma in self._sums:
+            s, L = self._sums[gamma], self.n_layers
+            return s[:L] / s[-1], s[L:-1] / s[-1], True
+        if gamma == 1:  # plain, its shadow not fed yet: k experts, all missing
+            return k, k.copy(), False
+        base = max((g for g in self._sums if g < gamma), default=1)
+        u0, m0, _ = self._reads(base)
+        # [L] the union grows as γ^b (sublinear: later drafts reuse experts); the new experts
+        # are each charged as a miss
+        union = np.maximum(u0 * (gamma / base) ** self._exponent(), u0)
+        return union, m0 + (union - u0), False
+
+    def _exponent(self) -> np.ndarray:
+        """[L] b of U(γ) ∝ γ^b: from the two widest γ measured, else the prior GROWTH."""
+        seen = sorted(g for g in self._sums if g > 1)
+        if len(seen) >= 2:
+            g0, g1 = seen[-2], seen[-1]
+            u0, u1 = self._reads(g0)[0], self._reads(g1)[0]
+            ratio = np.maximum(u1, 1e-9) / np.maximum(u0, 1e-9)
+            return np.clip(np.log(ratio) / np.log(g1 / g0), 0.0, 1.0)
+        return np.full(self.n_layers, np.log2(1.0 + GROWTH))
+
+    def _evictions(self, union: np.ndarray) -> np.ndarray:
+        """[L] later misses a pass of `union` causes: each expert past plain's k evicts one that
+        plain decoding would have kept, needed again with plain's hit probability per access
+        (none in a layer where plain decoding never misses: there the cache evicts nothing).
+        Charged only to a γ without a shadow: a shadow's passes pay their own."""
+        u1, m1, _ = self._reads(1)
+        hit = np.clip(1.0 - m1 / np.maximum(u1, 1e-9), 0.0, 1.0) * (m1 > 0)  # [L]
+        return np.maximum(union - u1, 0.0) * hit
+
+    def candidates(self, context: int, left: int) -> list[Candidate]:
+        out = []
+        if self._drafts_seen or not self.draft_block_bytes:
+            d_union, d_miss = self._draft
+        else:  # the draft layer never measured: k experts per draft, all missing
+            d_union = d_miss = float(self.top_k)
+        for g in range(1, min(self.max_gamma, max(left, 1)) + 1):
+            union, misses, measured = self._reads(g)
+            if not measured:
+                misses = misses + self._evictions(union)
+            cost = self.cost(g, context, union, misses, d_union, d_miss)
+            nbytes = float(misses @ self.block_bytes) + (g - 1) * d_miss * self.draft_block_bytes
+            out.append(Candidate(g, self.expected_tokens(g), cost, nbytes, measured))
+        self._plain_s = out[0].cost_s
+        return out
+
+    def slack(self, c: Candidate, left: int) -> np.ndarray:
+        """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of two
+        (negative: no room). Expected: (1 + GUARD) times plain's totals with the pass's E(γ)
+        tokens at plain's per-token rate, less the run's spent and the pass's expected. At the
+        run's end: the same if the pass commits only its one certain token (every draft
+        rejected), plus what plain decoding over the `left` tokens after it wins back, GUARD of
+        plain's per token: a pass near the end must not leave the run past the floor."""
+        per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
+        cost = self._spent + np.array([c.bytes, c.cost_s])
+        expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - cost
+        worst = (1.0 + GUARD) * (self._plain_total + per_token) - cost
+        return np.minimum(expected, worst + GUARD * per_token * max(left - c.gamma, 0))
+
+    def _affordable(self, c: Candidate, left: int) -> bool:
+        if c.gamma == 1:
+            return True
+        return 1 in self._sums and bool((self.slack(c, left) >= 0).all())
+
+    def choose(self, context: int = 0, left: int = 1 << 30) -> Choice:
+        """The γ of the next pass (at most `left`, the tokens still to commit)."""
+        if left <= 1 or self.max_gamma == 1:
+            return Choice(1, "last" if left <= 1 else "best")
+        self._pos += 1
+        if self._pos < self._length:  # a block's later pass: its γ while the guard allows
+            if self._current > 1 and not self._affordable(self._held, left):
+                self._current = 1  # the rest of the block is plain
+                return Choice(1, "guard")
+            return Choice(min(self._current, left), "hold")
+        cands = tuple(self.candidates(context, left))
+        self._pos, self._blocks = 0, self._blocks + 1
+        g, why = (1, "warmup") if self._blocks == 1 else self._pick(cands, left)
+        self._current, self._held = g, cands[g - 1]
+        self._length = 1 if why == "explore" else BLOCK
+        room = tuple(self.slack(self._held, left).tolist()) if 1 in self._sums else None
+        return Choice(g, why, cands, room)
+
+    def _pick(self, cands: tuple[Candidate, ...], left: int) -> tuple[int, str]:
+        """A block's γ: the best admissible, an exploration, or plain (module doc)."""
+        per_token = cands[0].bytes / cands[0].tokens
+        allowed = [c for c in cands if c.bytes / c.tokens <= per_token * (1 + RULE)]
+        best = max(allowed, key=lambda c: (c.rate, -c.gamma))
+        fastest = max(cands, key=lambda c: (c.rate, -c.gamma))
+        self._since += 1
+        if best.gamma == 1 and self._judged[1] < LEARN:  # acceptance is learnt by drafting
+            probe = max(cands[1:], key=lambda c: (c.rate, -c.gamma), default=None)
+        elif best.gamma == 1 and self._since >= EXPLORE_EVERY:
+            probe = self._hopeful(cands, best.rate, per_token)
+        else:
+            probe = None
+        if probe is not None and self._affordable(probe, left):
+            self._since = 0
+            return probe.gamma, "explore"
+        if not self._affordable(best, left):
+            return 1, "guard"
+        return best.gamma, "best" if best is fastest else "bytes"
+
+    def _hopeful(self, cands, rate: float, per_token: float) -> Candidate | None:
+        """The γ > 1 that would be admissible and fastest, beating `rate`, were acceptance as
+        high as it plausibly is (None: no γ worth a pass to learn it)."""
+        out, top = None, rate
+        for c in cands[1:]:
+            tokens = self._hopeful_tokens(c.gamma)
+            if c.bytes / tokens <= per_token * (1 + RULE) and tokens / c.cost_s > top:
+                out, top = c, tokens / c.cost_s
+        return out
+
+    def observe(self, o: Observed) -> None:
+        """Learn from a finished pass: acceptance per draft position, the run's and plain's
+        totals (the guard), the shadows' passes, the draft phase's reads."""
+        self.passes += 1
+        judged = min(o.accepted + 1, o.gamma - 1)  # drafts after a rejection are never judged
+        for j in range(1, judged + 1):
+            self._acc[j] = DECAY * self._acc[j] + (j <= o.accepted)
+            self._judged[j] = DECAY * self._judged[j] + 1.0
+        u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
+        if o.spent is not None:
+            self._spent += o.spent
+        else:
+            drafts = max(o.gamma - 1, 1)
+            spent_s = self.cost(
+                o.gamma, o.context, u, m, o.draft_union / drafts, o.draft_misses / drafts
+            )
+            spent_b = float(m @ self.block_bytes) + o.draft_misses * self.draft_block_bytes
+            self._spent += (spent_b, spent_s)
+        tokens = o.accepted + 1
+        for sums in self._sums.values():
+            sums *= FORGET**tokens
+        if o.plain_misses is not None:
+            # plain's seconds: each token its own pass with its whole reads (costing the mean
+            # over a pass's tokens rounded 0.5 read to none, crediting plain too little)
+            per = np.asarray(o.plain_misses, np.float64).reshape(-1, self.n_layers)  # [n, L]
+            k = np.full(self.n_layers, float(self.top_k))
+            plain_s = sum(self.cost(1, o.context + i, k, m, 0.0, 0.0) for i, m in enumerate(per))
+            total = per.sum(0)  # [L]
+            self._plain_total += (float(total @ self.block_bytes), plain_s)
+            self._add(1, k * len(per), total, len(per))
+        for p in o.shadow:
+            self._add(p.gamma, p.union, p.misses, 1)
+        if o.gamma > 1:
+            per = np.array([o.draft_union, o.draft_misses]) / (o.gamma - 1)
+            if self._drafts_seen:
+                self._draft += EMA_DRAFT * (per - self._draft)
+            else:
+                self._draft, self._drafts_seen = per, True
+
+    def _add(self, gamma: int, union: np.ndarray, misses: np.ndarray, passes: int) -> None:
+        row = np.concatenate([union, misses, [passes]])  # [2L + 1]
+        if gamma in self._sums:
+            self._sums[gamma] += row
+        else:
+            self._sums[gamma] = row.astype(np.float64)

@@ -1,0 +1,176 @@
+"""Counterfactual caches for `--gamma auto`: what plain decoding and each fixed γ would read.
+
+    shadows = Shadows(lambda: build(), gammas=range(2, 9), seed=0)
+    shadows.preload(keys)                       # as the live cache starts
+    report = shadows.feed(committed, alphas)    # committed: [n, L, k] cache keys of a pass
+    report.plain_misses                         # [n, L] plain decoding's misses per position
+    report.passes                               # ShadowPass per lane pass that could now run
+
+Each shadow is a cache of the run's policy and size that sees nothing but the committed tokens'
+routing, replayed as one decoding strategy would have read it:
+
+- plain (the reference of auto's bytes rule and guard): one position per forward, then tick(1);
+- one lane per candidate γ: passes of γ positions over the committed stream; the pass's
+  acceptance drawn from the live per-draft acceptance (`alphas`, GammaChooser.alphas()) with a
+  seeded rng, the lane's next pass starting after the accepted ones. A lane needs its γ
+  positions committed, so it lags the run by up to γ tokens.
+
+So each γ's misses are measured on the cache *that γ keeps*, not on the one the run's other γ
+left (a probe pass after plain blocks sees plain's cache; a block of γ sees its own only after
+settling, and each block of another γ disturbs it).
+
+A lane's positions past its drawn acceptance stand for rejected drafts, whose routing is
+unknown for a pass that never ran. They are routed as replay's routing model routes them
+(specdec.sim.replay.rejected_routing): each expert of the position before kept with the
+probability that consecutive committed tokens share an expert (measured on this text, per run),
+the rest taken from a committed token drawn from the last HISTORY. Bias, stated: a real
+rejected draft's experts also follow its own context (this draws popularity from the recent
+text only), and routing the rejected positions as the next committed tokens instead made wide γ
+read up to 15% less in its lane than in the real replay (MiniMax trace, 50%, α 0.95: lanes
+1.00x plain, replay 1.17x); with this model lanes came within about 5% of the fixed-γ replays
+there and at 5% (α 0.95, γ 2-8). Speculation-aware cache options (demote/protect) are not
+applied in lanes (no verdicts reach them). The guard on the run's actual totals (gamma.py)
+bounds what any error here can cost.
+Tests: `pytest tests/test_gamma_auto.py`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.cache.expert_cache import ExpertCache, position_chunks
+
+HISTORY = 256  # committed positions a lane's rejected drafts draw their routing from
+
+
+@dataclass(frozen=True)
+class ShadowPass:
+    """One lane pass: γ positions, `committed` of them accepted, reads per layer."""
+
+    gamma: int
+    committed: int
+    union: np.ndarray  # [L]
+    misses: np.ndarray  # [L]
+
+
+@dataclass(frozen=True)
+class ShadowReport:
+    plain_misses: np.ndarray  # [n, L] plain decoding's misses per position just fed
+    passes: tuple[ShadowPass, ...]  # lane passes that completed with them
+
+
+def pass_keys(keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer, (distinct sorted keys, positions selecting each) of a pass over positions
+    `keys` [n, L, k] (cache keys)."""
+    n, L, k = keys.shape
+    flat = np.sort(keys.transpose(1, 0, 2).reshape(L, n * k), axis=1)  # [L, n·k]
+    first = np.ones(flat.shape, bool)  # [L, n·k]: a key's first occurrence in its row
+    first[:, 1:] = flat[:, 1:] != flat[:, :-1]
+    out = []
+    for li in range(L):
+        at = np.flatnonzero(first[li])
+        out.append((flat[li, at], np.diff(at, append=n * k)))
+    return out
+
+
+def access_pass(cache: ExpertCache, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One forward over positions `keys` [n, L, k]: a step per layer over its union (or, where
+    the union exceeds a cache step, one per group of positions that fits, as the streamer
+    splits it), then tick(n). Returns ([L] union summed over steps, [L] misses)."""
+    union, misses = np.zeros(keys.shape[1]), np.zeros(keys.shape[1])
+    for li, (ks, counts) in enumerate(pass_keys(keys)):
+        if len(ks) <= cache.max_step:
+            steps = [(ks, counts)]
+        else:
+            steps = [pass_keys(c[:, None])[0] for c in position_chunks(keys[:, li], cache.max_step)]
+        for part, n in steps:
+            union[li] += len(part)
+            misses[li] += len(cache.access(part.tolist(), n.tolist()))
+    cache.tick(len(keys))
+    return union, misses
+
+
+def shadow_plain(shadow: ExpertCache, keys: np.ndarray) -> np.ndarray:
+    """[n, L] misses plain decoding has at each committed position of `keys` [n, L, k] (cache
+    keys): each position one forward of one step per layer, then tick(1). Per position, not
+    summed: plain's modeled time is a sum over its own one-token passes (reads come whole)."""
+    misses = np.zeros(keys.shape[:2])  # [n, L]
+    for t, position in enumerate(keys):  # [L, k]
+        for li, ks in enumerate(position.tolist()):
+            misses[t, li] = len(shadow.access(sorted(ks)))
+        shadow.tick(1)
+    return misses
+
+
+class Shadows:
+    """Plain decoding's shadow cache and one lane per candidate γ (module doc)."""
+
+    def __init__(self, make_cache: Callable[[], ExpertCache], gammas: Iterable[int], seed: int):
+        self.plain = make_cache()
+        self.lanes = {g: make_cache() for g in gammas if g > 1}
+        self._at = dict.fromkeys(self.lanes, 0)  # position of each lane's next pass
+        self._keys: list[np.ndarray] = []  # [L, k] per committed position from _base on
+        self._base = 0
+        self._past: deque[np.ndarray] = deque(maxlen=HISTORY)  # [L, k] recent committed
+        self._overlap = np.zeros(2)  # experts shared by consecutive committed tokens; pairs
+        self._rng = np.random.default_rng([seed, 2])
+
+    def _caches(self) -> list[ExpertCache]:
+        return [self.plain, *self.lanes.values()]
+
+    def preload(self, keys: list[int] | None = None) -> None:
+        for c in self._caches():
+            c.preload(keys)
+
+    def feed(self, keys: np.ndarray, alphas: np.ndarray) -> ShadowReport:
+        """Positions `keys` [n, L, k] just committed; `alphas` [G - 1] the live acceptance of
+        draft 1..G-1. Runs plain on them and every lane pass they complete."""
+        plain = shadow_plain(self.plain, keys)
+        pairs = np.concatenate([self._past[-1][None], keys]) if self._past else keys  # [m, L, k]
+        same = (pairs[1:, :, :, None] == pairs[:-1, :, None, :]).any(-1)  # [m - 1, L, k]
+        self._overlap += (same.mean(-1).sum(), same.shape[0] * same.shape[1])
+        self._keys.extend(keys)
+        self._past.extend(keys)
+        end = self._base + len(self._keys)
+        passes = []
+        for g in self.lanes:
+            while self._at[g] + g <= end:
+                passes.append(self._pass(g, g, alphas))
+        self._trim()
+        return ShadowReport(plain, tuple(passes))
+
+    def new_sequence(self, alphas: np.ndarray) -> None:
+        """A new prompt: each lane runs the positions left as passes that stop at the boundary
+        (as the run's own do), then every cache starts a sequence."""
+        end = self._base + len(self._keys)
+        for g in self.lanes:
+            while self._at[g] < end:
+                self._pass(g, min(g, end - self._at[g]), alphas)
+        self._trim()
+        for c in self._caches():
+            c.new_sequence()
+
+    def _pass(self, g: int, n: int, alphas: np.ndarray) -> ShadowPass:
+        accepted = 0
+        while accepted < n - 1 and self._rng.random() < alphas[accepted]:
+            accepted += 1
+        start = self._at[g] - self._base
+        window = np.stack(self._keys[start : start + n])  # [n, L, k]
+        rho = self._overlap[0] / max(self._overlap[1], 1.0)
+        for i in range(accepted + 1, n):  # a rejected draft (module doc)
+            other = self._past[self._rng.integers(len(self._past))]  # [L, k]
+            keep = self._rng.random(other.shape) < rho  # [L, k]
+            window[i] = np.where(keep, window[i - 1], other)
+        union, misses = access_pass(self.lanes[g], window)
+        self._at[g] += accepted + 1
+        return ShadowPass(g, accepted + 1, union, misses)
+
+    def _trim(self) -> None:
+        """Forget positions every lane has passed."""
+        low = min(self._at.values(), default=self._base + len(self._keys))
+        del self._keys[: low - self._base]
+        self._base = low

@@ -1,1 +1,0 @@
-"""specdec.model: see README.md's architecture section."""

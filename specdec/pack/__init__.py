@@ -1,0 +1,1 @@
+"""specdec.pack: see README.md's architecture section."""

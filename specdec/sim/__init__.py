@@ -1,0 +1,1 @@
+"""specdec.sim: see README.md's architecture section."""

@@ -1,0 +1,1 @@
+"""specdec.stream: see README.md's architecture section."""

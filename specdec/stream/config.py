@@ -1,0 +1,37 @@
+"""How a model's routed experts stream: one typed value from the command line or Hydra to the loader.
+
+    stream = StreamConfig(budget=Budget.parse("10%"), policy="static", policy_options=...)
+    sm = load("tiny", stream, with_mtp=False)
+
+`specdec generate` builds it from its options (decode.cli.stream_config), `specdec-exp` from
+its `cache` and `model` groups (experiments/tasks/_decode.py); library callers may pass the
+same fields as keywords to `load`, which makes one StreamConfig of them (a budget given there
+as text is parsed once, here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specdec.core.errors import SpecdecError
+from specdec.core.units import DEFAULT_BUDGET, Budget
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    budget: Budget = Budget.parse(DEFAULT_BUDGET)  # bytes, slots or a share of the experts
+    policy: str = "lru"  # a registered cache policy (specdec.cache.policies)
+    # the policy's options (its Options dataclass); a `hotlist` is (layer, expert) pairs, hottest
+    # first
+    policy_options: dict = field(default_factory=dict)
+    io: str = "direct"  # direct | buffered | mmap
+    threads: int = 8  # reader threads
+    verify_checksums: bool = False  # crc32 every block read
+    lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on wants
+    warm: bool = False  # read every routed expert at load (the budget must hold them all)
+
+    def __post_init__(self):
+        if not isinstance(self.budget, Budget):  # load("tiny", budget="10%"): text from a caller
+            object.__setattr__(self, "budget", Budget.parse(self.budget))
+        if self.lookahead < 0:
+            raise SpecdecError(f"lookahead must be >= 0 (got {self.lookahead}); 0 turns it off")

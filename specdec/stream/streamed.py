@@ -1,0 +1,238 @@
+"""The streamed MoE block: routed experts come from the expert cache, not from resident memory.
+
+`StreamedSwitchGLU` replaces a family's switch module (mlx-lm's `SwitchGLU` or `SwitchMLP`, found
+by type: specdec.checkpoint.discover). On each call it reads the router's indices to the host, asks the
+`Streamer` for the union of the call's experts (hits stay, misses are read from disk into arena
+slots), remaps expert ids to slot ids, and runs the family's own switch module, whose
+`SwitchLinear` projections are swapped for `ArenaLinear`s that call `mx.gather_(q)mm` on views of
+the arena (a mixed-precision pack: two arenas, model/mixed.py): only where the weights are read
+changes. The switch module's structure and activation
+(gpt-oss's and DeepSeek-V4.1's clamped SwiGLU, SwitchMLP's GELU), expert biases and everything
+else in the family's block (gate weighting, shared experts) are the family's own code, so
+streamed logits equal resident logits.
+
+A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
+scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
+the next read can overwrite its slots; so any budget of at least one position's top-k works.
+Outputs stay lazy (one host sync per MoE layer, the router's), but every output still pending
+is evaluated before a read may overwrite a slot: no lazy graph ever computes on a slot that was
+refilled under it.
+
+No sync where no read can be needed: when every expert of a layer is resident (full budget, a
+layer pinned whole) and no read is landing, the call remaps ids on the device through the
+layer's expert -> slot table (`ExpertSource.table`) and defers its host part: the cache step,
+the observers and the step log run from `Streamer.catch_up`, in call order, before any
+other cache step and before the log is drained, so stats and records equal the synced path's.
+A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing.
+A call served resident-only (`Call.resident_only`, the cache-only self-drafter) reads nothing:
+experts not resident are dropped and the kept gate mass renormalised. A failed read (or lookahead read) makes the cache forget its keys, so no
+slot holding a partial or stale block is ever computed on (tests/test_fault_injection.py).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten
+
+from specdec.checkpoint.discover import SWITCH_TYPES, projections
+from specdec.checkpoint.families import Route
+from specdec.core.errors import SpecdecError
+from specdec.store.arena import Arena
+from specdec.store.layout import LayerLayout
+from specdec.store.pools import PoolArenas, members
+from specdec.stream.mixed import on_pools
+from specdec.stream.streamer import Streamer, union
+
+
+class _Hidden:
+    """Holds objects that must stay out of the module's parameter tree (views, back-references)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class ArenaLinear(nn.Module):
+    """One projection of every slot: mlx-lm's (Quantized)SwitchLinear computed on arena views."""
+
+    def __init__(self, arena: Arena, layout: LayerLayout, proj: str):
+        super().__init__()
+        views = {
+            t.name.split(".", 1)[1]: arena.tensor_view(t)
+            for t in layout.tensors
+            if t.name.split(".", 1)[0] == proj
+        }
+        self._h = _Hidden(views=views, quant=layout.quant.get(proj))
+
+    def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
+        v, q = self._h.views, self._h.quant
+        if q is not None:
+            x = mx.gather_qmm(
+                x,
+                v["weight"],  # [slots, out, in * bits / 32]
+                v["scales"],
+                v.get("biases"),
+                rhs_indices=indices,
+                transpose=True,
+                group_size=q.group_size,
+                bits=q.bits,
+                mode=q.mode,
+                sorted_indices=sorted_indices,
+            )
+        else:
+            x = mx.gather_mm(
+                x,
+                v["weight"].swapaxes(-1, -2),  # [slots, in, out]
+                rhs_indices=indices,
+                sorted_indices=sorted_indices,
+            )
+        if "bias" in v:
+            x = x + mx.expand_dims(v["bias"][indices], -2)
+        return x
+
+
+def _on_arena(switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int) -> nn.Module:
+    """`switch` with each projection an ArenaLinear on `arena` (blocks laid out as `layout`)."""
+    for proj in layout.projections:
+        setattr(switch, proj, ArenaLinear(arena, layout, proj))
+    left = [name for name, _ in tree_flatten(switch.parameters())]
+    if left:  # a parameter the arena does not hold would never be loaded
+        raise SpecdecError(
+            f"layer {layer}: {type(switch).__name__} has parameters outside its "
+            f"projections ({left[0]}); specdec cannot stream this switch module"
+        )
+    return switch
+
+
+def _shallow_copy(module: nn.Module) -> nn.Module:
+    """Another module of the same class sharing children (activation) until they are replaced."""
+    twin = type(module).__new__(type(module))
+    nn.Module.__init__(twin)
+    dict.update(twin, module)
+    twin.__dict__.update(module.__dict__)
+    return twin
+
+
+class StreamedSwitchGLU(nn.Module):
+    """Drop-in for the family's switch module whose experts live in the streamer's arena.
+
+    `original` (a SwitchGLU / SwitchMLP, weights never evaluated) becomes the computing module:
+    each projection is replaced by an ArenaLinear; it is kept out of the parameter tree, so the
+    model has no expert parameters left. route: the family's router adapter, or None."""
+
+    streams_experts = True  # specdec.checkpoint.discover finds it where the switch module was
+
+    def __init__(
+        self,
+        streamer: Streamer,
+        layer: int,
+        original: nn.Module,
+        block: nn.Module,
+        route: Route | None,
+    ):
+        super().__init__()
+        if not isinstance(original, SWITCH_TYPES):
+            raise TypeError(f"layer {layer}: expected a switch module, got {type(original)}")
+        layout = streamer.index.layers[layer]
+        if set(projections(original)) != set(layout.projections):
+            raise SpecdecError(
+                f"layer {layer}: the model's experts have projections "
+                f"{sorted(projections(original))} but experts.json packs "
+                f"{sorted(layout.projections)}; re-pack the model (specdec pack --force)"
+            )
+        arena = streamer.arena
+        if isinstance(arena, PoolArenas):  # a mixed pack: hot and cold blocks in two arenas
+            hot, cold = (members(layout, c).any() for c in (False, True))
+            twin = _shallow_copy(original)  # the same module computing on the cold arena
+            switch = on_pools(
+                _on_arena(original, arena.hot, layout, layer) if hot else None,
+                _on_arena(twin, arena.cold, layout.cold, layer) if cold else None,
+                arena.n_hot,
+            )
+        else:
+            switch = _on_arena(original, arena, layout, layer)
+        self._h = _Hidden(
+            streamer=streamer,
+            layer=layer,
+            block=block,
+            route=route,
+            switch=switch,
+            lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
+        )
+
+    def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
+        h = self._h
+        s: Streamer = h.streamer
+        src, phase = s.source, s.current.phase
+        if s.current.resident_only:  # the cache-only self-draft: reads nothing
+            s.catch_up()
+            idx = s.sync(indices, None)  # [..., k] host sync
+            s.log.observe(h.layer, idx, phase)
+            return self._launch(self._resident_only(x, idx, union(idx)[0]))
+        table = src.table(h.layer)
+        ahead = None
+        if h.layer in s.lookahead.ahead_of:
+            ahead = s.lookahead.route(h.layer, x, table is not None, src, h.route)
+        if table is not None and ahead is None:  # no read can be needed: no host sync
+            y = h.switch(x, table[indices])  # [..., k, H]
+            s.deferred.add(h.layer, indices, phase)
+            return self._launch(y)
+        s.catch_up()  # deferred steps come first: the cache sees calls in order
+        idx = s.sync(indices, None if ahead is None else ahead[1])  # [..., k] host sync
+        y, experts = self._streamed(x, idx, phase)
+        self._launch(y)
+        if ahead is not None:  # reads overlap this layer's compute and the next layers'
+            s.prefetch(ahead[0], ahead[1], (h.layer, experts, y), phase)  # y's slots: kept
+        return y
+
+    def _launch(self, y: mx.array) -> mx.array:
+        """Start computing `y` while Python builds the next layer's graph; track its slots."""
+        s = self._h.streamer
+        mx.async_eval(y)
+        s.source.track(y)
+        if len(s.deferred) > 1024:  # model calls with no drain between (probes, tests)
+            s.catch_up()
+        return y
+
+    def _streamed(self, x: mx.array, idx: np.ndarray, phase: str) -> tuple[mx.array, list[int]]:
+        """The call on the slots `Streamer.steps` fills; returns its output and its experts.
+        A call whose union exceeds one cache step (the slots; static: its scratch slots) is
+        computed per group of positions whose union fits, each pending before the next reads."""
+        h, s = self._h, self._h.streamer
+        outs, used, start = [], [], 0
+        for pos, experts, slots in s.steps(h.layer, idx, phase):
+            h.lut[experts] = slots
+            if pos is idx:  # the call fits one step
+                y, used = h.switch(x, mx.array(h.lut[idx])), experts
+                continue
+            flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
+            out = h.switch(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
+            s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
+            outs.append(out)
+            used += experts
+            start += len(pos)
+        if outs:
+            y = mx.concatenate(outs, axis=0).reshape(*idx.shape, -1)
+        return y, used
+
+    def _resident_only(self, x: mx.array, idx: np.ndarray, experts: list[int]) -> mx.array:
+        """Cache-only self-draft: drop experts not resident, renormalise the kept gate mass.
+
+        The family multiplies our output by its gate scores; scaling each kept expert's output by
+        (sum of all scores) / (sum of kept scores) and zeroing dropped ones turns that into the
+        renormalised mixture over resident experts. A position with nothing resident gets only
+        the shared expert (if the family has one). The scale stays lazy: no second host sync.
+        """
+        h = self._h
+        h.lut[experts] = h.streamer.source.resident_slots(h.layer, experts)
+        slots = h.lut[idx]  # [..., k], -1 where not resident
+        keep = mx.array(slots >= 0)
+        _, scores = h.route(h.block, x)  # [..., k], the family's own gate values
+        scores = scores.astype(mx.float32)
+        kept_mass = (scores * keep).sum(-1, keepdims=True)  # [..., 1]
+        scale = mx.where(
+            kept_mass > 0, scores.sum(-1, keepdims=True) / mx.maximum(kept_mass, 1e-30), 0.0
+        )
+        y = h.switch(x, mx.array(np.where(slots >= 0, slots, 0)))  # [..., k, H]
+        return (y * (keep * scale)[..., None]).astype(y.dtype)
