@@ -1,14 +1,14 @@
 """The text of analysis/speculation_at_scale.py: docs/speculation-at-scale.md and the README section.
 
 `render(sweep, args)` turns a `Sweep` into (page, README section); the tables and the §3 claims
-are computed from the sweep here, the sweep itself in analysis.speculation_at_scale.
+are computed from the sweep here, the sweep itself in analysis._scale_sweep.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.speculation_at_scale import (
+from analysis._scale_sweep import (
     ALPHAS,
     BUDGETS_GB,
     GAMMAS,

@@ -75,7 +75,7 @@ def switch_families() -> list[str]:
 
 def not_built(requested: list[str] | None = None) -> list[str]:
     """Switch-layer families that make-random does not build; of `requested` only, if given."""
-    from specdec.checkpoint.tiny_configs import FAMILIES
+    from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 
     rest = [f for f in switch_families() if f not in FAMILIES]
     return rest if requested is None else [f for f in rest if f in requested]
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", help="comma-separated subset (default: all make-random builds)")
     args = p.parse_args(argv)
     from specdec.bench.coverage import check_family
-    from specdec.checkpoint.tiny_configs import FAMILIES
+    from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 
     requested = [f for f in args.families.split(",") if f] if args.families else None
     known = set(FAMILIES) | set(switch_families())

@@ -19,9 +19,9 @@ import pytest
 from specdec.bench.coverage import check_family
 from specdec.checkpoint import families as families_module
 from specdec.checkpoint.families import FAMILIES as ROUTED
+from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 from specdec.checkpoint.families import Family
 from specdec.checkpoint.random_models import MTP_FAMILIES, make_random
-from specdec.checkpoint.tiny_configs import FAMILIES
 from specdec.core.errors import SpecdecError
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate

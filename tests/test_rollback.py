@@ -16,7 +16,7 @@ from mlx_lm import load as mlx_load
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from specdec.checkpoint.mtp_qwen3_next import Qwen3NextMTP
+from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.rollback import CacheMark, can_roll_back
 from specdec.decode.run import generate

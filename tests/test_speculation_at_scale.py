@@ -1,11 +1,9 @@
-"""analysis/speculation_at_scale.py's sweep on a small calibrated MiniMax trace.
+"""analysis/speculation_at_scale.py's sweep (analysis/_scale_sweep.py) on a small calibrated MiniMax trace.
 
 pytest tests/test_speculation_at_scale.py
 """
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,16 +11,10 @@ from specdec.sim.replay import replay_trace
 from specdec.trace.presets import get_preset
 from specdec.trace.synthetic import generate
 
-SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "speculation_at_scale.py"
-
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("speculation_at_scale", SCRIPT)
-    m = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = m  # dataclasses resolve annotations through it
-    spec.loader.exec_module(m)
-    return m
+    return importlib.import_module("analysis._scale_sweep")
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ import pytest
 
 from specdec.cli import main as cli_main
 from specdec.core.errors import SpecdecError
-from specdec.sim.fit import TOLERANCE, Targets, fit
+from specdec.sim.fit import TOLERANCE, fit
 from specdec.sim.stats import trace_stats
 from specdec.trace.format import Trace, load_trace
 from specdec.trace.presets import PRESETS, load_targets
-from specdec.trace.synthetic import SynthParams, TraceShape, generate, generate_experts
+from specdec.trace.synthetic import SynthParams, Targets, TraceShape, generate, generate_experts
 
 MINIMAX = PRESETS["minimax-m2.5"]
 

@@ -14,7 +14,7 @@ Mirrors, op for op, mlx_lm/models/deepseek_v3.py (mlx-lm 0.32.2):
     selection only; the selected *unbiased* scores are normalised over the k and scaled by
     routed_scaling_factor (noaux_tc, n_group 1);
   * SwiGLU experts down(silu(gate(x))·up(x)), plus the shared expert, first layer dense;
-  * MTP (specdec/checkpoint/mtp.py): h' = eh_proj([enorm(embed(t_{i+1})), hnorm(h_i)]), a full
+  * MTP (specdec/checkpoint/mtp/): h' = eh_proj([enorm(embed(t_{i+1})), hnorm(h_i)]), a full
     decoder layer with its own MoE, shared_head.norm, the main lm_head; h_i is taken after the
     main model's final norm.
 Routed experts are stored stacked ([N, I, H] like mlx-lm's SwitchGLU) and computed densely:

@@ -163,6 +163,7 @@ def check_family(family: str, root: Path, bits: int | None = None, tokens: int =
 
     from specdec.checkpoint.random_models import make_random
     from specdec.decode.loop import DecodeConfig
+    from specdec.decode.rollback import check_speculation
     from specdec.decode.run import generate, plain_greedy
     from specdec.probes.record import record_trace
     from specdec.stream.loader import load
@@ -186,7 +187,7 @@ def check_family(family: str, root: Path, bits: int | None = None, tokens: int =
         ).tokens
         r.restores = not can_trim_prompt_cache(make_prompt_cache(sm.model))
         try:
-            sm.check_speculation(2)
+            check_speculation(sm, 2)
         except SpecdecError as e:
             r.can_speculate = False
             r.notes.append(str(e))

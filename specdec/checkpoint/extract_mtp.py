@@ -31,7 +31,7 @@ import mlx.core as mx
 from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
 
 from specdec.checkpoint.mtp import load_mtp, quantize_mtp
-from specdec.checkpoint.mtp_qwen3_next import Qwen3NextMTP
+from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
 from specdec.core.errors import SpecdecError
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors

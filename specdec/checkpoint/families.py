@@ -10,17 +10,18 @@ line and returns (indices, scores) aligned with the indices the block passes its
 tests/test_families.py checks both against the family's own block. A family without one streams
 and decodes with every other drafter; those three features say so in one line (`require_route`).
 
-Add a router adapter: write its `route`, register it in FAMILIES (make-random: tiny_configs.py).
+Add a family: write its `route`, add its row to FAMILIES (its tiny config: tiny_configs.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from specdec.checkpoint.tiny_configs import COMMON, TINY, VOCAB
 from specdec.core.errors import SpecdecError
 
 Route = Callable[[nn.Module, mx.array], tuple[mx.array, mx.array]]
@@ -149,11 +150,14 @@ def _route_klear(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
 
 @dataclass(frozen=True)
 class Family:
-    """A model family: its router adapter (None: none written). Its MTP layout, where it has
-    one, is specdec.checkpoint.mtp.mtp_class's to say."""
+    """A model family (config.json's `model_type`): its router adapter (None: none written), its
+    MTP layout (a key of specdec.checkpoint.mtp.LAYOUTS; None: no MTP module) and the tiny
+    config.json `make-random` builds it from (None: make-random does not build it)."""
 
     name: str
     route: Route | None = None
+    mtp: str | None = None
+    tiny: dict | None = field(default=None, compare=False, repr=False)
 
     def require_route(self, feature: str) -> Route:
         """The route, or a one-line error naming the feature that needs it."""
@@ -166,39 +170,44 @@ class Family:
         return self.route
 
 
+def _row(name: str, route: Route | None, mtp: str | None = None) -> Family:
+    return Family(name, route, mtp, TINY.get(name))
+
+
 _gate = _tuple_router("gate")
 _router = _tuple_router("router")
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("deepseek_v3", _gate),
-        Family("deepseek_v32", _gate),
-        Family("kimi_k25", _gate),
-        Family("deepseek", _gate),
-        Family("deepseek_v2", _gate),
-        Family("deepseek_v41", _route_deepseek_v41),
-        Family("glm4_moe", _gate),
-        Family("glm4_moe_lite", _gate),
-        Family("dots1", _gate),
-        Family("bailing_moe", _gate),
-        Family("exaone_moe", _gate),
-        Family("nemotron_h", _gate),
-        Family("granitemoe", _router),
-        Family("granitemoehybrid", _router),
-        Family("qwen3_moe", _softmax_topk_high),
-        Family("qwen3_next", _softmax_topk_high),
-        Family("qwen2_moe", _softmax_topk),
-        Family("hunyuan", _softmax_topk),
-        Family("mixtral", _topk_softmax("gate", "num_experts_per_tok")),
-        Family("jamba", _topk_softmax("router", "num_experts_per_tok")),
-        Family("minimax", _route_minimax),
-        Family("olmoe", _route_olmoe),
-        Family("phimoe", _route_phimoe),
-        Family("ernie4_5_moe", _route_ernie),
-        Family("lfm2_moe", _route_lfm2),
-        Family("llama4", _route_llama4),
-        Family("gpt_oss", _route_gpt_oss),
-        Family("Klear", _route_klear),
+        _row("deepseek_v3", _gate, mtp="deepseek_v3"),
+        _row("deepseek_v32", _gate, mtp="deepseek_v3"),
+        _row("kimi_k25", _gate, mtp="deepseek_v3"),
+        _row("kimi_k2", None, mtp="deepseek_v3"),  # mlx-lm runs it as deepseek_v3
+        _row("deepseek", _gate),
+        _row("deepseek_v2", _gate),
+        _row("deepseek_v41", _route_deepseek_v41),
+        _row("glm4_moe", _gate, mtp="deepseek_v3"),
+        _row("glm4_moe_lite", _gate),
+        _row("dots1", _gate),
+        _row("bailing_moe", _gate),
+        _row("exaone_moe", _gate),
+        _row("nemotron_h", _gate),
+        _row("granitemoe", _router),
+        _row("granitemoehybrid", _router),
+        _row("qwen3_moe", _softmax_topk_high),
+        _row("qwen3_next", _softmax_topk_high, mtp="qwen3_next"),
+        _row("qwen2_moe", _softmax_topk),
+        _row("hunyuan", _softmax_topk),
+        _row("mixtral", _topk_softmax("gate", "num_experts_per_tok")),
+        _row("jamba", _topk_softmax("router", "num_experts_per_tok")),
+        _row("minimax", _route_minimax),
+        _row("olmoe", _route_olmoe),
+        _row("phimoe", _route_phimoe),
+        _row("ernie4_5_moe", _route_ernie),
+        _row("lfm2_moe", _route_lfm2),
+        _row("llama4", _route_llama4),
+        _row("gpt_oss", _route_gpt_oss),
+        _row("Klear", _route_klear),
     )
 }
 
@@ -206,3 +215,17 @@ FAMILIES: dict[str, Family] = {
 def get_family(model_type: str) -> Family:
     """The family of `model_type` (config.json's field); one without a router adapter streams."""
     return FAMILIES.get(model_type) or Family(model_type)
+
+
+def family_config(family: str) -> dict:
+    """The scaled-down config.json contents `make-random` writes for a family (vocab included)."""
+    tiny = FAMILIES[family].tiny if family in FAMILIES else None
+    if tiny is None:
+        raise SpecdecError(
+            f"make-random has no tiny config for {family!r}; supported: "
+            f"{', '.join(sorted(TINY_FAMILIES))}"
+        )
+    return {"model_type": family, **COMMON, **tiny, "vocab_size": VOCAB}
+
+
+TINY_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.tiny is not None)

@@ -36,7 +36,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from specdec.checkpoint.bpe import train_byte_bpe
-from specdec.checkpoint.tiny_configs import VOCAB, family_config
+from specdec.checkpoint.families import family_config
+from specdec.checkpoint.tiny_configs import VOCAB
 from specdec.core.errors import SpecdecError
 from specdec.core.files import check_replaceable, fresh_dir, swap_dir
 from specdec.store.layout import MTP_FILE

@@ -6,14 +6,12 @@ quantized matrix has it as its input, so mlx-lm's affine group size 64 divides i
 (linear attention, SSM, conv layers) mix their layer kinds within the 3 layers so each kind runs.
 The values are small on purpose: tests build ~25 of these per session.
 
-    python -c "from specdec.checkpoint.tiny_configs import family_config; print(family_config('olmoe'))"
+    python -c "from specdec.checkpoint.families import family_config; print(family_config('olmoe'))"
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from specdec.core.errors import SpecdecError
 
 VOCAB = 512
 COMMON: dict[str, Any] = {
@@ -35,7 +33,7 @@ _MLA = {  # DeepSeek's multi-head latent attention, scaled down
     "qk_nope_head_dim": 32,
     "v_head_dim": 32,
 }
-FAMILIES: dict[str, dict[str, Any]] = {
+TINY: dict[str, dict[str, Any]] = {
     "deepseek_v3": {
         **_MOE,
         **_MLA,
@@ -308,21 +306,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "layer_types": ["conv", "full_attention", "conv"],
     },
 }
-FAMILIES["deepseek_v32"] = {
-    **FAMILIES["deepseek_v3"],
+TINY["deepseek_v32"] = {
+    **TINY["deepseek_v3"],
     "index_head_dim": 32,
     "index_n_heads": 4,
     "index_topk": 64,
 }
 for _fam in ("glm4_moe_lite",):  # DeepSeek-style MLA with GLM's router
-    FAMILIES[_fam] = {**FAMILIES["glm4_moe"], **_MLA, "num_key_value_heads": 4}
-
-
-def family_config(family: str) -> dict[str, Any]:
-    """The scaled-down config.json contents of a family (vocab_size included)."""
-    if family not in FAMILIES:
-        raise SpecdecError(
-            f"make-random has no tiny config for {family!r}; supported: "
-            f"{', '.join(sorted(FAMILIES))}"
-        )
-    return {"model_type": family, **COMMON, **FAMILIES[family], "vocab_size": VOCAB}
+    TINY[_fam] = {**TINY["glm4_moe"], **_MLA, "num_key_value_heads": 4}

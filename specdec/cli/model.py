@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from specdec.checkpoint.bundled import BUNDLED
-from specdec.checkpoint.tiny_configs import FAMILIES
+from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 from specdec.core.errors import SpecdecError
 
 

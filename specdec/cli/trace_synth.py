@@ -20,11 +20,11 @@ from pathlib import Path
 
 from specdec.core.errors import SpecdecError
 from specdec.core.machine import physical_memory
-from specdec.sim.fit import TOLERANCE, Targets, fit
+from specdec.sim.fit import TOLERANCE, fit
 from specdec.sim.stats import PHASES, routing_stats, trace_stats
 from specdec.trace.format import load_trace, save_trace
 from specdec.trace.presets import get_preset, load_targets
-from specdec.trace.synthetic import generate
+from specdec.trace.synthetic import Targets, generate
 
 ACTIONS = ("synth", "stats", "fit")
 

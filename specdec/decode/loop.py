@@ -34,7 +34,7 @@ from specdec.clock.profiles import DeviceProfile, get_profile
 from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
-from specdec.decode.rollback import CacheMark, roll_back
+from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
@@ -121,7 +121,7 @@ class Decode:
         self.profiles, self.eos_ids = profiles, eos_ids
         auto = cfg.gamma == AUTO and drafter.name != "none"  # nothing to draft: plain decoding
         self.gamma = 1 if cfg.gamma == AUTO and not auto else cfg.gamma
-        sm.check_speculation(MAX_GAMMA if auto else self.gamma)
+        check_speculation(sm, MAX_GAMMA if auto else self.gamma)
         cache = make_prompt_cache(sm.model)
         self.st = DecodeState(
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)

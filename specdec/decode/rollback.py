@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from specdec.core.errors import SpecdecError
 from specdec.decode.state import DecodeState, forward
+from specdec.stream.loader import StreamedModel
 
 _VALUES = (mx.array, int, float, bool, str, type(None))
 
@@ -45,6 +46,24 @@ def _restorable(c) -> bool:
 def can_roll_back(cache: list) -> bool:
     """Whether rejected drafts can be undone: every layer's cache trims or can be restored."""
     return all(c.is_trimmable() or _restorable(c) for c in cache)
+
+
+def check_speculation(sm: StreamedModel, gamma: int) -> None:
+    """γ > 1 needs the rejected drafts rolled back; say why a model cannot.
+
+    The one place this is decided (the decode loop asks here). Caches that cannot be trimmed but
+    keep their state in arrays (linear attention, SSM, conv, deepseek_v41's compressed KV, a
+    wrapped sliding window) are restored instead (CacheMark)."""
+    if gamma <= 1:
+        return
+    cache = make_prompt_cache(sm.model)
+    if not can_roll_back(cache):
+        fixed = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
+        raise SpecdecError(
+            f"{sm.config.get('model_type')} keeps state that can be neither trimmed nor "
+            f"restored ({', '.join(fixed)}), so rejected drafts cannot be rolled back: use "
+            f"--gamma 1 (got {gamma})"
+        )
 
 
 @dataclass(frozen=True)

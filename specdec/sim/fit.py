@@ -26,13 +26,13 @@ fit runs once more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from specdec.sim.bounds import knapsack_counts
 from specdec.sim.stats import overlap_per_layer, trace_stats, union_per_layer
-from specdec.trace.synthetic import SynthParams, TraceShape, generate, generate_experts
+from specdec.trace.synthetic import SynthParams, Targets, TraceShape, generate, generate_experts
 
 FIT_LAYERS = 8
 FIT_POSITIONS = 2000  # at most, per evaluation (the replayed check uses the targets' positions)
@@ -40,18 +40,6 @@ TOLERANCE = {"overlap": 0.03, "union": 0.05, "lru": 0.03, "static": 0.03}  # uni
 MAX_ROUNDS, STEP, GOOD_LOSS = 4, 0.5, 0.25  # GOOD_LOSS: every statistic within ~tol / 4
 NM_OPTIONS = {"xatol": 1e-3, "fatol": 1e-2, "maxfev": 120}
 START = SynthParams(skew=0.9, reuse=0.1, history=0.3, window=3.0)
-
-
-@dataclass(frozen=True)
-class Targets:
-    """Measured statistics to fit; None where unknown. budget_slots is in the shape's slots."""
-
-    overlap: float | None = None
-    union: dict[int, float] = field(default_factory=dict)
-    budget_slots: int | None = None
-    lru: float | None = None
-    static: float | None = None
-    positions: int = 2000  # trace length the fit generates (lru and static depend on it a little)
 
 
 @dataclass

@@ -81,27 +81,6 @@ class StreamedModel:
         s.log.drain()
         s.preload()
 
-    def check_speculation(self, gamma: int) -> None:
-        """γ > 1 needs the rejected drafts rolled back; say why a model cannot.
-
-        The one place this is decided (the decode loop asks here). Caches that cannot be
-        trimmed but keep their state in arrays (linear attention, SSM, conv, deepseek_v41's
-        compressed KV, a wrapped sliding window) are restored instead (specdec.decode.rollback)."""
-        if gamma <= 1:
-            return
-        from mlx_lm.models.cache import make_prompt_cache
-
-        from specdec.decode.rollback import can_roll_back  # decode imports this module
-
-        cache = make_prompt_cache(self.model)
-        if not can_roll_back(cache):
-            fixed = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
-            raise SpecdecError(
-                f"{self.config.get('model_type')} keeps state that can be neither trimmed nor "
-                f"restored ({', '.join(fixed)}), so rejected drafts cannot be rolled back: use "
-                f"--gamma 1 (got {gamma})"
-            )
-
     @property
     def top_k(self) -> int:
         return _top_k(self.config)

@@ -27,8 +27,7 @@ from pathlib import Path
 from specdec.checkpoint.presets import routed_shape
 from specdec.core.errors import SpecdecError
 from specdec.core.units import parse_budget
-from specdec.sim.fit import Targets
-from specdec.trace.synthetic import SynthParams, TraceShape
+from specdec.trace.synthetic import SynthParams, Targets, TraceShape
 
 
 def mlx_4bit_expert_bytes(hidden: int, intermediate: int) -> int:

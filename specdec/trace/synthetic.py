@@ -24,7 +24,7 @@ trace when a number is reported about a model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -160,3 +160,15 @@ def synthetic_trace(
     eb = expert_bytes
     trace.expert_bytes = [eb] * n_layers if isinstance(eb, int) else list(eb)
     return trace
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Measured statistics to fit; None where unknown. budget_slots is in the shape's slots."""
+
+    overlap: float | None = None
+    union: dict[int, float] = field(default_factory=dict)
+    budget_slots: int | None = None
+    lru: float | None = None
+    static: float | None = None
+    positions: int = 2000  # trace length the fit generates (lru and static depend on it a little)

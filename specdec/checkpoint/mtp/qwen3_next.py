@@ -27,7 +27,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3_next import ModelArgs, Qwen3NextDecoderLayer
 
-from specdec.checkpoint.mtp import MTPBase
+from specdec.checkpoint.mtp.base import MTPBase
 
 
 class Qwen3NextMTP(MTPBase):

@@ -1,0 +1,45 @@
+"""What every MTP layout shares: its decoder layer, its own KV cache, its stored names.
+
+Each layout (deepseek_v3.py, qwen3_next.py) subclasses MTPBase; specdec.checkpoint.mtp says which
+family uses which.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+
+
+class MTPBase(nn.Module):
+    """What every layout shares: its decoder layer at `layer` (index `layer_idx`, the main
+    model's layer count), a KV cache of its own, and the stored names."""
+
+    own_parts: tuple[str, ...] = ()  # parameter prefixes outside the decoder layer
+    own_head_key = ""  # the parameter that, when stored, replaces the shared head
+    layer_idx: int
+
+    def make_cache(self) -> KVCache:
+        """A trimmable KV cache for the module's attention (one per decode stream)."""
+        return KVCache()
+
+    def checkpoint_weights(self) -> dict[str, mx.array]:
+        """Parameters under their stored names (`model.layers.{N}.*`)."""
+        prefix = f"model.layers.{self.layer_idx}."
+        return {
+            prefix + name.removeprefix("layer."): v for name, v in tree_flatten(self.parameters())
+        }
+
+    def _fused_layer(
+        self,
+        e: mx.array,  # [B, T, H] normed embedding of tokens i+1
+        h: mx.array,  # [B, T, H] normed main hidden state at i
+        proj: nn.Module,  # [2H] -> [H]
+        cache: KVCache | None,
+    ) -> mx.array:
+        """The decoder layer's output on proj(concat([e, h])): the step every layout shares."""
+        x = proj(mx.concatenate([e, h], axis=-1))  # [B, T, H]
+        mask = create_attention_mask(x, cache, return_array=True)
+        return self.layer(x, mask, cache)  # [B, T, H]
