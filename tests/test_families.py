@@ -11,6 +11,7 @@ the features that need one say so; a dense checkpoint is refused in one line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import mlx.core as mx
@@ -20,7 +21,6 @@ from specdec.bench.coverage import check_family
 from specdec.checkpoint import families as families_module
 from specdec.checkpoint.families import FAMILIES as ROUTED
 from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
-from specdec.checkpoint.families import Family
 from specdec.checkpoint.random_models import MTP_FAMILIES, make_random
 from specdec.core.errors import SpecdecError
 from specdec.decode.loop import DecodeConfig
@@ -88,7 +88,8 @@ def test_an_untrimmable_family_speculates_and_an_unrestorable_cache_says_why_not
 
 def test_a_family_without_router_adapter_streams_and_says_what_needs_one(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(families_module.FAMILIES, "olmoe", Family("olmoe"))
+    no_route = dataclasses.replace(families_module.FAMILIES["olmoe"], route=None)
+    monkeypatch.setitem(families_module.FAMILIES, "olmoe", no_route)
     src = make_random("olmoe", tmp_path / "o")
     sm = load(src, budget="50%", with_mtp=False)
     try:
