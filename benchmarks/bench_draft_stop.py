@@ -93,7 +93,6 @@ def main() -> int:
     from specdec.clock.profiles import get_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.gamma.chooser import parse_gamma
     from specdec.stream.loader import load
 
     rows = []
@@ -105,7 +104,7 @@ def main() -> int:
         plain = None  # the first run's result
         for label, gamma, mode in RUNS:
             sm.reset_cache()
-            cfg = DecodeConfig(gamma=parse_gamma(gamma), max_tokens=args.tokens, draft_stop=mode)
+            cfg = DecodeConfig(gamma=gamma, max_tokens=args.tokens, draft_stop=mode)
             drafter = "none" if label == "plain" else "self"
             res = generate(sm, prompt, drafter, cfg, (profile,), stop_at_eos=False)
             plain = plain or res

@@ -133,7 +133,6 @@ def runtime(args) -> int:
     from specdec.clock.profiles import get_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.gamma.chooser import parse_gamma
     from specdec.stream.loader import load
 
     profile = get_profile(PROFILE)
@@ -144,7 +143,7 @@ def runtime(args) -> int:
             prompt = sm.encode(args.prompt)
             for g in ("1", "2", "4", "auto"):
                 sm.reset_cache()
-                cfg = DecodeConfig(gamma=parse_gamma(g), max_tokens=args.tokens)
+                cfg = DecodeConfig(gamma=g, max_tokens=args.tokens)
                 res = generate(sm, prompt, drafter, cfg, (profile,), stop_at_eos=False)
                 s = res.summary
                 rows.append({

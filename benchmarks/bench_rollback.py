@@ -42,9 +42,10 @@ from specdec.checkpoint.random_models import make_random  # noqa: E402
 from specdec.clock.profiles import get_profile  # noqa: E402
 from specdec.core.files import write_atomic  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
-from specdec.decode.loop import AUTO_PROFILE, DecodeConfig  # noqa: E402
+from specdec.decode.loop import DecodeConfig  # noqa: E402
 from specdec.decode.run import generate  # noqa: E402
-from specdec.gamma.chooser import AUTO  # noqa: E402
+from specdec.gamma.controller import AUTO_PROFILE  # noqa: E402
+from specdec.gamma.spec import AUTO  # noqa: E402
 from specdec.stream.loader import load  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "rollback.json"

@@ -20,9 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specdec.cache.expert_cache import ExpertCache  # noqa: E402
-from specdec.cache.policies import make_policy  # noqa: E402
-from specdec.cache.speculative import split_policy  # noqa: E402
+from specdec.cache.spec import PolicySpec  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 from specdec.sim.replay import access_sequence  # noqa: E402
 from specdec.trace.synthetic import synthetic_trace  # noqa: E402
@@ -32,8 +30,7 @@ POLICIES = ("lru", "lru+demote", "lru+protect", "lru+demote+protect")
 
 def one_run(policy: str, acc, n_slots: int, E: int, L: int) -> float:
     """Seconds to drive every pass of `acc` through a fresh cache as the runtime does."""
-    name, spec = split_policy(policy)
-    cache = ExpertCache(n_slots, make_policy(name, n_slots), spec)
+    cache = PolicySpec.parse(policy).cache(n_slots)
     keys, ptr = acc.keys.tolist(), acc.ptr.tolist()
     # the streamer's routing per call: [1, γ, k] experts of the layer (made before timing)
     calls = [

@@ -19,7 +19,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec
-from specdec.gamma.chooser import parse_gamma
+from specdec.gamma.spec import Gamma
 
 
 @dataclass
@@ -105,7 +105,7 @@ def to_config(cfg: DictConfig) -> Config:
             "(conf/ leaves it to you)"
         )
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
-    typed.gamma = parse_gamma(typed.gamma)
+    typed.gamma = Gamma.parse(typed.gamma)
     typed.drafter_spec  # noqa: B018 -- a bad drafter option fails here, before any job starts
     bad = [g for g in typed.task.trace_gammas if g < 1]
     if bad:

@@ -81,7 +81,7 @@ def card(cfg, resolved: dict) -> JobCard:
     return JobCard(
         task=cfg.task.name,
         drafter=str(cfg.drafter_spec),
-        gamma=cfg.gamma,
+        gamma=cfg.gamma.label,
         profile=get_profile(cfg.device.profile).name,
         setting={k: v for k, v in resolved.items() if k not in _VARIED},
         title=f"{cfg.model.name}, cache {cfg.cache.policy} {cfg.cache.budget}, "

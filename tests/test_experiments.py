@@ -26,6 +26,7 @@ from experiments.config import Config, register, to_config
 from experiments.jobs import config_hash
 from experiments.run import slug
 from specdec.core.errors import SpecdecError
+from specdec.gamma.spec import Gamma
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -78,8 +79,8 @@ def test_schema_rejects_unknown_keys_and_wrong_types():
         # γ is an int or "auto": any other text is refused when the typed config is made
         with pytest.raises(SpecdecError, match="gamma 'four'"):
             to_config(compose("config", overrides=["gamma=four"]))
-        assert to_config(compose("config", overrides=["gamma=auto"])).gamma == "auto"
-        assert to_config(compose("config", overrides=["gamma=3"])).gamma == 3
+        assert to_config(compose("config", overrides=["gamma=auto"])).gamma.auto
+        assert to_config(compose("config", overrides=["gamma=3"])).gamma == Gamma(3)
 
 
 def test_slug_and_hash():

@@ -22,9 +22,10 @@ from specdec.cache.policies import make_policy
 from specdec.cli.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import BudgetError, SpecdecError
-from specdec.gamma.chooser import AUTO, BLOCK, GUARD, GammaChooser, Observed, parse_gamma
+from specdec.gamma.chooser import BLOCK, GUARD, GammaChooser, Observed
 from specdec.gamma.replay import replay_passes, trace_clock
 from specdec.gamma.shadows import ShadowPass, Shadows
+from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import replay_trace
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
@@ -44,14 +45,16 @@ TINY = {  # a 4-MoE-layer config for the replay clock (the bundled model's shape
 
 
 def test_parse_gamma():
-    assert parse_gamma("auto") == AUTO and parse_gamma("AUTO ") == AUTO
-    assert parse_gamma("4") == 4 and parse_gamma(2) == 2
-    for bad in ("2.5", "four", ""):
+    assert Gamma.parse("auto") == AUTO and Gamma.parse("AUTO ") == AUTO and AUTO.auto
+    assert Gamma.parse("4") == Gamma(4) and Gamma.parse(2).fixed == 2 and not Gamma(2).auto
+    assert Gamma.parse(Gamma(3)) == Gamma(3)
+    assert (str(AUTO), AUTO.label, str(Gamma(4)), Gamma(4).label) == ("auto", "auto", "4", 4)
+    for bad in ("2.5", "four", "", 2.5):
         with pytest.raises(SpecdecError, match="whole number >= 1"):
-            parse_gamma(bad)
-    for bad in ("0", "-1"):
+            Gamma.parse(bad)
+    for bad in ("0", "-1", 0):
         with pytest.raises(SpecdecError, match="gamma must be >= 1"):
-            parse_gamma(bad)
+            Gamma.parse(bad)
 
 
 def _chooser(read_s: float, max_gamma: int = 8) -> GammaChooser:

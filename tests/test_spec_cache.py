@@ -17,7 +17,8 @@ import pytest
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
-from specdec.cache.speculative import SpecOptions, split_policy, verdict_keys
+from specdec.cache.spec import PolicySpec
+from specdec.cache.speculative import SpecOptions, verdict_keys
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget
 from specdec.decode.loop import DecodeConfig
@@ -46,10 +47,17 @@ def test_sieve_and_s3fifo_equal_libcachesim_on_one_key_steps(seed):
 
 
 def test_policy_options_parse_and_refuse():
-    assert split_policy("lru") == ("lru", SpecOptions())
-    assert split_policy("s3fifo+protect+demote") == ("s3fifo", SpecOptions(True, True))
+    assert PolicySpec.parse("lru") == PolicySpec("lru", SpecOptions())
+    spec = PolicySpec.parse("s3fifo+protect+demote")
+    assert spec == PolicySpec("s3fifo", SpecOptions(True, True))
+    assert str(spec) == "s3fifo+demote+protect"  # one label, whatever order the user wrote
     with pytest.raises(SpecdecError, match=r"unknown option \+evict"):
-        split_policy("lru+evict")
+        PolicySpec.parse("lru+evict")
+    with pytest.raises(SpecdecError, match="unknown cache policy 'belady'"):
+        PolicySpec.parse("belady")  # an offline bound: the simulator's, not the runtime's
+    assert PolicySpec.parse("belady", offline=True).name == "belady"
+    with pytest.raises(SpecdecError, match=r"unknown policy 'belady\+protect'"):
+        PolicySpec.parse("belady+protect", offline=True)
     with pytest.raises(SpecdecError, match="cannot demote"):
         ExpertCache(8, make_policy("static", 8, hotlist=[1, 2], scratch=4), SpecOptions(True))
 
@@ -90,8 +98,7 @@ def test_runtime_verdict_path_equals_replay(policy):
     trace = synthetic_trace(300, n_layers=6, n_experts=32, top_k=4, seed=2)
     acc = access_sequence(trace, gamma=4, alpha=0.6, seed=3)
     n = 40
-    name, spec = split_policy(policy)
-    cache = ExpertCache(n, make_policy(name, n), spec)
+    cache = PolicySpec.parse(policy).cache(n)
     E, L = trace.n_experts, trace.n_layers
     hits = 0
     for p, (_, live, accepted) in enumerate(acc.plan.tolist()):
@@ -136,7 +143,7 @@ def tiny():
 )
 def test_decoding_stays_lossless(tiny, policy):
     sm, prompt, ref = tiny
-    sm.policy = policy
+    sm.policy = PolicySpec.parse(policy)
     try:
         for drafter in ("oracle:0.6", "self"):
             sm.reset_cache()
@@ -148,4 +155,4 @@ def test_decoding_stays_lossless(tiny, policy):
             if drafter == "oracle:0.6":
                 assert sm.streamer.cache.demoted > 0, "the verdict hook never demoted"
     finally:
-        sm.policy = "lru"
+        sm.policy = PolicySpec.parse("lru")

@@ -17,16 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.cli.generate import policy_options
+from specdec.cli.settings import stream_config
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.files import durable_replace
-from specdec.core.units import Budget
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
 from specdec.report.rundir import RECORDS
-from specdec.stream.config import StreamConfig
 from specdec.stream.loader import StreamedModel, cache_root, load
 
 
@@ -49,14 +47,8 @@ def model_dir(path: str, bits: int | None) -> str:
 @contextlib.contextmanager
 def loaded_model(cfg) -> Iterator[StreamedModel]:
     c, m = cfg.cache, cfg.model  # Hydra's cache and model groups, field for field
-    hotlist = Path(c.hotlist) if c.hotlist else None
-    stream = StreamConfig(
-        budget=Budget.parse(c.budget),
-        policy=c.policy,
-        policy_options=policy_options(c.policy, hotlist) or {},
-        io=m.io,
-        threads=m.threads,
-        lookahead=c.lookahead,
+    stream = stream_config(
+        c.budget, c.policy, c.hotlist, io=m.io, threads=m.threads, lookahead=c.lookahead
     )
     sm = load(model_dir(m.path, m.bits), stream, with_mtp=cfg.drafter_spec.needs_mtp)
     try:

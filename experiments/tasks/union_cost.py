@@ -30,7 +30,7 @@ def run(cfg, run_dir: Path) -> TaskResult:
             ]
         }
         summary = dict(res.summary)
-        if cfg.gamma == 1 and cfg.task.trace_gammas:
+        if cfg.gamma.fixed == 1 and cfg.task.trace_gammas:
             prompt = sm.encode(cfg.prompt)
             sm.reset_cache()
             trace = trace_union(sm, prompt, cfg.max_tokens, list(cfg.task.trace_gammas))

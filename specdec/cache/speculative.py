@@ -1,7 +1,7 @@
 """Speculation-aware cache options: what the cache does once a verify pass's verdict is known.
 
-    name, spec = split_policy("lru+demote+protect")   # ("lru", SpecOptions(True, True))
-    cache = ExpertCache(n, make_policy(name, n), spec)
+    spec = PolicySpec.parse("lru+demote+protect")   # specdec.cache.spec: (lru, SpecOptions(True, True))
+    cache = spec.cache(n)
     demote, protect = verdict_keys([(base, idx)], n_true)  # idx [γ, k]: a pass's routing
 
 A policy name may carry options after `+`, wherever a policy is named (`--policy`,
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.core.errors import SpecdecError
-
 OPTIONS = ("demote", "protect")
 
 
@@ -44,19 +42,6 @@ class SpecOptions:
 
 
 NO_SPEC = SpecOptions()  # plain caching: no verdict hook runs
-
-
-def split_policy(text: str) -> tuple[str, SpecOptions]:
-    """`NAME[+demote][+protect]` -> (NAME, options); a one-line error for an unknown option."""
-    name, *opts = text.split("+")
-    for o in opts:
-        if o not in OPTIONS:
-            raise SpecdecError(
-                f"policy {text!r}: unknown option +{o}; options are "
-                + ", ".join(f"+{x}" for x in OPTIONS)
-                + " (e.g. lru+demote+protect)"
-            )
-    return name, SpecOptions(demote="demote" in opts, protect="protect" in opts)
 
 
 def verdict_keys(routing: list[tuple[int, np.ndarray]], n_true: int) -> tuple[list[int], list[int]]:

@@ -25,13 +25,15 @@ import argparse
 import json
 from pathlib import Path
 
+from specdec.cache.spec import policy_list
+from specdec.cli import settings
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
-from specdec.core.units import DEFAULT_BUDGET, Budget
+from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.gamma.chooser import parse_gamma
+from specdec.gamma.spec import Gamma
 from specdec.stream.config import StreamConfig
 from specdec.stream.loader import load
 
@@ -55,8 +57,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default="lru",
-        help="lru, slru, hotness, lfu, static, sieve or s3fifo; +demote, +protect: "
-        "speculation-aware options (lru+demote+protect)",
+        help=f"{policy_list()}; +demote, +protect: speculation-aware options (lru+demote+protect)",
     )
     p.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"
@@ -70,35 +71,17 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def policy_options(policy: str, hotlist: Path | None) -> dict | None:
-    """The policy's options from the command line: the hotlist's (layer, expert) pairs."""
-    from specdec.cache.policies import REGISTRY
-    from specdec.cache.speculative import split_policy
-
-    if hotlist is None:
-        name = split_policy(policy)[0]
-        if name in REGISTRY and REGISTRY[name].needs_hotlist:
-            raise SpecdecError(
-                f"--policy {policy} pins a hotlist: pass --hotlist FILE (a ds4 hotlist, e.g. "
-                "from `specdec trace hotlist TRACE --out FILE`)"
-            )
-        return None
-    from specdec.trace.format import read_hotlist
-
-    return {"hotlist": [(e.layer, e.expert) for e in read_hotlist(hotlist)]}
-
-
 def stream_config(args: argparse.Namespace) -> StreamConfig:
     """The options of add_model_arguments as the loader's one typed value."""
-    return StreamConfig(
-        budget=Budget.parse(args.budget),
-        policy=args.policy,
-        policy_options=policy_options(args.policy, args.hotlist) or {},
-        io=args.io,
-        threads=args.threads,
-        verify_checksums=args.verify_checksums,
-        lookahead=args.lookahead,
-        warm=args.warm,
+    return settings.stream_config(
+        args.budget,
+        args.policy,
+        args.hotlist,
+        args.io,
+        args.threads,
+        args.verify_checksums,
+        args.lookahead,
+        args.warm,
     )
 
 
@@ -129,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
     drafter = DrafterSpec.parse(args.drafter)
-    gamma = parse_gamma(args.gamma)
+    gamma = Gamma.parse(args.gamma)
     sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
     try:
         tok = sm.tokenizer

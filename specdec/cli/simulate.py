@@ -15,8 +15,8 @@ from dataclasses import asdict
 
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget, format_bytes
-from specdec.gamma.chooser import AUTO
-from specdec.sim.simulate import ALL, budget_sizes, check_budgets, simulate
+from specdec.gamma.spec import AUTO, Gamma
+from specdec.sim.simulate import ALL, budget_sizes, check_budgets, parse_policies, simulate
 from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, read_hotlist
 
 
@@ -65,15 +65,12 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError(f"--lookahead {args.lookahead}: give a distance >= 1, or 0 for none")
     if args.positions is not None and args.positions < 1:
         raise SpecdecError(f"--positions {args.positions}: give a positive number of positions")
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    policies = parse_policies([p.strip() for p in args.policy.split(",") if p.strip()])
     budgets = parse_budgets(args.budget)
     check_budgets(trace, budgets)
-    auto = AUTO in [g.strip().lower() for g in args.gamma.split(",")]
-    gammas = _numbers(
-        ",".join(g for g in args.gamma.split(",") if g.strip().lower() != AUTO) or "",
-        int,
-        "--gamma",
-    )
+    given = [Gamma.parse(g) for g in args.gamma.split(",") if g.strip()]
+    auto = AUTO in given
+    gammas = [g.fixed for g in given if not g.auto]
     alphas = _numbers(args.alpha, float, "--alpha")
     if auto:
         from specdec.gamma.replay import auto_rows, auto_setup

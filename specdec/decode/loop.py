@@ -30,7 +30,7 @@ import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from specdec.clock.passes import PassClock
-from specdec.clock.profiles import DeviceProfile, get_profile
+from specdec.clock.profiles import DeviceProfile
 from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
@@ -38,25 +38,27 @@ from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import judge
 from specdec.decode.state import DecodeState, forward
-from specdec.gamma.chooser import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
+from specdec.gamma.chooser import MAX_GAMMA
+from specdec.gamma.controller import AutoGamma
 from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
-from specdec.gamma.shadows import ShadowReport, Shadows
+from specdec.gamma.spec import Gamma
 from specdec.store.budget import peak_rss_bytes
-from specdec.stream.loader import StreamedModel, build_cache
+from specdec.stream.loader import StreamedModel
 from specdec.stream.steplog import Call
-
-AUTO_PROFILE = "m4-24gb"  # what `auto` costs passes on when no roofline --profile is given
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    gamma: Gamma = 1  # an int, or "auto" (specdec.gamma.chooser, parsed at the edge)
+    gamma: Gamma = Gamma(1)  # a fixed γ or auto (specdec.gamma.spec; an int is parsed here)
     max_tokens: int = 64
     temp: float = 0.0
     seed: int = 0
     # a drafter that routes its drafts (self): "stop" ends a draft early by that routing under
     # auto, "record" records its predicted reads (any γ) and never stops, "off" neither
     draft_stop: StopMode = "stop"
+
+    def __post_init__(self):
+        object.__setattr__(self, "gamma", Gamma.parse(self.gamma))
 
 
 def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
@@ -103,8 +105,6 @@ class Decode:
         profiles: tuple[DeviceProfile, ...] = (),
         eos_ids: frozenset[int] = frozenset(),
     ):
-        if cfg.gamma != AUTO and (not isinstance(cfg.gamma, int) or cfg.gamma < 1):
-            raise SpecdecError(f"gamma must be >= 1 (got {cfg.gamma}); gamma = 1 is plain decoding")
         if cfg.max_tokens < 1:
             raise SpecdecError(
                 f"max tokens must be >= 1 (got {cfg.max_tokens}): ask for at least one"
@@ -119,8 +119,8 @@ class Decode:
             raise SpecdecError("the prompt is empty: give at least one token")
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
-        auto = cfg.gamma == AUTO and drafter.name != "none"  # nothing to draft: plain decoding
-        self.gamma = 1 if cfg.gamma == AUTO and not auto else cfg.gamma
+        auto = cfg.gamma.auto and drafter.name != "none"  # nothing to draft: plain decoding
+        self.gamma = cfg.gamma.fixed or 1  # the fixed γ; auto's passes choose their own
         check_speculation(sm, MAX_GAMMA if auto else self.gamma)
         cache = make_prompt_cache(sm.model)
         self.st = DecodeState(
@@ -129,32 +129,10 @@ class Decode:
         self.prefill_s = 0.0
         self.discarded = 0  # forwards run past an EOS and dropped (pipelined greedy decoding)
         self.clock = PassClock.for_decode(sm, drafter) if profiles or auto else None
-        self.chooser = self._chooser() if auto else None
+        self.auto = AutoGamma.build(sm, self.clock, profiles, cfg.seed) if auto else None
+        self.chooser = self.auto.chooser if auto else None
         routes = drafter.routes_drafts
         self.stops = DraftStops.build(sm, self.chooser, cfg.draft_stop) if routes else None
-
-    def _chooser(self) -> GammaChooser:
-        """`--gamma auto`: costs passes on the first roofline profile given, else AUTO_PROFILE."""
-        profile = next((p for p in self.profiles if p.compute == "roofline"), None)
-        profile = self.auto_profile = profile or get_profile(AUTO_PROFILE)
-        layers = self.sm.main_moe_layers
-        slot = self.sm.streamer.index.slot_bytes
-
-        def cost(gamma, context, union, misses, d_union, d_misses) -> float:
-            return self.clock.expected(
-                profile, gamma, context, layers, union, misses, slot, d_union, d_misses
-            )
-
-        s = self.sm.streamer  # the shadows: plain's and each γ's cache (specdec.gamma.shadows)
-        self.shadows = Shadows(
-            lambda: build_cache(self.sm.policy, s.cache.n_slots, self.sm.policy_options,
-                                s.key_stride),
-            range(2, MAX_GAMMA + 1),
-            self.cfg.seed,
-        )  # fmt: skip
-        mtp = self.clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
-        draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
-        return GammaChooser(cost, len(layers), self.sm.top_k, slot, draft_slot)
 
     @property
     def generated(self) -> list[int]:
@@ -175,8 +153,8 @@ class Decode:
         if self.gamma == 1 and cfg.temp == 0 and drafter.name == "none":
             yield from self._greedy_passes(y)
             return
-        if self.chooser:  # plain decoding would start from the cache the prefill left
-            self.shadows.preload(streamer.cache.resident_keys())
+        if self.auto:
+            self.auto.start()
         # auto's shadows and the draft stop read the pass's routing here
         self.tap = RoutingRecorder() if self.chooser or self.stops else None
         watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
@@ -192,7 +170,7 @@ class Decode:
                 self.tap.calls.clear()  # one pass's calls at a time
             start = self._clocks()
             left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
-            choice = self.chooser.choose(len(st.tokens) - 1, left) if self.chooser else None
+            choice = self.auto.choose(len(st.tokens) - 1, left) if self.auto else None
             gamma = choice.gamma if choice else self.gamma
             n = min(gamma, left) - 1
             stop = (
@@ -235,61 +213,19 @@ class Decode:
                 rec.draft_routing = stop.record(self.tap.calls, len(drafts) + 1)
             if choice:
                 rec.gamma_choice = choice.record()
-                seen = self.shadows.feed(
-                    self._committed_keys(self.tap.calls, len(tokens)), self.chooser.alphas()
+                self.auto.observe(
+                    rec,
+                    self.tap.calls,
+                    len(tokens),
+                    start[3],
+                    drafted=len(drafts),
+                    draft_forwards=forwards,
+                    draft_steps=draft_steps,
+                    verify_steps=verify_steps,
+                    refeed=(refed, refeed_steps),
                 )
-                # the guard counts what the pass really cost (the record has it on a given profile)
-                spent = (
-                    rec.modeled_s.get(self.auto_profile.name)
-                    or self.clock.modeled(
-                        self.auto_profile,
-                        drafted=len(drafts),
-                        draft_forwards=forwards,
-                        context=start[3],
-                        draft_steps=draft_steps,
-                        verify_steps=verify_steps,
-                        measured_compute_s=0.0,  # a roofline profile: not used
-                        refeed=(refed, refeed_steps),
-                    ).total_s
-                )
-                self.chooser.observe(self._observed(rec, seen, start[3], spent))
             yield rec
             n_pass += 1
-
-    def _committed_keys(self, calls: list, committed: int) -> np.ndarray:
-        """[committed, L, k] cache keys of the committed tokens' verify routing (the shadows'
-        input)."""
-        rows: dict[int, list[np.ndarray]] = {}
-        for layer, idx, phase in calls:
-            if phase == "verify":
-                rows.setdefault(layer, []).append(idx.reshape(-1, idx.shape[-1]))
-        stride = self.sm.streamer.key_stride
-        return np.stack(
-            [
-                np.concatenate(rows[lid])[:committed] + lid * stride
-                for lid in self.sm.main_moe_layers
-            ],
-            axis=1,
-        )  # [committed, L, k]
-
-    def _observed(
-        self, rec: PassRecord, seen: ShadowReport, context: int, seconds: float
-    ) -> Observed:
-        """What the chooser learns from a pass, per main MoE layer in order; `seconds`: its
-        modeled time on auto's profile (re-feed and unused draft forwards included)."""
-        layers = [str(lid) for lid in self.sm.main_moe_layers]
-        return Observed(
-            gamma=rec.drafted + 1,
-            accepted=rec.accepted,
-            union=np.array([rec.union.get(lid, 0) for lid in layers], np.float64),  # [L]
-            misses=np.array([rec.misses.get(lid, 0) for lid in layers], np.float64),  # [L]
-            draft_union=float(sum(rec.draft_union.values())),
-            draft_misses=float(rec.draft_misses),
-            plain_misses=seen.plain_misses,
-            shadow=seen.passes,
-            context=context,
-            spent=(float(rec.bytes_read), seconds),
-        )
 
     def _greedy_passes(self, y: int) -> Iterator[PassRecord]:
         """Plain greedy decoding, pipelined across tokens where no read can be pending."""

@@ -27,6 +27,7 @@ import numpy as np
 
 from specdec.core.errors import SpecdecError
 from specdec.core.files import write_error
+from specdec.gamma.spec import AUTO
 
 if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
     from specdec.clock.roofline import ModeledTime
@@ -202,7 +203,7 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
         **_time_split(records, committed, total_bytes),
     }
     if any(r.gamma_choice for r in records):  # --gamma auto: how often each γ was chosen
-        out["gamma"] = "auto"
+        out["gamma"] = AUTO.label
         out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
     ends = [r.draft_routing["why"] for r in records if r.draft_routing]
     if ends:  # a drafter that routes its drafts (self): why each draft ended (draft_stop.py)

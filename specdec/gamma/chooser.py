@@ -1,6 +1,5 @@
-"""γ per verify pass: a fixed number or `auto`, and the chooser `auto` asks before each pass.
+"""The chooser `--gamma auto` asks before each pass (γ as a setting: specdec.gamma.spec).
 
-    gamma = parse_gamma("auto")            # at the edge (CLI, Hydra); an int passes through
     chooser = GammaChooser(cost, n_layers=L, top_k=k, block_bytes=slot_bytes,
                            draft_block_bytes=mtp_slot_bytes)   # 0 without a draft layer
     choice = chooser.choose(context=120, left=40)   # Choice(gamma, why, candidates)
@@ -73,15 +72,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from specdec.core.errors import SpecdecError
 from specdec.gamma.shadows import ShadowPass
 
-AUTO = "auto"
-Gamma = int | Literal["auto"]
 MAX_GAMMA = 8  # auto's widest candidate
 DECAY = 0.98  # acceptance: weight of the past per judged draft at that position
 POOL = 2.0  # acceptance: judged drafts' worth of the pooled rate in each position's estimate
@@ -94,22 +90,6 @@ BLOCK = 8  # passes a chosen γ is held for
 LEARN = 16  # judged first drafts below which every block may explore (acceptance unknown)
 EXPLORE_EVERY = 8  # blocks between explorations once acceptance is known
 Z = 2.0  # exploration's optimism: acceptance this many standard errors above its estimate
-
-
-def parse_gamma(value: str | int) -> Gamma:
-    """γ from the command line or a config: a positive integer or `auto`."""
-    text = str(value).strip()
-    if text.lower() == AUTO:
-        return AUTO
-    try:
-        g = int(text)
-    except ValueError:
-        raise SpecdecError(
-            f"gamma {value!r}: give a whole number >= 1 (1 is plain decoding) or auto"
-        ) from None
-    if g < 1:
-        raise SpecdecError(f"gamma must be >= 1 (got {g}); gamma = 1 is plain decoding")
-    return g
 
 
 @dataclass(frozen=True)

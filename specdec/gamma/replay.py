@@ -31,14 +31,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import make_policy
+from specdec.cache.spec import PolicySpec
+from specdec.cache.speculative import verdict_keys
 from specdec.clock.passes import PassClock, StepCounts
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
-from specdec.gamma.chooser import AUTO, MAX_GAMMA, Gamma, GammaChooser, Observed
+from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed
 from specdec.gamma.shadows import Shadows, pass_keys
+from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import prompt_starts, rejected_routing, routing_model, trace_routes
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
@@ -92,9 +93,9 @@ def _pass_routes(e, rejected, t, n, a, rho_logp, rng) -> np.ndarray:
 
 def replay_passes(
     trace: Trace,
-    policy: str,
+    policy: PolicySpec | str,
     budget_slots: int,
-    gamma: Gamma,
+    gamma: Gamma | int | str,
     alpha: float,
     clock: PassClock,
     profile: DeviceProfile,
@@ -103,20 +104,23 @@ def replay_passes(
     hotlist: list[int] | None = None,
     max_gamma: int | None = None,
 ) -> PassesResult:
-    """Replay `trace` through `policy` in passes of `gamma` positions (or chosen by `auto`)."""
+    """Replay `trace` through `policy` in passes of `gamma` positions (or chosen by `auto`).
+    A policy's speculation-aware options hear each pass's verdict, as the runtime's cache does."""
+    spec = PolicySpec.parse(policy)
+    gamma = Gamma.parse(gamma)
     e = trace_routes(trace, alpha, positions)  # [T, L, k]
     T, L, k = e.shape
     E = trace.n_experts
-    if hotlist is None and policy == "static":
+    if hotlist is None and spec.name == "static":
         hotlist = hotlist_keys(trace, profile_hotlist(trace))
-    cache = ExpertCache(budget_slots, make_policy(policy, budget_slots, hotlist=hotlist))
+    cache = spec.cache(budget_slots, hotlist=hotlist)
     cache.preload()  # a hotlist's keys, read before the first pass (not per token)
     block = np.asarray(trace.expert_bytes, np.float64)  # [L]
     layers = sorted(clock.shape.moe_layers)
     if len(layers) != L:
         raise SpecdecError(f"the clock's model has {len(layers)} MoE layers, the trace {L}")
     chooser = shadows = None
-    if gamma == AUTO:
+    if gamma.auto:
         widest = max(1, cache.max_step // k)  # every candidate's pass fits the cache
         cap = min(max_gamma or MAX_GAMMA, widest)
 
@@ -125,7 +129,7 @@ def replay_passes(
 
         chooser = GammaChooser(cost, L, k, block, max_gamma=cap)
         shadows = Shadows(
-            lambda: ExpertCache(budget_slots, make_policy(policy, budget_slots, hotlist=hotlist)),
+            lambda: spec.cache(budget_slots, hotlist=hotlist),
             range(2, cap + 1),
             seed,
         )
@@ -141,7 +145,7 @@ def replay_passes(
         return model[0]
 
     offsets = np.arange(L)[:, None] * E  # [L, 1]
-    out = PassesResult(policy, budget_slots, str(gamma), alpha, 0, 0, 0.0, 0.0, 0, 0, [])
+    out = PassesResult(str(spec), budget_slots, str(gamma), alpha, 0, 0, 0.0, 0.0, 0, 0, [])
     t = seg = 0
     while t < T:
         while ends[seg] <= t:
@@ -151,7 +155,7 @@ def replay_passes(
                 shadows.new_sequence(chooser.alphas())
         left = ends[seg] - t
         choice = chooser.choose(t, left) if chooser else None
-        n = min(choice.gamma if choice else gamma, left)
+        n = min(choice.gamma if choice else gamma.fixed, left)
         a = n - 1 if geo is None else min(int(geo[out.passes]), n - 1)
         routes = _pass_routes(e, trace.rejected, t, n, a, rho_logp, rng)  # [n, L, k]
         steps, union, misses = [], np.zeros(L), np.zeros(L)
@@ -165,6 +169,8 @@ def replay_passes(
             union[li], misses[li] = len(ks), missed
             steps.append(StepCounts(layers[li], len(ks), missed, int(missed * block[li])))
         cache.tick(n)
+        if spec.options:  # the verdict: positions 0..a committed (keys carry their layer)
+            cache.judge(*verdict_keys([(0, (routes + offsets[None]).reshape(n, -1))], a + 1))
         spent = (
             float(misses @ block),
             clock.modeled(
@@ -197,14 +203,14 @@ def replay_passes(
 
 
 def auto_setup(
-    trace: Trace, policies: list[str], lookahead: int, config: str | None, profile: str
+    trace: Trace, policies: list[PolicySpec], lookahead: int, config: str | None, profile: str
 ) -> tuple[PassClock, DeviceProfile]:
     """(clock, profile) for `--gamma auto` rows; refuses what auto cannot replay."""
     from specdec.cache.policies import POLICIES
     from specdec.clock.check import MINIMAX_M25
     from specdec.clock.profiles import get_profile
 
-    bad = [p for p in policies if p not in POLICIES]
+    bad = [str(p) for p in policies if not p.runtime]
     if bad:
         raise SpecdecError(
             f"--gamma auto replays the runtime's policies ({', '.join(POLICIES)}), not "
@@ -229,7 +235,7 @@ def auto_setup(
 
 def auto_rows(
     trace: Trace,
-    policies: list[str],
+    policies: list[PolicySpec],
     sizes: list[tuple[int, int]],
     hotlist: list[int] | None,
     alphas: list[float],
@@ -252,7 +258,7 @@ def auto_rows(
                 )  # fmt: skip
                 out.append(
                     SimResult(
-                        policy=policy,
+                        policy=str(policy),
                         budget_slots=n,
                         budget_bytes=nbytes,
                         accesses=r.accesses,
@@ -262,7 +268,7 @@ def auto_rows(
                         bytes_read=r.bytes_read,
                         bytes_per_token=r.bytes_per_token,
                         positions=r.positions,
-                        gamma=AUTO,
+                        gamma=AUTO.label,
                         alpha=alpha,
                         committed=r.committed,
                         mean_union=r.accesses / max(r.passes * trace.n_layers, 1),

@@ -26,8 +26,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import make_policy
+from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.discover import switch_sites
 from specdec.probes.eviction import select_positions
 from specdec.sim.simulate import trace_steps
@@ -50,10 +49,12 @@ def gate_mass(trace: Trace) -> list[dict]:
     ]
 
 
-def residency(trace: Trace, n_slots: int, policy: str = "lru") -> tuple[np.ndarray, float]:
+def residency(
+    trace: Trace, n_slots: int, policy: PolicySpec | str = "lru"
+) -> tuple[np.ndarray, float]:
     """[T, L, k] bool: expert resident just before its access, replaying the trace; hit rate."""
     steps = trace_steps(trace)  # [T][L] sorted keys, aligned with the (sorted) trace experts
-    cache = ExpertCache(n_slots, make_policy(policy, n_slots))
+    cache = PolicySpec.parse(policy).cache(n_slots)
     out = np.zeros(trace.experts.shape, dtype=bool)
     for t, position in enumerate(steps):
         for j, ks in enumerate(position):

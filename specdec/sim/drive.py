@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import make_policy
-from specdec.cache.speculative import split_policy, verdict_keys
+from specdec.cache.spec import PolicySpec
+from specdec.cache.speculative import verdict_keys
 
 
 def drive_hits(
-    policy: str, acc, n_slots: int, hotlist: list[int] | None = None
+    policy: PolicySpec | str, acc, n_slots: int, hotlist: list[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(hit [N] bool, keys preloaded) of `policy` (NAME[+options]) over `acc` (replay.Access)."""
-    name, spec = split_policy(policy)
-    opts = {"hotlist": hotlist, "scratch": max(1, acc.widest)}
-    cache = ExpertCache(n_slots, make_policy(name, n_slots, **opts), spec)
+    spec = PolicySpec.parse(policy)
+    cache = spec.cache(n_slots, hotlist=hotlist, scratch=max(1, acc.widest))
     pre = np.array([k for k, _ in cache.preload()], np.int64)
     keys, ptr = acc.keys, acc.ptr.tolist()
     counts, ticks, new_seq = acc.counts, acc.tick.tolist(), acc.new_seq.tolist()
     hit = np.ones(len(keys), bool)
-    judge = bool(spec) and acc.routes is not None
+    judge = bool(spec.options) and acc.routes is not None
     p = 0
     for s in range(len(ptr) - 1):
         a, b = ptr[s], ptr[s + 1]

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.cache.policies import POLICIES
+from specdec.cache.spec import OFFLINE, PolicySpec
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
 KERNEL_POLICIES = ("lru", "slru", "hotness", "lfu", "static")
 DRIVEN_POLICIES = tuple(p for p in POLICIES if p not in KERNEL_POLICIES)  # specdec.sim.drive
-POLICY_NAMES = (*KERNEL_POLICIES, *DRIVEN_POLICIES, "belady", "opt_bypass")
+POLICY_NAMES = (*KERNEL_POLICIES, *DRIVEN_POLICIES, *OFFLINE[:2])  # knapsack_bound: simulate's
 
 
 @dataclass
@@ -249,9 +250,11 @@ def first_used(acc: Access, n: int) -> np.ndarray:
 
 
 def policy_hits(
-    name: str, acc: Access, n_slots: int, hotlist: list[int] | None = None
+    policy: PolicySpec | str, acc: Access, n_slots: int, hotlist: list[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(hit [N] bool, keys preloaded before the first step) of one policy over `acc`."""
+    spec = PolicySpec.parse(policy, offline=True)
+    name = spec.name
     if n_slots < acc.widest:
         raise BudgetError(
             f"budget of {n_slots} slots is below the widest step ({acc.widest} experts): "
@@ -262,10 +265,10 @@ def policy_hits(
         from specdec.sim.lcs import lcs_hits
 
         return lcs_hits(name[4:], acc, n_slots), hot[:0]
-    if "+" in name or name in DRIVEN_POLICIES:  # no compiled loop: the runtime's classes
+    if spec.options or name in DRIVEN_POLICIES:  # no compiled loop: the runtime's classes
         from specdec.sim.drive import drive_hits
 
-        return drive_hits(name, acc, n_slots, hotlist)
+        return drive_hits(spec, acc, n_slots, hotlist)
     from specdec.sim import kernels
 
     keys, ptr = acc.keys, acc.ptr
@@ -351,7 +354,7 @@ def score(
 
 def replay_trace(
     trace: Trace,
-    policy: str,
+    policy: PolicySpec | str,
     budget_slots: int,
     gamma: int = 1,
     alpha: float = 1.0,
@@ -362,8 +365,9 @@ def replay_trace(
     """Replay `trace` through one policy at one budget in verify passes of γ positions.
     hotlist (cache keys): seeds hotness and is pinned by static; static defaults to the trace's
     own profile (hindsight, like knapsack_bound)."""
+    spec = PolicySpec.parse(policy, offline=True)
     acc = access_sequence(trace, gamma, alpha, seed, positions)
-    if hotlist is None and policy == "static":
+    if hotlist is None and spec.name == "static":
         hotlist = hotlist_keys(trace, profile_hotlist(trace))
-    hit, pre = policy_hits(policy, acc, budget_slots, hotlist)
-    return score(policy, acc, budget_slots, trace, gamma, alpha, hit, pre)
+    hit, pre = policy_hits(spec, acc, budget_slots, hotlist)
+    return score(str(spec), acc, budget_slots, trace, gamma, alpha, hit, pre)

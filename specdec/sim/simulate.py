@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import POLICIES, make_policy
-from specdec.cache.speculative import split_policy
+from specdec.cache.policies import POLICIES
+from specdec.cache.spec import LCS_PREFIX, OFFLINE, PolicySpec
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.units import Budget, format_bytes
 from specdec.sim.bounds import knapsack_counts
@@ -57,7 +57,7 @@ from specdec.sim.replay import (
 )
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
-ALL = POLICIES + ("belady", "opt_bypass", "knapsack_bound")
+ALL = POLICIES + OFFLINE  # what --policy takes, besides lcs:NAME
 
 
 @dataclass
@@ -156,10 +156,10 @@ class _Setup:
     starts: frozenset[int]  # positions where a new prompt begins
 
 
-def _run_lookahead(setup: _Setup, policy: str, n: int) -> tuple[int, float, dict]:
+def _run_lookahead(setup: _Setup, policy: PolicySpec, n: int) -> tuple[int, float, dict]:
     """Replay through ExpertCache with the trace's router-lookahead prefetches: (hits, read,
     prefetch fields of SimResult). The compiled loops have no prefetch; this path keeps it."""
-    cache = ExpertCache(n, make_policy(policy, n, hotlist=setup.hotlist))
+    cache = policy.cache(n, hotlist=setup.hotlist)
     preload = sum(setup.key_bytes[k] for k, _ in cache.preload())
     missed, prefetched = replay(cache, setup.steps, setup.key_bytes, setup.ahead, setup.starts)
     extra = {
@@ -198,19 +198,21 @@ def trace_slots(trace: Trace, budget: Budget) -> int:
     return budget.slots_of(trace.slot_bytes, trace.n_layers * trace.n_experts)
 
 
-def _check_policies(policies: list[str]) -> None:
-    for p in policies:
-        if p.startswith("lcs:"):
+def parse_policies(policies: list[PolicySpec | str]) -> list[PolicySpec]:
+    """The simulator's policies, parsed once: runtime policies with their options, the offline
+    bounds, libCacheSim's `lcs:NAME` (its name checked here)."""
+    specs = [PolicySpec.parse(p, offline=True) for p in policies]
+    for spec in specs:
+        if spec.name.startswith(LCS_PREFIX):
             from specdec.sim.lcs import lcs_policy
 
-            lcs_policy(p[4:])  # raises naming the known ones
-        elif (name := split_policy(p)[0]) not in ALL or ("+" in p and name not in POLICIES):
-            raise SpecdecError(f"unknown policy {p!r}: use one of {', '.join(ALL)}, or lcs:NAME")
+            lcs_policy(spec.name[len(LCS_PREFIX) :])  # raises naming the known ones
+    return specs
 
 
 def simulate(
     trace: Trace,
-    policies: list[str],
+    policies: list[PolicySpec | str],
     budgets: list[Budget],
     hotlist: list[int] | None = None,
     positions: int | None = None,
@@ -223,13 +225,13 @@ def simulate(
     γ > 1 replays verify passes (specdec.sim.replay); γ = 1 rows are the same for every α.
     lookahead d > 0 (γ = 1 only) prefetches the trace's layer l + d predictions after each step
     of layer l (static and the bounds ignore it: they read nothing ahead)."""
-    _check_policies(policies)
-    if lookahead and any("+" in p for p in policies):
+    policies = parse_policies(policies)
+    if lookahead and any(p.options for p in policies):
         raise SpecdecError("--lookahead replays no verdicts: drop the +demote/+protect options")
     if lookahead and any(g != 1 for g in gammas):
         raise SpecdecError("--lookahead replays plain decoding only: use --gamma 1 with it")
     given = hotlist is not None
-    if hotlist is None and any(split_policy(p)[0] == "static" for p in policies):
+    if hotlist is None and any(p.name == "static" for p in policies):
         hotlist_static = hotlist_keys(trace, profile_hotlist(trace))
     else:
         hotlist_static = hotlist
@@ -257,7 +259,7 @@ def simulate(
             sizes = budget_sizes(trace, budgets, acc.widest)
             rows = []
             for policy in policies:
-                hot = hotlist_static if split_policy(policy)[0] == "static" else hotlist
+                hot = hotlist_static if policy.name == "static" else hotlist
                 for n, nbytes in sizes:
                     rows.append(
                         _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given)
@@ -286,22 +288,23 @@ def check_budgets(trace: Trace, budgets: list[Budget]) -> None:
             )
 
 
-def _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given) -> SimResult:
+def _one(setup, policy: PolicySpec, n, nbytes, acc, trace, gamma, alpha, hot, given) -> SimResult:
     """One row: the compiled loops, the knapsack bound, or the Python lookahead path."""
     extra: dict = {}
-    if policy == "static":
+    label = str(policy)
+    if label == "static":
         extra["hotlist"] = "given" if given else "self"
-    elif policy == "hotness" and given:
+    elif label == "hotness" and given:
         extra["hotlist"] = "given"
-    if policy == "knapsack_bound":
+    if label == "knapsack_bound":
         keys, counts = np.unique(acc.keys, return_counts=True)  # [K'], [K']
         sizes = np.asarray(trace.expert_bytes, np.float64)[keys // trace.n_experts]  # [K']
-        r = result(policy, acc, n, gamma, alpha, *knapsack_counts(counts, sizes, nbytes))
-    elif setup is not None and policy in POLICIES and policy != "static":
+        r = result(label, acc, n, gamma, alpha, *knapsack_counts(counts, sizes, nbytes))
+    elif setup is not None and label in POLICIES and label != "static":
         hits, read, more = _run_lookahead(setup, policy, n)
-        r = result(policy, acc, n, gamma, alpha, hits, read)
+        r = result(label, acc, n, gamma, alpha, hits, read)
         extra.update(more, lookahead=setup.lookahead)
     else:
         hit, pre = policy_hits(policy, acc, n, hot)
-        r = score(policy, acc, n, trace, gamma, alpha, hit, pre)
+        r = score(label, acc, n, trace, gamma, alpha, hit, pre)
     return _row(r, nbytes, acc, **extra)

@@ -1,18 +1,19 @@
 """How a model's routed experts stream: one typed value from the command line or Hydra to the loader.
 
-    stream = StreamConfig(budget=Budget.parse("10%"), policy="static", policy_options=...)
+    stream = StreamConfig(Budget.parse("10%"), PolicySpec.parse("static"), policy_options=...)
     sm = load("tiny", stream, with_mtp=False)
 
-`specdec generate` builds it from its options (decode.cli.stream_config), `specdec-exp` from
-its `cache` and `model` groups (experiments/tasks/_decode.py); library callers may pass the
-same fields as keywords to `load`, which makes one StreamConfig of them (a budget given there
-as text is parsed once, here).
+`specdec generate` and `specdec-exp` build it in one place from their text (specdec.cli.settings
+`stream_config`: the `--budget/--policy/...` options, or Hydra's `cache` and `model` groups);
+library callers may pass the same fields as keywords to `load`, which makes one StreamConfig of
+them (a budget or policy given there as text is parsed once, here).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdec.cache.spec import PolicySpec
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET, Budget
 
@@ -20,7 +21,7 @@ from specdec.core.units import DEFAULT_BUDGET, Budget
 @dataclass(frozen=True)
 class StreamConfig:
     budget: Budget = Budget.parse(DEFAULT_BUDGET)  # bytes, slots or a share of the experts
-    policy: str = "lru"  # a registered cache policy (specdec.cache.policies)
+    policy: PolicySpec = PolicySpec()  # a registered cache policy with its +options
     # the policy's options (its Options dataclass); a `hotlist` is (layer, expert) pairs, hottest
     # first
     policy_options: dict = field(default_factory=dict)
@@ -33,5 +34,6 @@ class StreamConfig:
     def __post_init__(self):
         if not isinstance(self.budget, Budget):  # load("tiny", budget="10%"): text from a caller
             object.__setattr__(self, "budget", Budget.parse(self.budget))
+        object.__setattr__(self, "policy", PolicySpec.parse(self.policy))
         if self.lookahead < 0:
             raise SpecdecError(f"lookahead must be >= 0 (got {self.lookahead}); 0 turns it off")

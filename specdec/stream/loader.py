@@ -29,8 +29,7 @@ from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import make_policy
-from specdec.cache.speculative import split_policy
+from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
@@ -64,7 +63,7 @@ class StreamedModel:
     path: Path  # the packed directory
     # what the budget bought: slots, arena bytes, whether it holds every expert (per pool)
     plan: SlotPlan | PoolPlan
-    policy: str = "lru"
+    policy: PolicySpec = PolicySpec()
     policy_options: dict | None = None
     in_use_lock: int | None = None  # fd of the shared lock on a cached pack (packed_cache.py)
 
@@ -309,7 +308,7 @@ def _check_hotlist(pairs, index: ExpertIndex) -> None:
             )
 
 
-def new_cache(policy: str, plan, options: dict, key_stride: int, index: ExpertIndex):
+def new_cache(policy: PolicySpec, plan, options: dict, key_stride: int, index: ExpertIndex):
     """An empty cache for `plan`: one ExpertCache, or a PooledCache for a mixed pack."""
     if isinstance(plan, PoolPlan):
         make = lambda n, opts: build_cache(policy, n, opts, key_stride)  # noqa: E731
@@ -317,14 +316,14 @@ def new_cache(policy: str, plan, options: dict, key_stride: int, index: ExpertIn
     return build_cache(policy, plan.n_slots, options, key_stride)
 
 
-def build_cache(policy: str, n_slots: int, options: dict | None, key_stride: int) -> ExpertCache:
-    """An empty cache; hotlist (layer, expert) pairs become cache keys; `policy` may carry
-    speculation-aware options (lru+demote+protect, specdec.cache.speculative)."""
+def build_cache(
+    policy: PolicySpec, n_slots: int, options: dict | None, key_stride: int
+) -> ExpertCache:
+    """An empty cache; hotlist (layer, expert) pairs become cache keys."""
     opts = dict(options or {})
     if opts.get("hotlist"):
         opts["hotlist"] = [int(layer) * key_stride + int(e) for layer, e in opts["hotlist"]]
-    name, spec = split_policy(policy)
-    return ExpertCache(n_slots, make_policy(name, n_slots, **opts), spec)
+    return policy.cache(n_slots, **opts)
 
 
 def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None:

@@ -1,0 +1,117 @@
+"""`--gamma auto` inside one decode: the chooser, its counterfactual caches and what it is taught
+after each pass, kept out of the decode loop (specdec/decode/loop.py asks, then tells).
+
+    auto = AutoGamma.build(sm, clock, profiles, seed)   # in Decode, when γ is auto and a drafter
+    choice = auto.choose(context, left)                 # before a pass: its γ and why
+    ... the pass runs and is recorded ...
+    auto.observe(rec, calls, committed, context, ...)   # after: shadows fed, the chooser taught
+
+Passes are priced in modeled device seconds on the first roofline profile the run was given,
+else on AUTO_PROFILE (`profile` says which; the run summary records it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.clock.passes import PassClock
+from specdec.clock.profiles import DeviceProfile, get_profile
+from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed
+from specdec.gamma.shadows import ShadowReport, Shadows
+from specdec.stream.loader import StreamedModel, build_cache
+
+AUTO_PROFILE = "m4-24gb"  # what `auto` costs passes on when no roofline profile is given
+
+
+@dataclass
+class AutoGamma:
+    sm: StreamedModel
+    clock: PassClock
+    profile: DeviceProfile  # what passes are priced on
+    chooser: GammaChooser
+    shadows: Shadows  # plain decoding's cache and each candidate γ's (specdec.gamma.shadows)
+
+    @classmethod
+    def build(
+        cls, sm: StreamedModel, clock: PassClock, profiles: tuple[DeviceProfile, ...], seed: int
+    ) -> AutoGamma:
+        profile = next((p for p in profiles if p.compute == "roofline"), None)
+        profile = profile or get_profile(AUTO_PROFILE)
+        layers = sm.main_moe_layers
+        s = sm.streamer
+        slot = s.index.slot_bytes
+
+        def cost(gamma, context, union, misses, d_union, d_misses) -> float:
+            return clock.expected(
+                profile, gamma, context, layers, union, misses, slot, d_union, d_misses
+            )
+
+        shadows = Shadows(
+            lambda: build_cache(sm.policy, s.cache.n_slots, sm.policy_options, s.key_stride),
+            range(2, MAX_GAMMA + 1),
+            seed,
+        )
+        mtp = clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
+        draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
+        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot)
+        return cls(sm, clock, profile, chooser, shadows)
+
+    def start(self) -> None:
+        """After the prefill: plain decoding would start from the cache the prefill left."""
+        self.shadows.preload(self.sm.streamer.cache.resident_keys())
+
+    def choose(self, context: int, left: int) -> Choice:
+        return self.chooser.choose(context, left)
+
+    def observe(
+        self,
+        rec,  # the pass's decode.records.PassRecord
+        calls: list,  # the pass's routed calls (decode.routing.RoutingRecorder)
+        committed: int,
+        context: int,
+        **pass_cost,  # what PassClock.modeled takes of the pass (drafted, steps, refeed, ...)
+    ) -> None:
+        """Teach the chooser what the pass cost and what plain decoding would have read."""
+        seen = self.shadows.feed(self._committed_keys(calls, committed), self.chooser.alphas())
+        # the guard counts what the pass really cost (the record has it on a given profile)
+        spent = rec.modeled_s.get(self.profile.name) or (
+            self.clock.modeled(
+                self.profile, context=context, measured_compute_s=0.0, **pass_cost
+            ).total_s  # a roofline profile: measured compute not used
+        )
+        self.chooser.observe(self._observed(rec, seen, context, spent))
+
+    def _committed_keys(self, calls: list, committed: int) -> np.ndarray:
+        """[committed, L, k] cache keys of the committed tokens' verify routing (the shadows'
+        input)."""
+        rows: dict[int, list[np.ndarray]] = {}
+        for layer, idx, phase in calls:
+            if phase == "verify":
+                rows.setdefault(layer, []).append(idx.reshape(-1, idx.shape[-1]))
+        stride = self.sm.streamer.key_stride
+        return np.stack(
+            [
+                np.concatenate(rows[lid])[:committed] + lid * stride
+                for lid in self.sm.main_moe_layers
+            ],
+            axis=1,
+        )  # [committed, L, k]
+
+    def _observed(self, rec, seen: ShadowReport, context: int, seconds: float) -> Observed:
+        """What the chooser learns from a pass, per main MoE layer in order; `seconds`: its
+        modeled time on auto's profile (re-feed and unused draft forwards included)."""
+        layers = [str(lid) for lid in self.sm.main_moe_layers]
+        return Observed(
+            gamma=rec.drafted + 1,
+            accepted=rec.accepted,
+            union=np.array([rec.union.get(lid, 0) for lid in layers], np.float64),  # [L]
+            misses=np.array([rec.misses.get(lid, 0) for lid in layers], np.float64),  # [L]
+            draft_union=float(sum(rec.draft_union.values())),
+            draft_misses=float(rec.draft_misses),
+            plain_misses=seen.plain_misses,
+            shadow=seen.passes,
+            context=context,
+            spent=(float(rec.bytes_read), seconds),
+        )
