@@ -32,6 +32,7 @@ from experiments.tasks import get_task
 from specdec.core.blas import ensure_fast_blas
 from specdec.core.errors import SpecdecError
 from specdec.core.files import locked
+from specdec.core.registry import load_plugins
 from specdec.decode.records import read_records
 from specdec.report import rundir
 from specdec.report.wandb_sink import WandbSink
@@ -59,6 +60,7 @@ def run_job(cfg: DictConfig) -> float | None:
 
 
 def _run(cfg: DictConfig) -> float | None:
+    load_plugins()  # drafters, policies, ... from files outside the package (SPECDEC_PLUGINS)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     # one process per job directory: two identical runs would interleave one records.jsonl
     with locked(run_dir / rundir.JOB_LOCK, wait=False, what=f"job directory {run_dir}"):

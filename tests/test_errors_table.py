@@ -27,7 +27,10 @@ import numpy as np
 import pytest
 
 import specdec.pack.pack as pack_module
+from specdec.cache.policies import POLICIES
+from specdec.cache.spec import OFFLINE
 from specdec.cli import main
+from specdec.decode.drafters import drafter_usage
 from specdec.decode.records import PassRecord
 from specdec.pack.pack import pack
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
@@ -35,6 +38,12 @@ from specdec.trace.format import Trace, save_trace
 from tests.helpers import random_checkpoint
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+# lists the messages take from a registry (docs/errors.md says which placeholder is which)
+REGISTRIES = {
+    "drafters": drafter_usage(),
+    "policies": ", ".join(POLICIES),
+    "offline_policies": ", ".join(OFFLINE),
+}
 ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<command>[^`]+)` \| (?P<message>.+) \|$")
 
 
@@ -321,6 +330,7 @@ def test_documented_error(pristine, tmp_path, monkeypatch, capsys, case, command
     }
     SETUPS[case](ctx)
     ctx["not_utf8"] = "def\udcff"  # what Python makes of a non-UTF-8 byte in argv
+    ctx.update(REGISTRIES)
 
     def fill(text: str) -> str:
         for name, value in ctx.items():

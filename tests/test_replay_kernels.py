@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import make_policy
+from specdec.cache.policies import POLICIES, make_policy
 from specdec.sim.bounds import Belady
-from specdec.sim.replay import POLICY_NAMES, Access, policy_hits
+from specdec.sim.replay import Access, policy_hits
 
 
 def _python_hits(name, acc: Access, n, hotlist):
@@ -64,7 +64,7 @@ def accesses(draw):
 @settings(max_examples=300, deadline=None)
 @given(
     acc=accesses(),
-    name=st.sampled_from([p for p in POLICY_NAMES if p != "opt_bypass"]),
+    name=st.sampled_from([*POLICIES, "belady"]),
     extra=st.integers(0, 10),
     hot=st.permutations(range(24)),
     n_hot=st.integers(0, 24),

@@ -218,9 +218,9 @@ def test_cli_speculative_rows_and_errors(trace, tmp_path):
     want |= {"hit_rate", "bytes_read", "committed", "bytes_per_token", "mean_union"}
     assert len(rows) == 8 and all(want <= set(r) for r in rows)
     for args, message in (
-        (["--gamma=0"], "gamma 0: give gamma >= 1"),
+        (["--gamma=0"], "gamma must be >= 1 (got 0); gamma = 1 is plain decoding"),
         (["--alpha=1.5", "--gamma=2"], "alpha 1.5: give an acceptance rate in [0, 1]"),
-        (["--gamma=2,x"], "--gamma 2,x: give comma-separated numbers"),
+        (["--gamma=2,x"], "gamma 'x': give a whole number >= 1 (1 is plain decoding) or auto"),
         (["--policy=lcs:S3FIFO", "--budget=8slots"], "lcs:S3FIFO needs at least 20 slots"),
     ):
         out = cli(*args)

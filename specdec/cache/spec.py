@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import POLICIES, REGISTRY, make_policy
+from specdec.cache.policies import REGISTRY, make_policy, policy_names
 from specdec.cache.speculative import NO_SPEC, OPTIONS, SpecOptions
 from specdec.core.errors import SpecdecError
 
@@ -23,9 +23,10 @@ OFFLINE = ("belady", "opt_bypass", "knapsack_bound")  # offline bounds: the simu
 LCS_PREFIX = "lcs:"  # libCacheSim's policies, in the simulator
 
 
-def policy_list(names: tuple[str, ...] = POLICIES, last: str = "or") -> str:
-    """`lru, slru, ... sieve or s3fifo`: the names as help texts list them."""
-    return ", ".join(names[:-1]) + f" {last} {names[-1]}" if len(names) > 1 else names[0]
+def policy_list() -> str:
+    """`lru, slru, ... sieve or s3fifo`: the registered policies as help texts list them."""
+    names = policy_names()
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,13 @@ class PolicySpec:
             )
             if not known:
                 raise SpecdecError(
-                    f"unknown policy {text!r}: use one of {', '.join(POLICIES + OFFLINE)}, "
+                    f"unknown policy {text!r}: use one of {', '.join(policy_names() + OFFLINE)}, "
                     "or lcs:NAME"
                 )
         elif name not in REGISTRY:
-            raise SpecdecError(f"unknown cache policy {name!r}: use one of {', '.join(POLICIES)}")
+            raise SpecdecError(
+                f"unknown cache policy {name!r}: use one of {', '.join(policy_names())}"
+            )
         return cls(name, SpecOptions(demote="demote" in opts, protect="protect" in opts))
 
     def __str__(self) -> str:

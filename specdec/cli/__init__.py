@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from specdec.core.blas import ensure_fast_blas
 from specdec.core.errors import SpecdecError
+from specdec.core.registry import load_plugins
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("specdec.cli.generate", "generate text with routed experts streamed from disk"),
@@ -70,6 +71,11 @@ def _usage() -> str:
 def main(argv: list[str] | None = None) -> int:
     ensure_fast_blas()
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        load_plugins()  # extensions from files outside the package (SPECDEC_PLUGINS)
+    except SpecdecError as e:
+        print(f"specdec: error: {e}", file=sys.stderr)
+        return 2
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0

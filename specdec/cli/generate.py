@@ -30,7 +30,7 @@ from specdec.cli import settings
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
-from specdec.decode.drafters import DrafterSpec
+from specdec.decode.drafters import DrafterSpec, drafter_forms
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.gamma.spec import Gamma
@@ -90,9 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default="def fibonacci(n):", help="prompt text")
     p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument(
-        "--drafter", default="none", help="none, mtp, self, lookup, oracle:ALPHA, draft:PATH"
-    )
+    p.add_argument("--drafter", default="none", help=", ".join(drafter_forms("listed")))
     p.add_argument(
         "--gamma",
         default="1",

@@ -13,10 +13,12 @@ import argparse
 import json
 from dataclasses import asdict
 
+from specdec.cache.policies import policy_names
+from specdec.cache.spec import OFFLINE
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget, format_bytes
 from specdec.gamma.spec import AUTO, Gamma
-from specdec.sim.simulate import ALL, budget_sizes, check_budgets, parse_policies, simulate
+from specdec.sim.simulate import budget_sizes, check_budgets, parse_policies, simulate
 from specdec.trace.format import hotlist_keys, load_trace, profile_hotlist, read_hotlist
 
 
@@ -25,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         default="lru,slru,hotness,lfu,static,belady,opt_bypass,knapsack_bound",
-        help=f"comma-separated, from: {','.join(ALL)}, or lcs:NAME (libCacheSim: lcs:ARC, ...)",
+        help=f"comma-separated, from: {','.join(policy_names() + OFFLINE)}, or lcs:NAME "
+        "(libCacheSim: lcs:ARC, ...)",
     )
     parser.add_argument(
         "--budget",

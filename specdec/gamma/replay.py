@@ -206,14 +206,14 @@ def auto_setup(
     trace: Trace, policies: list[PolicySpec], lookahead: int, config: str | None, profile: str
 ) -> tuple[PassClock, DeviceProfile]:
     """(clock, profile) for `--gamma auto` rows; refuses what auto cannot replay."""
-    from specdec.cache.policies import POLICIES
+    from specdec.cache.policies import policy_names
     from specdec.clock.check import MINIMAX_M25
     from specdec.clock.profiles import get_profile
 
     bad = [str(p) for p in policies if not p.runtime]
     if bad:
         raise SpecdecError(
-            f"--gamma auto replays the runtime's policies ({', '.join(POLICIES)}), not "
+            f"--gamma auto replays the runtime's policies ({', '.join(policy_names())}), not "
             f"{', '.join(bad)}: give those at fixed γ in another run"
         )
     if lookahead:

@@ -17,7 +17,8 @@ layer's expert popularity in the trace. γ = 1 is today's
 plain replay (one position per forward call). Passes never cross a prompt boundary
 (prompt_ids.npy); new_sequence() precedes the first pass of every prompt after the first.
 
-Policies by name (`POLICY_NAMES`, and `lcs:NAME` for libCacheSim's, see specdec.sim.lcs):
+Policies by name (the registered ones, the offline bounds, and `lcs:NAME` for libCacheSim's, see
+specdec.sim.lcs):
 the runtime's policies and Belady run as compiled loops equal to the Python classes
 (specdec.sim.kernels); sieve, s3fifo and any policy with speculation-aware options
 (lru+demote+protect, specdec.cache.speculative) run through the runtime's ExpertCache itself,
@@ -31,14 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.cache.policies import POLICIES
+from specdec.cache.policies import policy_names
 from specdec.cache.spec import OFFLINE, PolicySpec
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
 KERNEL_POLICIES = ("lru", "slru", "hotness", "lfu", "static")
-DRIVEN_POLICIES = tuple(p for p in POLICIES if p not in KERNEL_POLICIES)  # specdec.sim.drive
-POLICY_NAMES = (*KERNEL_POLICIES, *DRIVEN_POLICIES, *OFFLINE[:2])  # knapsack_bound: simulate's
 
 
 @dataclass
@@ -265,7 +264,7 @@ def policy_hits(
         from specdec.sim.lcs import lcs_hits
 
         return lcs_hits(name[4:], acc, n_slots), hot[:0]
-    if spec.options or name in DRIVEN_POLICIES:  # no compiled loop: the runtime's classes
+    if spec.options or (spec.runtime and name not in KERNEL_POLICIES):  # the runtime's classes
         from specdec.sim.drive import drive_hits
 
         return drive_hits(spec, acc, n_slots, hotlist)
@@ -295,7 +294,8 @@ def policy_hits(
     if name == "opt_bypass":
         init = first_used(acc, n_slots)
         return kernels.bypass_opt_hits(keys, ptr, n_slots, acc.n_keys, init), init
-    raise SpecdecError(f"unknown policy {name!r}: use one of {', '.join(POLICY_NAMES)} or lcs:NAME")
+    names = (*policy_names(), *OFFLINE[:2])  # knapsack_bound is simulate's, on counts
+    raise SpecdecError(f"unknown policy {name!r}: use one of {', '.join(names)} or lcs:NAME")
 
 
 @dataclass

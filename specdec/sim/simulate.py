@@ -40,8 +40,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import POLICIES
-from specdec.cache.spec import LCS_PREFIX, OFFLINE, PolicySpec
+from specdec.cache.spec import LCS_PREFIX, PolicySpec
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.units import Budget, format_bytes
 from specdec.sim.bounds import knapsack_counts
@@ -56,8 +55,6 @@ from specdec.sim.replay import (
     score,
 )
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
-
-ALL = POLICIES + OFFLINE  # what --policy takes, besides lcs:NAME
 
 
 @dataclass
@@ -300,7 +297,7 @@ def _one(setup, policy: PolicySpec, n, nbytes, acc, trace, gamma, alpha, hot, gi
         keys, counts = np.unique(acc.keys, return_counts=True)  # [K'], [K']
         sizes = np.asarray(trace.expert_bytes, np.float64)[keys // trace.n_experts]  # [K']
         r = result(label, acc, n, gamma, alpha, *knapsack_counts(counts, sizes, nbytes))
-    elif setup is not None and label in POLICIES and label != "static":
+    elif setup is not None and policy.runtime and label != "static":
         hits, read, more = _run_lookahead(setup, policy, n)
         r = result(label, acc, n, gamma, alpha, hits, read)
         extra.update(more, lookahead=setup.lookahead)

@@ -43,6 +43,14 @@ from specdec.core.registry import import_package
 
 import_package(__name__, __path__, skip=("base",))
 
-POLICIES = policy_names()  # the runtime policies, in the order messages list them
+POLICIES = policy_names()  # the built-in policies; messages call policy_names() (plugins too)
 
-__all__ = ["POLICIES", "REGISTRY", "Policy", "_pop_oldest", "make_policy", "register"]
+__all__ = [
+    "POLICIES",
+    "REGISTRY",
+    "Policy",
+    "_pop_oldest",
+    "make_policy",
+    "policy_names",
+    "register",
+]

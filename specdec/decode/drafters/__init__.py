@@ -24,10 +24,22 @@ from specdec.decode.drafters.registry import (
     Drafter,
     DrafterSpec,
     NoOptions,
+    drafter_forms,
+    drafter_usage,
     register,
     stack_q,
 )
 
 import_package(__name__, __path__, skip=("registry",))
 
-__all__ = ["DRAFTERS", "DraftContext", "Drafter", "DrafterSpec", "NoOptions", "register", "stack_q"]
+__all__ = [
+    "DRAFTERS",
+    "DraftContext",
+    "Drafter",
+    "DrafterSpec",
+    "NoOptions",
+    "drafter_forms",
+    "drafter_usage",
+    "register",
+    "stack_q",
+]

@@ -30,6 +30,7 @@ class DraftModelDrafter(Drafter):
     """A small resident mlx-lm model with the same vocabulary, kept in step with its own cache."""
 
     name = "draft"
+    listed = 5  # place in help texts
     Options = DraftOptions
     arg = "path"
     usage = "draft:PATH"

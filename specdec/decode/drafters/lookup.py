@@ -27,6 +27,7 @@ class LookupDrafter(Drafter):
     """No model: the continuation of the trailing n-gram's latest earlier occurrence."""
 
     name = "lookup"
+    listed = 3  # place in help texts
     Options = LookupOptions
 
     def __init__(self, max_ngram: int = 3):

@@ -27,6 +27,7 @@ class MTPDrafter(Drafter):
     """
 
     name = "mtp"
+    listed = 1  # place in help texts
     needs_mtp = True
     needs_hidden = True
     draft_compute = "mtp"

@@ -37,6 +37,7 @@ class OracleDrafter(Drafter):
     """
 
     name = "oracle"
+    listed = 4  # place in help texts
     Options = OracleOptions
     arg = "alpha"
     usage = "oracle:ALPHA"

@@ -49,6 +49,7 @@ class Drafter:
     """
 
     name = "none"
+    listed = 0  # place in help texts (lowest first)
     Options: type = NoOptions
     arg: str | None = None  # the option the short form `NAME:VALUE` sets
     usage = ""  # the short form for messages, e.g. "oracle:ALPHA"
@@ -86,14 +87,24 @@ DRAFTERS = Registry("drafter")
 register = DRAFTERS.register
 
 
-def _usage() -> str:
-    forms = [c.usage or c.name for c in DRAFTERS.values()]
+def drafter_forms(order: str = "name") -> list[str]:
+    """Every drafter's short form (`oracle:ALPHA`), by name or ("listed") in help-text order."""
+    if order == "listed":
+        kinds = sorted(DRAFTERS.values(), key=lambda c: (c.listed, c.name))
+    else:
+        kinds = sorted(DRAFTERS.values(), key=lambda c: c.name)
+    return [c.usage or c.name for c in kinds]
+
+
+def drafter_usage() -> str:
+    """`draft:PATH, lookup, ... or self`: what an error about an unknown drafter lists."""
+    forms = drafter_forms()
     return ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
 def _kind(name: str, text: str) -> type[Drafter]:
     if name not in DRAFTERS:
-        raise SpecdecError(f"unknown drafter {text!r}: use {_usage()}")
+        raise SpecdecError(f"unknown drafter {text!r}: use {drafter_usage()}")
     return DRAFTERS[name]
 
 

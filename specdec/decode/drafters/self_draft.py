@@ -18,6 +18,7 @@ class SelfDrafter(Drafter):
     """Drafts with the resident experts only (gates renormalised); reads nothing."""
 
     name = "self"
+    listed = 2  # place in help texts
     draft_compute = "main"
     routes_drafts = True  # its routers see verify's positions first (decode/draft_stop.py)
 
