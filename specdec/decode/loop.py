@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from specdec.clock.passes import PassClock
-from specdec.clock.profiles import DeviceProfile, get_profile
+from specdec.clock.profiles import DeviceProfile, auto_profile
 from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
@@ -44,8 +45,6 @@ from specdec.gamma.shadows import ShadowReport, Shadows
 from specdec.store.budget import peak_rss_bytes
 from specdec.stream.loader import StreamedModel, build_cache
 from specdec.stream.steplog import Call
-
-AUTO_PROFILE = "m4-24gb"  # what `auto` costs passes on when no roofline --profile is given
 
 
 @dataclass(frozen=True)
@@ -134,9 +133,12 @@ class Decode:
         self.stops = DraftStops.build(sm, self.chooser, cfg.draft_stop) if routes else None
 
     def _chooser(self) -> GammaChooser:
-        """`--gamma auto`: costs passes on the first roofline profile given, else AUTO_PROFILE."""
-        profile = next((p for p in self.profiles if p.compute == "roofline"), None)
-        profile = self.auto_profile = profile or get_profile(AUTO_PROFILE)
+        """`--gamma auto`: costs passes on the first roofline profile given, else DEFAULT_PROFILE
+        (`auto_profile`; a note on stderr says so when none given is roofline)."""
+        profile, note = auto_profile(self.profiles)
+        if note:
+            print(f"specdec: note: {note}", file=sys.stderr, flush=True)
+        self.auto_profile = profile
         layers = self.sm.main_moe_layers
         slot = self.sm.streamer.index.slot_bytes
 
