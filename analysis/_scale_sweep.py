@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specdec.cli import main as specdec_main
 from specdec.clock.check import CONTEXT, MINIMAX_M25, spread_reads
-from specdec.clock.profiles import get_profile
+from specdec.clock.profiles import DEFAULT_PROFILE, get_profile
 from specdec.clock.roofline import Forward, forward_time
 from specdec.clock.shapes import ModelShape
 from specdec.costmodel.speedup import expected_tokens
@@ -31,7 +31,7 @@ FINE_STEP = 0.05  # break-even search grid, from 1 down to 0
 POLICIES = ("lru", "slru", "lfu", "hotness", "static", "belady", "opt_bypass")
 LCS = ("lcs:ARC", "lcs:S3FIFO", "lcs:WTinyLFU")  # slower (~0.6 s a replay): at 9 GB only
 SLOPE = 0.58  # the question's union model k·(1 + 0.58·(γ − 1))
-PROFILE = "m4-24gb"
+PROFILE = DEFAULT_PROFILE
 
 
 def slots(gb: float) -> int:

@@ -42,13 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specdec.clock.profiles import DEFAULT_PROFILE  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 BUDGETS = (0.05, 0.10, 0.25, 0.50)  # of the routed experts
 ALPHAS = (0.3, 0.5, 0.7, 0.9, 0.95)
 GAMMAS = (1, 2, 3, 4, 8, "auto")
-PROFILE = "m4-24gb"
+PROFILE = DEFAULT_PROFILE  # what auto prices passes on by default
 
 
 def _config(trace_name: str) -> dict:

@@ -6,9 +6,10 @@ Run from the repo root (about 4 minutes; needs `fio`: `apt-get install -y fio`):
 
 For each block size it runs `specdec bench read` (every read path, 1 and 8 threads, and fio with
 psync / libaio / io_uring and 4 KiB-page or huge-page buffers, all shuffled together in every
-round) and writes benchmarks/results/read.json (the first block size: the file the device
-profile `this-machine` and `specdec probe read_path` read), read-<bytes>.json for the others,
-and read.md with our best direct path against fio's best per block size. fio's huge-page
+round) and writes benchmarks/results/read.json (the first block size: the file `specdec probe
+read_path` reads), read-<bytes>.json for the others, and read.md with our best direct path
+against fio's best per block size; and, from the first block size's curve, this machine's device
+profile `this-machine` ($SPECDEC_CACHE/profiles/this-machine.yaml; not with --no-profile). fio's huge-page
 buffers need reserved huge pages: as root this script raises vm.nr_hugepages for the run and
 restores it after; otherwise the JSON says how many were missing and fio runs on 4 KiB pages.
 """
@@ -26,7 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.bench import fio as fiobench
 from specdec.bench import read as readbench  # noqa: E402
-from specdec.cli.store import add_read_arguments, read_bench_from_args  # noqa: E402
+from specdec.cli.store import (  # noqa: E402
+    add_read_arguments,
+    read_bench_from_args,
+    save_measured_profile,
+)
 from specdec.core.blas import ensure_fast_blas  # noqa: E402
 from specdec.core.files import write_atomic  # noqa: E402
 
@@ -112,6 +117,7 @@ def main() -> int:
         argv = [a.replace(str(args.dir), "DIR") for a in argv]
     _write("read.md", markdown(results, argv))
     print(markdown(results, argv))
+    save_measured_profile(results[0], args, "benchmarks/bench_read.py")
     return 0
 
 

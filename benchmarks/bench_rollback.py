@@ -39,12 +39,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specdec.checkpoint.random_models import make_random  # noqa: E402
-from specdec.clock.profiles import get_profile  # noqa: E402
+from specdec.clock.profiles import DEFAULT_PROFILE, get_profile  # noqa: E402
 from specdec.core.files import write_atomic  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 from specdec.decode.loop import DecodeConfig  # noqa: E402
 from specdec.decode.run import generate  # noqa: E402
-from specdec.gamma.controller import AUTO_PROFILE  # noqa: E402
 from specdec.gamma.spec import AUTO  # noqa: E402
 from specdec.stream.loader import load  # noqa: E402
 
@@ -80,7 +79,7 @@ def one(sm, prompt: list[int], drafter: str, gamma: int, tokens: int, seed: int)
 
 def auto_vs_plain(sm, prompt: list[int], tokens: int) -> dict:
     """Per drafter: auto's bytes per committed token and modeled time over plain's."""
-    profile = get_profile(AUTO_PROFILE)
+    profile = get_profile(DEFAULT_PROFILE)  # what auto prices passes on by default
     key = f"modeled_tokens_per_s/{profile.name}"
     rows = {}
     for drafter in AUTO_DRAFTERS:
@@ -120,7 +119,7 @@ def main() -> int:
             rows = auto_vs_plain(sm, prompt, args.tokens)
             sm.close()
             out = {"command": " ".join(sys.argv), "machine": machine_info(), "budget": "30%"}
-            out["profile"] = AUTO_PROFILE
+            out["profile"] = DEFAULT_PROFILE
             write_result(AUTO_RESULT, out | {"drafters": rows})
             return 0
         runs: dict[str, list[dict]] = {}

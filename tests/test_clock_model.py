@@ -205,6 +205,36 @@ def test_decode_records_carry_the_device_model(tiny, tmp_path, drafter):
     )
 
 
+def test_gamma_auto_names_the_profile_it_priced_on(tiny, tmp_path, monkeypatch, capsys):
+    """auto prices passes on a roofline profile: the one given, else DEFAULT_PROFILE, said on
+    stderr when the user gave another, and named in the summary either way."""
+    from specdec.clock import DEFAULT_PROFILE
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.gamma.spec import AUTO
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))  # this-machine: the shipped fallback
+    cfg = DecodeConfig(gamma=AUTO, max_tokens=6)
+    runs = {
+        "this-machine": (get_profile("this-machine"),),
+        "m5-24gb": (get_profile("this-machine"), get_profile("m5-24gb")),
+        "none": (),
+    }
+    seen = {}
+    for key, profiles in runs.items():
+        tiny.reset_cache()
+        res = generate(tiny, tiny.encode("def f(x):"), "lookup", cfg, profiles)
+        seen[key] = (res.summary["gamma_auto_profile"], capsys.readouterr().err)
+    assert seen["this-machine"][0] == DEFAULT_PROFILE
+    (note,) = [ln for ln in seen["this-machine"][1].splitlines() if "--gamma auto" in ln]
+    assert note.startswith("specdec: note:") and DEFAULT_PROFILE in note
+    assert seen["m5-24gb"] == ("m5-24gb", "")  # a roofline profile given: priced on it, quiet
+    assert seen["none"] == (DEFAULT_PROFILE, "")  # nothing given: the default, as documented
+    tiny.reset_cache()
+    plain = generate(tiny, tiny.encode("def f(x):"), "lookup", DecodeConfig(gamma=2, max_tokens=4))
+    assert plain.summary["gamma_auto_profile"] is None
+
+
 def test_records_without_the_device_model_still_parse():
     """A version-1 record (before specdec.clock's device model) loads and summarizes."""
     row = {

@@ -6,7 +6,8 @@ each row is `case | command | message`; this test reads it, prepares the case's 
 entry point (`specdec.cli.main`, in process: the same code path as the `specdec` script, minus
 the interpreter start) and requires exit status 2, nothing on stderr but
 `specdec: error: <message>` and no traceback. Placeholders: {model} a random DeepSeek-V3
-checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory.
+checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory,
+{profiles} the built-in device profile names (specdec.clock.BUILTIN_NAMES, comma-separated).
 tests/test_store_errors.py checks a few of these through a subprocess (exit code, no traceback).
 """
 
@@ -30,6 +31,7 @@ import specdec.pack.pack as pack_module
 from specdec.cache.policies import POLICIES
 from specdec.cache.spec import OFFLINE
 from specdec.cli import main
+from specdec.clock import BUILTIN_NAMES
 from specdec.decode.drafters import drafter_usage
 from specdec.decode.records import PassRecord
 from specdec.pack.pack import pack
@@ -326,6 +328,7 @@ def test_documented_error(pristine, tmp_path, monkeypatch, capsys, case, command
         "packed": Path(shutil.copytree(pristine["packed"], tmp_path / "packed")),
         "trace": Path(shutil.copytree(pristine["trace"], tmp_path / "trace")),
         "tmp": tmp_path,
+        "profiles": ", ".join(BUILTIN_NAMES),
         "monkeypatch": monkeypatch,
     }
     SETUPS[case](ctx)

@@ -342,3 +342,24 @@ def test_simulate_gamma_auto_rows(tmp_path, trace):
     auto = rows[1]
     assert auto["committed"] == 160 and sum(auto["gamma_hist"]) > 0
     assert auto["modeled_tokens_per_s"] > 0
+
+
+def test_simulate_gamma_auto_names_the_profile_it_priced_on(tmp_path, trace, monkeypatch, capsys):
+    """`--profile this-machine` (measured compute): auto rows price on DEFAULT_PROFILE, noted."""
+    from specdec.clock import DEFAULT_PROFILE
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    save_trace(trace, tmp_path / "t")
+    common = [str(tmp_path / "t"), "--gamma", "auto", "--alpha", "0.8", "--policy", "lru",
+              "--budget", "40slots", "--config", "minimax-m2.5", "--json"]  # fmt: skip
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    out = {}
+    for given in ("this-machine", "m5-24gb"):
+        assert run(p.parse_args([*common, "--profile", given])) == 0
+        cap = capsys.readouterr()
+        out[given] = (json.loads(cap.out)[0]["gamma_auto_profile"], cap.err)
+    assert out["this-machine"][0] == DEFAULT_PROFILE
+    assert out["this-machine"][1].startswith("specdec: note: --gamma auto prices passes on")
+    assert out["m5-24gb"] == ("m5-24gb", "")
+    assert p.parse_args(common).profile == DEFAULT_PROFILE

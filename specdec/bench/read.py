@@ -21,7 +21,9 @@ page-cache-bypassing path with fio's best. The arena paths run the project's rea
 real packed layout (experts.bin + experts.json), not a copy of its code.
 
 `specdec bench read --json` prints the JSON; `python benchmarks/bench_read.py` writes
-benchmarks/results/read.json.
+benchmarks/results/read.json. Both write this machine's device profile from the measured curve
+(`measured_profile`) to $SPECDEC_CACHE/profiles/this-machine.yaml, the profile `this-machine`
+(specdec.clock.profiles), unless `--no-profile`.
 """
 
 from __future__ import annotations
@@ -42,8 +44,15 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.bench import fio as fiobench
+from specdec.clock.profiles import (
+    MEASURED_PROFILE,
+    DeviceProfile,
+    measured_profile_path,
+    profile_yaml,
+)
 from specdec.core import machine
-from specdec.core.errors import StoreError
+from specdec.core.errors import SpecdecError, StoreError
+from specdec.core.files import write_atomic, write_error
 from specdec.store.arena import Arena
 from specdec.store.layout import (
     ALIGN,
@@ -433,3 +442,67 @@ def format_table(result: dict[str, Any]) -> str:
             f"{best['ours_over_fio_best']:.2f} (per-round median {best['per_round_ratio_median']:.2f})"
         )
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- this-machine
+
+
+def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -> DeviceProfile:
+    """The device profile `this-machine` from a read bench result (`bench_read`'s dict, or
+    read.json): measured compute; the read curve of the fastest page-cache-bypassing path
+    (arena paths first), one point per thread count it ran with (threads = reads in flight; a
+    run's `in_flight` field wins when the bench writes one); latency assumed, as for the Macs.
+    `what` names the bench run in the sources."""
+    try:
+        block = float(result["block_bytes"])
+        paths = [p for p in result["paths"] if not p["page_cache"]]
+        arena = [p for p in paths if "arena" in p["name"]] or paths
+        best = max(arena, key=lambda p: p["gbps"])["name"]
+        curve = {
+            float(p.get("in_flight", p["threads"])): float(p["gbps"])
+            for p in arena
+            if p["name"] == best
+        }
+        rounds = result.get("rounds", "?")
+    except (ValueError, KeyError, TypeError) as e:
+        raise SpecdecError(f"not a read bench result ({e}): rerun the read bench") from e
+    unused = "unused: compute is measured"
+    return DeviceProfile(
+        MEASURED_PROFILE,
+        compute="measured",
+        router_sync_s=0.0,
+        read_curve=tuple(curve.items()),
+        read_block_bytes=block,
+        reads_in_flight=8,
+        overlap_reads=False,
+        description=f"this machine; reads from {what}, path {best!r}",
+        sources={
+            "compute": "measured on this machine (wall minus time blocked on reads), per pass",
+            "mem_gbps": unused,
+            "peak_tflops": unused,
+            "router_sync_s": "0: already inside the measured compute",
+            "read_curve": f"{what}: {best}, GB/s per thread count (median of {rounds} rounds), "
+            f"{block:.0f}-byte blocks",
+            "read_block_bytes": f"{what}: its block size",
+            "read_latency_s": "assumed: 100 µs, NVMe random read at queue depth 1",
+            "reads_in_flight": "this harness's ExpertReader: 8 threads",
+            "overlap_reads": "this harness: a layer's reads complete before its experts compute",
+        },
+    )
+
+
+def write_measured_profile(result: dict[str, Any], what: str = "specdec bench read") -> Path:
+    """Write `measured_profile(result)` where `this-machine` is read from; returns the path."""
+    profile = measured_profile(result, what)
+    path = measured_profile_path()
+    header = (
+        f"{MEASURED_PROFILE}: this machine's device profile, written by {what} "
+        f"({time.strftime('%Y-%m-%d %H:%M')}, {result.get('machine', {}).get('cpu', '?')}).\n"
+        "Rerun the read bench to replace it; delete it to go back to the shipped fallback."
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(path, e) from None
+    write_atomic(path, profile_yaml(profile, header))
+    return path

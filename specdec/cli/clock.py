@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from specdec.clock.check import MINIMAX_M25, QUESTION_RUNS, TOLERANCE, reproduce
-from specdec.clock.profiles import BUILTIN_NAMES, get_profile
+from specdec.clock.profiles import BUILTIN_NAMES, DEFAULT_PROFILE, get_profile
 from specdec.clock.shapes import ModelShape
 
 
@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="a profile's fields and their sources")
     show.add_argument("profile", help=f"one of {', '.join(BUILTIN_NAMES)} or a .yaml/.json file")
     check = sub.add_parser("check", help="the seed question's M4 runs, modeled vs measured")
-    check.add_argument("--profile", default="m4-24gb")
+    check.add_argument("--profile", default=DEFAULT_PROFILE)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,8 @@ cache_counters (prefill included), ...}} where tokens_per_s is decode speed (pre
 With --gamma auto, stats also hold gamma "auto" and gamma_chosen_hist (passes per γ), and each
 --records line its gamma_choice (γ, why, and at a block's first pass every candidate's expected
 tokens, modeled seconds and bytes; auto costs passes on the first roofline --profile, else
-m4-24gb). With the self drafter, auto drafts one position at a time and may stop short of its γ
+the default profile, noted on stderr when --profile gave another; stats' gamma_auto_profile names
+it). With the self drafter, auto drafts one position at a time and may stop short of its γ
 (specdec/gamma/draft_stop.py): stats hold draft_ends (passes per reason a draft ended: cap,
 rate, bytes) and each --records line its draft_routing (predicted beside actual reads).
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from specdec.cache.spec import policy_list
 from specdec.cli import settings
-from specdec.clock.profiles import get_profile
+from specdec.clock.profiles import BUILTIN_NAMES, get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec, drafter_forms
@@ -99,7 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--profile", action="append", default=[], help="device profile(s) for modeled time"
+        "--profile",
+        action="append",
+        default=[],
+        help=f"device profile(s) for modeled time: {', '.join(BUILTIN_NAMES)} or a .yaml/.json file",
     )
     p.add_argument("--records", type=Path, help="write one JSON line per verify pass here")
     p.add_argument("--append", action="store_true", help="add to an existing --records file")

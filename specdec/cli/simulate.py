@@ -15,6 +15,7 @@ from dataclasses import asdict
 
 from specdec.cache.policies import policy_names
 from specdec.cache.spec import OFFLINE
+from specdec.clock.profiles import BUILTIN_NAMES, DEFAULT_PROFILE
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget, format_bytes
 from specdec.gamma.spec import AUTO, Gamma
@@ -51,7 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", help="auto: the model's config.json (or minimax-m2.5) for modeled time"
     )
-    parser.add_argument("--profile", default="m4-24gb", help="auto: device profile")
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"auto: device profile, one of {', '.join(BUILTIN_NAMES)} or a .yaml/.json file",
+    )
     parser.add_argument("--alpha", default="1", help="draft acceptance, e.g. 1,0.9,0.8")
     parser.add_argument("--seed", type=int, default=0, help="seed of the acceptance process")
     parser.add_argument("--json", action="store_true", help="print a JSON list of results")

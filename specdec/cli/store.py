@@ -2,7 +2,7 @@
 
     specdec pack MODEL_DIR OUT_DIR [--force] [--cold-bits 2 --hotlist hot.txt]
     specdec verify PACKED_DIR [--io direct]
-    specdec bench read [--json]
+    specdec bench read [--json] [--no-profile]   # also writes this machine's device profile
 
 What each does: specdec.pack.pack (the packed layout: store/layout.py), specdec.pack.verify,
 specdec.bench.read. Each command is a pair `add_NAME_arguments(parser)`, `run_NAME(args)`
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,11 @@ def add_read_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, 
     parser.add_argument(
         "--paths", nargs="+", choices=list(PATHS), default=list(PATHS), help="paths to run"
     )
+    parser.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="don't write this machine's device profile (this-machine) from the measured curve",
+    )
 
 
 def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -131,4 +137,25 @@ def run_read(args: argparse.Namespace) -> int:
 
     result = read_bench_from_args(args)
     print(json.dumps(result, indent=1) if args.json else format_table(result))
+    save_measured_profile(result, args, "specdec bench read")
     return 0
+
+
+def save_measured_profile(result: dict[str, Any], args: argparse.Namespace, what: str) -> None:
+    """Write `this-machine` from a read bench result (unless --no-profile), with a note."""
+    from specdec.bench.read import write_measured_profile
+
+    if args.no_profile:
+        return
+    if not any(not p["page_cache"] for p in result["paths"]):
+        print(
+            "specdec: note: no page-cache-bypassing path ran: this-machine's profile not written",
+            file=sys.stderr,
+        )
+        return
+    path = write_measured_profile(result, what)
+    print(
+        f"specdec: note: wrote this machine's device profile to {path} "
+        "(`specdec clock show this-machine`)",
+        file=sys.stderr,
+    )

@@ -7,6 +7,7 @@ locks.
     mark(dir, "pack"); owner(dir) == "pack" # who wrote a directory (specdec never deletes others')
     with locked(path, wait=False, what=...): ...   # one holder at a time (flock, freed on death)
     fd = acquire(path, wait=True, what=..., shared=True)   # the same, held until os.close(fd)
+    cache_root()                            # the user's specdec directory ($SPECDEC_CACHE)
 
 Durability: a rename is only as durable as the data it points to, so the renamed file (every
 file of a renamed directory) is fsynced before the rename and the directory holding the new
@@ -31,6 +32,12 @@ from pathlib import Path
 from specdec.core.errors import SpecdecError
 
 MARKER_PREFIX = ".specdec-"
+
+
+def cache_root() -> Path:
+    """The user's specdec directory, $SPECDEC_CACHE (default ~/.cache/specdec): packed copies,
+    random checkpoints, this machine's measured device profile (profiles/this-machine.yaml)."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
 
 def fsync_path(path: str | os.PathLike) -> None:

@@ -132,5 +132,7 @@ def generate(
     # measured, not asked for: under memory pressure the kernel grants fewer 2 MiB pages
     summary["arena_huge_pages"] = sm.streamer.arena.huge_page_fraction
     summary["cache_counters"] = sm.streamer.cache.stats()  # since load, prefill included
+    # the profile `--gamma auto` priced its passes on (None: not auto), given or not
+    summary["gamma_auto_profile"] = run.auto.profile.name if run.auto else None
     text = sm.tokenizer.decode(run.generated)
     return GenerationResult(list(run.generated), text, records, summary, run.prefill_s)

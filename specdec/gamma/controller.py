@@ -7,22 +7,22 @@ after each pass, kept out of the decode loop (specdec/decode/loop.py asks, then 
     auto.observe(rec, calls, committed, context, ...)   # after: shadows fed, the chooser taught
 
 Passes are priced in modeled device seconds on the first roofline profile the run was given,
-else on AUTO_PROFILE (`profile` says which; the run summary records it).
+else on the default profile (specdec.clock.auto_profile; a note on stderr says so when the run
+was given profiles and none is roofline); `profile` says which, and the run summary records it.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from specdec.clock.passes import PassClock
-from specdec.clock.profiles import DeviceProfile, get_profile
+from specdec.clock.profiles import DeviceProfile, auto_profile
 from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed
 from specdec.gamma.shadows import ShadowReport, Shadows
 from specdec.stream.loader import StreamedModel, build_cache
-
-AUTO_PROFILE = "m4-24gb"  # what `auto` costs passes on when no roofline profile is given
 
 
 @dataclass
@@ -37,8 +37,9 @@ class AutoGamma:
     def build(
         cls, sm: StreamedModel, clock: PassClock, profiles: tuple[DeviceProfile, ...], seed: int
     ) -> AutoGamma:
-        profile = next((p for p in profiles if p.compute == "roofline"), None)
-        profile = profile or get_profile(AUTO_PROFILE)
+        profile, note = auto_profile(profiles)
+        if note:
+            print(f"specdec: note: {note}", file=sys.stderr, flush=True)
         layers = sm.main_moe_layers
         s = sm.streamer
         slot = s.index.slot_bytes

@@ -27,6 +27,7 @@ A pass's union must fit the cache (as in replay.py, BudgetError otherwise); `aut
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -205,10 +206,12 @@ def replay_passes(
 def auto_setup(
     trace: Trace, policies: list[PolicySpec], lookahead: int, config: str | None, profile: str
 ) -> tuple[PassClock, DeviceProfile]:
-    """(clock, profile) for `--gamma auto` rows; refuses what auto cannot replay."""
+    """(clock, profile) for `--gamma auto` rows; refuses what auto cannot replay. The profile
+    is the one auto prices passes on (`auto_profile`: `profile` unless its compute is measured,
+    noted on stderr)."""
     from specdec.cache.policies import policy_names
     from specdec.clock.check import MINIMAX_M25
-    from specdec.clock.profiles import get_profile
+    from specdec.clock.profiles import auto_profile, get_profile
 
     bad = [str(p) for p in policies if not p.runtime]
     if bad:
@@ -230,7 +233,10 @@ def auto_setup(
             model_config = json.loads(open(config).read())
         except (OSError, ValueError) as e:
             raise SpecdecError(f"--config {config}: not a readable config.json ({e})") from None
-    return trace_clock(model_config, trace), get_profile(profile)
+    chosen, note = auto_profile((get_profile(profile),))
+    if note:
+        print(f"specdec: note: {note}", file=sys.stderr, flush=True)
+    return trace_clock(model_config, trace), chosen
 
 
 def auto_rows(
@@ -275,6 +281,7 @@ def auto_rows(
                         hotlist="given" if given else "",
                         modeled_tokens_per_s=r.tokens_per_s,
                         gamma_hist=r.gamma_hist,
+                        gamma_auto_profile=profile.name,
                     )
                 )
     return out

@@ -83,8 +83,9 @@ class SimResult:
     hotlist: str = (
         ""  # "given" (--hotlist/--hotlist-trace) or "self" (static: this trace's profile)
     )
-    modeled_tokens_per_s: float | None = None  # auto rows: on --profile
+    modeled_tokens_per_s: float | None = None  # auto rows: on gamma_auto_profile
     gamma_hist: list[int] | None = None  # auto rows: passes per γ (index γ)
+    gamma_auto_profile: str | None = None  # auto rows: the profile auto priced passes on
 
 
 def trace_steps(trace: Trace, positions: int | None = None) -> list[list[list[int]]]:

@@ -33,6 +33,7 @@ from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
+from specdec.core.files import cache_root
 from specdec.pack.pack import pack
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.arena import Arena
@@ -98,10 +99,6 @@ class StreamedModel:
         if self.in_use_lock is not None:
             os.close(self.in_use_lock)
             self.in_use_lock = None
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
 
 def ensure_packed(model_dir: Path) -> Path:
