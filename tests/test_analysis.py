@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from analysis import eviction, read_path, readme, scale, spec_cache, speculation, union_cost
+from specdec.core.units import Budget
 from specdec.probes.eviction import eviction_table
 from specdec.trace.synthetic import synthetic_trace
 
@@ -75,7 +76,7 @@ def test_eviction_table_from_a_probe_directory(tmp_path, capsys):
     evaluated, profile = (
         synthetic_trace(n_positions=60, n_layers=4, n_experts=32, top_k=4, seed=s) for s in (1, 2)
     )
-    rows = eviction_table(evaluated, profile, [0.1, 0.5])
+    rows = eviction_table(evaluated, profile, [Budget.parse("10%"), Budget.parse("50%")])
     (tmp_path / "eviction.json").write_text(json.dumps(rows))
     assert eviction.main([str(tmp_path)]) == 0
     out = _rows(capsys.readouterr().out)

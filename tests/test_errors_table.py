@@ -268,6 +268,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "hotlist: binary bytes": lambda c: hotlist(c, b"\xff\xfe\x00\x01\n"),
     "simulate: 10^12 slots": nothing,
     "simulate: a share of no experts": nothing,
+    "probe: a bare number as a budget": nothing,
+    "probe gates on a trace": nothing,
     "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
     "union-model: union shrinks with gamma": nothing,
     "trace synth: more positions than memory": lambda c: c.update(

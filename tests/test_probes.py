@@ -22,6 +22,7 @@ from tests.helpers import random_checkpoint
 
 PROMPTS = 3
 TOKENS = 6
+HALF = Budget.parse("50%")
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +99,9 @@ def test_lookahead_prefetch_replay_without_lookahead_is_the_eviction_lru(ds3):
     from specdec.probes.lookahead import lookahead_table
 
     trace = ds3[2].trace
-    pre = [r for r in lookahead_table(trace, [0.5]) if r["kind"] == "prefetch"]
+    pre = [r for r in lookahead_table(trace, [HALF]) if r["kind"] == "prefetch"]
     assert [r["d"] for r in pre] == [0, 1]  # d = 2 would reach past the 2 MoE layers
-    lru = next(r for r in eviction_table(trace, trace, [0.5]) if r["policy"] == "lru")
+    lru = next(r for r in eviction_table(trace, trace, [HALF]) if r["policy"] == "lru")
     assert pre[0]["hit_rate"] == pytest.approx(lru["hit_rate"])
     assert pre[0]["prefetch_bytes_per_token"] == 0 < pre[1]["prefetch_bytes_per_token"]
 
@@ -114,10 +115,10 @@ def test_eviction_position_sets(ds3):
         ("prefill", (t.phase == 0).sum()),
         ("all", len(t.phase)),
     ):
-        rows = eviction_table(t, t, [0.5], positions=kind, policies=["lru"])
+        rows = eviction_table(t, t, [HALF], positions=kind, policies=["lru"])
         assert rows[0]["positions"] == n and rows[0]["positions_kind"] == kind
     with pytest.raises(SpecdecError):
-        eviction_table(t, t, [0.5], positions="odd")
+        eviction_table(t, t, [HALF], positions="odd")
 
 
 def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
@@ -126,7 +127,7 @@ def test_gates_drop_nothing_is_exact_and_residency_matches_the_simulator(ds3):
     from specdec.sim.simulate import simulate
 
     _, sm, rec = ds3
-    rows = gates_table(sm, rec, budgets=[0.5])
+    rows = gates_table(sm, rec, budgets=[HALF])
     drops = {r["variant"]: r for r in rows if r["kind"] == "drop"}
     assert drops["all k experts (check: 0)"]["rel_error_mean"] < 1e-4
     assert drops["drop the lowest-gate expert"]["rel_error_mean"] > 1e-3
@@ -156,7 +157,7 @@ def test_eviction_bounds_hold():
 
     ev = synthetic_trace(300, n_layers=4, n_experts=32, top_k=4, seed=1)
     prof = synthetic_trace(300, n_layers=4, n_experts=32, top_k=4, seed=2)
-    rows = eviction_table(ev, prof, [0.1, 0.25, 0.5])
+    rows = eviction_table(ev, prof, [Budget.parse(b) for b in ("10%", "25%", "50%")])
     by = {(r["policy"], r["budget_slots"]): r["hit_rate"] for r in rows}
     for n in {r["budget_slots"] for r in rows}:
         for p in ("lru", "slru", "lfu", "hotness", "static"):
@@ -290,3 +291,148 @@ def test_trace_stats_of_a_recorded_trace_keep_to_each_prompts_decode_positions(d
     assert s["overlap"] == pytest.approx(np.mean(shared) / t.top_k)
     assert s["union"]["2"] == pytest.approx(np.mean(unions))
     assert 0 <= s["static"] <= 1 and 0 <= s["lru"] <= 1
+
+
+THROWAWAY = """
+from dataclasses import dataclass, field
+
+import matplotlib.pyplot as plt
+
+from specdec.core.errors import SpecdecError
+from specdec.probes.registry import Probe, ProbeOptions, ProbeOutput, register
+from specdec.probes.report import md_table, write_report
+
+
+@dataclass
+class Options(ProbeOptions):
+    greeting: str = field(default="hello", metadata={"help": "what the rows say"})
+
+
+@register
+class Throwaway(Probe):
+    name = "throwaway"
+    options = ("budgets", "policy", "greeting")
+    Options = Options
+    headline_name = "n_budgets"
+
+    @classmethod
+    def headline(cls, rows):
+        return float(len(rows))
+
+    @classmethod
+    def run(cls, opts, ctx):
+        if opts.greeting == "fail":
+            raise SpecdecError("throwaway: asked to fail")
+        rows = [{"budget": str(b), "policy": opts.policy, "says": opts.greeting} for b in opts.budgets]
+        md = md_table(["budget", "says"], [[r["budget"], r["says"]] for r in rows])
+        fig, ax = plt.subplots()
+        return ProbeOutput(rows, write_report(opts.out, cls.name, rows, md, fig))
+"""
+
+
+def load_module(path):
+    """Import a module file from outside the package (its probes register themselves)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def throwaway(tmp_path):
+    """Registers the probe of a module file written under tmp_path for one test, on demand."""
+    from specdec.probes import PROBES
+
+    path = tmp_path / "throwaway_probe.py"
+    path.write_text(THROWAWAY)
+    try:
+        yield lambda: load_module(path)
+    finally:
+        PROBES.pop("throwaway", None)
+
+
+def _help(capsys) -> str:
+    with pytest.raises(SystemExit):
+        cli_main(["probe", "--help"])
+    return capsys.readouterr().out
+
+
+def test_the_builtin_probes_in_their_order(capsys):
+    from specdec.probes import probe_names
+
+    assert probe_names() == ("gates", "eviction", "lookahead", "basis", "read_path")
+    assert "{gates,eviction,lookahead,basis,read_path,all}" in _help(capsys)
+
+
+def test_a_probe_from_a_new_module_is_found_by_name(throwaway, tmp_path, capsys):
+    from specdec.probes import ProbeOptions, probe_names, run_probe
+
+    out = tmp_path / "out"
+    argv = ["probe", "throwaway", "--out", str(out), "--budgets", "5%,96slots", "--policy", "slru"]
+    # not registered yet: the command line does not know the name (the check can fail)
+    assert "throwaway" not in _help(capsys)
+    with pytest.raises(SystemExit):
+        cli_main(argv)
+    assert "invalid choice: 'throwaway'" in capsys.readouterr().err
+    with pytest.raises(SpecdecError, match="unknown probe 'throwaway': use one of gates, "):
+        run_probe("throwaway", ProbeOptions())
+
+    throwaway()
+    assert probe_names()[-1] == "throwaway"  # after the built-in ones (listed = 100)
+    text = _help(capsys)
+    assert "{gates,eviction,lookahead,basis,read_path,throwaway,all}" in text
+    assert "--greeting GREETING   throwaway: what the rows say" in text
+
+    assert cli_main([*argv, "--greeting", "hi"]) == 0
+    rows = json.loads((out / "throwaway.json").read_text())
+    assert rows == [
+        {"budget": "5%", "policy": "slru", "says": "hi"},
+        {"budget": "96slots", "policy": "slru", "says": "hi"},
+    ]
+    assert "| 96slots | hi |" in capsys.readouterr().out  # its table, printed
+    assert (out / "throwaway.png").stat().st_size > 0
+    assert cli_main([*argv, "--greeting", "fail"]) == 2
+    assert capsys.readouterr().err == "specdec: error: throwaway: asked to fail\n"
+    assert cli_main([*argv[:-4], "--budgets", "5"]) == 2
+    assert "write 5% for shares" in capsys.readouterr().err
+
+
+def test_a_registered_probe_is_an_experiment_task_and_takes_the_cache_group(throwaway, tmp_path):
+    """specdec-exp task.name=NAME runs any probe; budgets and policy come from cache.* unless
+    task.options gives them; the old fractions are one-line errors."""
+    from types import SimpleNamespace
+
+    from experiments.tasks import get_task, task_names
+
+    with pytest.raises(SpecdecError, match="unknown task 'throwaway'"):
+        get_task("throwaway")
+    throwaway()
+    assert {"throwaway", "eviction", "union_cost"} <= set(task_names())
+
+    def cfg(**options):
+        return SimpleNamespace(
+            model=SimpleNamespace(path="tiny", bits=None),
+            cache=SimpleNamespace(budget="10%", policy="sieve"),
+            task=SimpleNamespace(options=options),
+            max_tokens=8,
+        )
+
+    res = get_task("throwaway")(cfg(), tmp_path / "a")
+    assert res.headline_name == "n_budgets" and res.headline == 1.0
+    assert res.tables["throwaway"] == [{"budget": "10%", "policy": "sieve", "says": "hello"}]
+    assert res.plots == [tmp_path / "a" / "throwaway.png"]
+    res = get_task("throwaway")(cfg(budgets=["5%", "2GB"], policy="lru"), tmp_path / "b")
+    assert [(r["budget"], r["policy"]) for r in res.tables["throwaway"]] == [
+        ("5%", "lru"),
+        ("2GB", "lru"),
+    ]
+    with pytest.raises(SpecdecError) as e:
+        get_task("throwaway")(cfg(budgets=[0.05, "10%"]), tmp_path / "c")
+    assert str(e.value) == (
+        "task.options.budgets=[0.05, 10%]: a budget needs its unit; write [5%, 10%] for "
+        "shares of the routed experts (or bytes, 512MiB, or slots, 96slots)"
+    )
+    with pytest.raises(SpecdecError, match="probe throwaway has no option colour"):
+        get_task("throwaway")(cfg(colour="red"), tmp_path / "d")

@@ -14,6 +14,7 @@ from scipy.optimize import linprog
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import POLICIES, make_policy
+from specdec.core.units import Budget
 from specdec.sim.bounds import Belady, knapsack_bound, opt_bypass_hits
 from specdec.sim.simulate import replay
 
@@ -180,7 +181,9 @@ def test_opt_bypass_bounds_static_on_the_bundled_model():
 
     rec = record("tiny", "heldout", max_tokens=32, max_prompt_tokens=48, distances=(), limit=8)
     policies = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady", "opt_bypass"]
-    rows = eviction_table(rec.trace, rec.trace, [0.05, 0.1], policies=policies)
+    rows = eviction_table(
+        rec.trace, rec.trace, [Budget.parse("5%"), Budget.parse("10%")], policies=policies
+    )
     for n in {r["budget_slots"] for r in rows}:
         by = {r["policy"]: r for r in rows if r["budget_slots"] == n}
         bound = by["opt_bypass"]

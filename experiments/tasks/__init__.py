@@ -1,7 +1,8 @@
 """The experiment registry: `experiments/tasks/<name>.py` exposes `run(cfg, run_dir) -> TaskResult`.
 
 `task.name` in the composed config picks the module; adding an experiment is one small file here
-plus its `conf/experiment/<name>.yaml`. A task writes its raw measurements (records JSONL and the
+plus its `conf/experiment/<name>.yaml`. A name that is no module here but a probe of
+specdec/probes/ (its registry) runs that probe (_probe.py): adding a probe adds its task. A task writes its raw measurements (records JSONL and the
 like) into `run_dir` itself; the entry point writes the rest (summary, tables, completion marker)
 and logs the TaskResult to wandb.
 """
@@ -32,7 +33,10 @@ class Task(Protocol):
 
 
 def task_names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    from specdec.probes import probe_names
+
+    modules = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+    return sorted({*modules, *probe_names()})
 
 
 def get_task(name: str) -> Task:
@@ -41,6 +45,12 @@ def get_task(name: str) -> Task:
     except ModuleNotFoundError as e:
         if e.name != f"experiments.tasks.{name}":
             raise
+        from specdec.probes import PROBES
+
+        if name in PROBES:
+            from experiments.tasks._probe import probe_task
+
+            return probe_task(name)
         raise SpecdecError(
             f"unknown task {name!r}: use one of {', '.join(task_names())} "
             f"(or add experiments/tasks/{name}.py exposing run(cfg, run_dir))"

@@ -23,6 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from specdec.probes.registry import Probe, ProbeOutput, register
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout
 from specdec.store.safetensors import mx_dtype
 
@@ -158,3 +159,20 @@ def write_basis(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
     if title:
         fig.suptitle(title)
     return write_report(out_dir, "basis", rows, render_basis(rows, title), fig)
+
+
+@register
+class Basis(Probe):
+    """Whether a layer's experts share a basis (cosines, residual after the mean, energy ranks),
+    read straight from the packed experts.bin."""
+
+    name = "basis"
+    listed = 40
+    needs = ("model",)
+    options = ("model",)
+
+    @classmethod
+    def run(cls, opts, ctx) -> ProbeOutput:
+        rows = basis_table(opts.model)
+        title = f"Shared basis of {opts.model}'s experts."
+        return ProbeOutput(rows, write_basis(rows, opts.out, title))

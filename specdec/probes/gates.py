@@ -1,7 +1,7 @@
 """Gates and adaptive top-k: how flat are the gates, and what does dropping experts cost?
 
     rec = record("tiny", "heldout", keep_inputs=True, sm=sm)      # specdec.probes.record
-    rows = gates_table(sm, rec, budgets=[0.1, 0.25, 0.5])
+    rows = gates_table(sm, rec, budgets=[Budget.parse("10%"), Budget.parse("25%")])
     write_gates(rows, "runs/probes")                                # gates.{md,json,png}
     specdec probe gates --model tiny --out runs/probes
 
@@ -15,7 +15,7 @@ shared part taken as block(x) - Σ g_i e_i, so no family code is re-implemented.
 subset K of the k experts and renormalises: y' = shared + (Σ_i g_i / Σ_K g_j) Σ_K g_j e_j; its
 error is ||y' - y|| / ||y|| per position, averaged over positions and MoE layers. Variants: drop
 the lowest-gate expert; drop the experts not resident in an ExpertCache of a given budget
-(`policy`, replayed over the trace's decode positions in order, residency read just before each access).
+(a `Budget`: share, bytes or slots; `policy`, replayed over the trace's decode positions in order, residency read just before each access).
 A position with nothing resident keeps only its shared part.
 """
 
@@ -28,7 +28,9 @@ import numpy as np
 
 from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.discover import switch_sites
+from specdec.core.units import Budget
 from specdec.probes.eviction import select_positions
+from specdec.probes.registry import Probe, ProbeOutput, register, trace_budget_slots
 from specdec.sim.simulate import trace_steps
 from specdec.stream.steplog import Call
 from specdec.trace.format import Trace
@@ -87,7 +89,7 @@ def dropped_error(y: np.ndarray, outs: np.ndarray, g: np.ndarray, keep: np.ndarr
 def gates_table(
     sm,
     rec,
-    budgets: list[float],
+    budgets: list[Budget],
     policy: str = "lru",
     max_positions: int = 2000,
 ) -> list[dict]:
@@ -98,14 +100,14 @@ def gates_table(
     trace = rec.trace if decode is None else select_positions(rec.trace, decode)
     decode = np.arange(rec.trace.n_positions) if decode is None else decode
     pick = np.unique(np.linspace(0, len(decode) - 1, min(max_positions, len(decode))).astype(int))
-    k, total = trace.top_k, trace.n_layers * trace.n_experts
+    total = trace.n_layers * trace.n_experts
     variants: dict[str, tuple[np.ndarray, float | None, int | None]] = {}
     lowest = np.ones(trace.experts.shape, bool)  # [T, L, k]
     np.put_along_axis(lowest, trace.gates.argmin(-1)[..., None], False, axis=-1)
     variants["all k experts (check: 0)"] = (np.ones_like(lowest), None, None)
     variants["drop the lowest-gate expert"] = (lowest, None, None)
     for b in budgets:
-        n = max(k, int(round(b * total)))
+        n = trace_budget_slots(trace, b)
         mask, hit = residency(trace, n, policy)
         variants[f"drop non-resident ({policy}, {n / total:.0%} budget)"] = (mask, hit, n)
     errs = {name: [] for name in variants}
@@ -196,3 +198,28 @@ def write_gates(rows: list[dict], out_dir: str | Path, title: str = "") -> dict:
     if title:
         fig.suptitle(title)
     return write_report(out_dir, "gates", rows, render_gates(rows, title), fig)
+
+
+@register
+class Gates(Probe):
+    """How flat the gates are, and the MoE block error of dropping experts (the lowest-gate
+    one; those not resident in a `policy` cache at each budget), on the model's MoE inputs."""
+
+    name = "gates"
+    listed = 10
+    needs = ("inputs", "model")
+    options = ("model", "prompts", "limit", "max_tokens", "budgets", "policy")
+
+    @classmethod
+    def run(cls, opts, ctx) -> ProbeOutput:
+        from specdec.probes.record import record
+        from specdec.stream.loader import load
+
+        # a model of its own, not the context's: the blocks run here leave the streamer's
+        # deferred steps of an all-resident model behind, which a later recording would count
+        sm = load(opts.model, budget="100%", with_mtp=False)
+        rec = record(
+            opts.model, opts.prompts, opts.max_tokens, limit=opts.limit, keep_inputs=True, sm=sm
+        )
+        rows = gates_table(sm, rec, opts.budgets, opts.policy)
+        return ProbeOutput(rows, write_gates(rows, opts.out, f"Gates on {opts.where}."))

@@ -22,6 +22,7 @@ import numpy as np
 
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget
+from specdec.probes.registry import Probe, ProbeOutput, register, trace_budget_slots
 from specdec.trace.format import Trace
 
 
@@ -41,9 +42,10 @@ def _mean_recall(
     return float(overlap(pred, real)[mask].sum() / (n * k)), n
 
 
-def lookahead_table(trace: Trace, budgets: list[float] = (), policy: str = "lru") -> list[dict]:
+def lookahead_table(trace: Trace, budgets: list[Budget] = (), policy: str = "lru") -> list[dict]:
     """Recall rows (kind "recall"), one per predictor: d, recall over all positions and over
-    decode positions only; then, per budget (share of all routed experts), prefetch rows (kind
+    decode positions only; then, per budget (a share of all routed experts, bytes or slots: see
+    specdec.probes.registry.budget_slots), prefetch rows (kind
     "prefetch"): the decode positions replayed through `policy` with no lookahead and with the
     router's predictions d MoE layers ahead prefetched (specdec.sim.simulate, as the runtime's
     --lookahead does): demand misses per token are the reads a layer waits for."""
@@ -80,7 +82,7 @@ def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
     if trace.phase is not None:
         trace = select_positions(trace, trace.phase.astype(bool))
     total = trace.n_layers * trace.n_experts
-    slots = [Budget(slots=n) for n in sorted({max(trace.top_k, round(b * total)) for b in budgets})]
+    slots = [Budget(slots=n) for n in sorted({trace_budget_slots(trace, b) for b in budgets})]
     rows = []
     for d in [0, *(d for d in trace.lookahead_distances if 0 < d < trace.n_layers)]:
         for r in simulate(trace, [policy], slots, lookahead=d):
@@ -217,3 +219,28 @@ def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> d
         a2.legend(fontsize=8)
     fig.suptitle(title or "Router lookahead")
     return write_report(out_dir, "lookahead", rows, render_lookahead(rows, title), fig)
+
+
+@register
+class Lookahead(Probe):
+    """Recall of layer L's router on earlier MoE inputs, and the prefetch replay at each budget
+    through `policy` (question §2). Headline: the decode-position recall of the router on the
+    MoE input two layers earlier, the question's L+2 row (72.5% on MiniMax-M2.5)."""
+
+    name = "lookahead"
+    listed = 30
+    needs = ("trace",)  # with lookahead.npy (a recorded one has it)
+    options = ("trace", "prompts", "budgets", "policy")
+    headline_name = "recall_decode_2_ahead"
+
+    @classmethod
+    def headline(cls, rows: list[dict]) -> float | None:
+        hit = [r for r in rows if r["kind"] == "recall" and r["d"] == 2]
+        return hit[0]["recall_decode"] if hit else None
+
+    @classmethod
+    def run(cls, opts, ctx) -> ProbeOutput:
+        rows = lookahead_table(ctx.eval_trace(), opts.budgets, opts.policy)
+        return ProbeOutput(
+            rows, write_lookahead(rows, opts.out, f"Router lookahead recall on {opts.where}.")
+        )

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from specdec.core.errors import SpecdecError
+from specdec.probes.registry import Probe, ProbeOutput, register
 
 DESCRIBE = {
     "pread_heap_mxarray": "pread -> heap -> MLX array",
@@ -141,3 +142,25 @@ def write_read_path(rows: list[dict], out_dir: str | Path, title: str = "") -> d
     ax.grid(alpha=0.3, axis="x")
     ax.legend(fontsize=8, loc="lower right")
     return write_report(out_dir, "read_path", rows, render_read_path(rows, title), fig)
+
+
+@register
+class ReadPath(Probe):
+    """The question's §5 read-path table on this machine, from `specdec bench read --json`.
+    Headline: the fastest measured path's throughput in GB/s."""
+
+    name = "read_path"
+    listed = 50
+    needs = ("read_json",)
+    options = ("read_json",)
+    headline_name = "best_gbps"
+
+    @classmethod
+    def headline(cls, rows: list[dict]) -> float:
+        return max(r["gbps"] for r in rows if not r["path"].startswith("fio_"))
+
+    @classmethod
+    def run(cls, opts, ctx) -> ProbeOutput:
+        rows = read_path_table(load_read_json(opts.read_json))
+        title = f"Read paths ({opts.read_json})."
+        return ProbeOutput(rows, write_read_path(rows, opts.out, title))
