@@ -323,7 +323,7 @@ class Throwaway(Probe):
     def run(cls, opts, ctx):
         if opts.greeting == "fail":
             raise SpecdecError("throwaway: asked to fail")
-        rows = [{"budget": str(b), "policy": opts.policy, "says": opts.greeting} for b in opts.budgets]
+        rows = [{"budget": str(b), "policy": str(opts.policy), "says": opts.greeting} for b in opts.budgets]
         md = md_table(["budget", "says"], [[r["budget"], r["says"]] for r in rows])
         fig, ax = plt.subplots()
         return ProbeOutput(rows, write_report(opts.out, cls.name, rows, md, fig))

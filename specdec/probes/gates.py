@@ -90,7 +90,7 @@ def gates_table(
     sm,
     rec,
     budgets: list[Budget],
-    policy: str = "lru",
+    policy: PolicySpec | str = "lru",
     max_positions: int = 2000,
 ) -> list[dict]:
     """Gate mass rows ("slot") then error rows ("drop"); `rec` must keep inputs (Recording)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.cache.spec import PolicySpec
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget
 from specdec.probes.registry import Probe, ProbeOutput, register, trace_budget_slots
@@ -42,7 +43,9 @@ def _mean_recall(
     return float(overlap(pred, real)[mask].sum() / (n * k)), n
 
 
-def lookahead_table(trace: Trace, budgets: list[Budget] = (), policy: str = "lru") -> list[dict]:
+def lookahead_table(
+    trace: Trace, budgets: list[Budget] = (), policy: PolicySpec | str = "lru"
+) -> list[dict]:
     """Recall rows (kind "recall"), one per predictor: d, recall over all positions and over
     decode positions only; then, per budget (a share of all routed experts, bytes or slots: see
     specdec.probes.registry.budget_slots), prefetch rows (kind
@@ -73,7 +76,7 @@ def lookahead_table(trace: Trace, budgets: list[Budget] = (), policy: str = "lru
     return rows + _prefetch_rows(trace, budgets, policy)
 
 
-def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
+def _prefetch_rows(trace: Trace, budgets, policy: PolicySpec | str) -> list[dict]:
     from specdec.probes.eviction import select_positions
     from specdec.sim.simulate import simulate
 
@@ -89,7 +92,7 @@ def _prefetch_rows(trace: Trace, budgets, policy: str) -> list[dict]:
             rows.append(
                 {
                     "kind": "prefetch",
-                    "policy": policy,
+                    "policy": str(policy),
                     "d": d,
                     "budget_slots": r.budget_slots,
                     "budget_share": r.budget_slots / total,

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec.cache.spec import PolicySpec
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.registry import Registry
 from specdec.core.units import Budget
@@ -106,12 +107,13 @@ class ProbeOptions:
         default_factory=lambda: [Budget.parse(b) for b in DEFAULT_BUDGETS]
     )
     positions: str = "decode"
-    policy: str = "lru"  # residency policy (gates) and cache of the prefetch replay (lookahead)
+    policy: PolicySpec = PolicySpec()  # residency (gates), the prefetch replay's cache (lookahead)
     read_json: str = "benchmarks/results/read.json"
 
     def __post_init__(self):
         if not all(isinstance(b, Budget) for b in self.budgets):
             raise TypeError(f"budgets={self.budgets!r}: Budget values (parse_budgets)")
+        self.policy = PolicySpec.parse(self.policy)  # text from the command line or Hydra
 
     @property
     def where(self) -> str:
