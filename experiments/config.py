@@ -16,10 +16,15 @@ from typing import Any, Union
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec
+from specdec.decode.loop import DecodeConfig
 from specdec.gamma.spec import Gamma
+from specdec.stream.config import StreamConfig
+
+_STREAM, _DECODE = StreamConfig(), DecodeConfig()  # the library's defaults are the schema's
 
 
 @dataclass
@@ -27,15 +32,16 @@ class ModelConfig:
     name: str = MISSING  # short name for tags and tables
     path: str = MISSING  # bundled name, mlx-lm or packed directory, or random:FAMILY
     bits: int | None = 4  # random:FAMILY only: quantization of the generated checkpoint
-    io: str = "direct"  # direct | buffered | mmap
-    threads: int = 8
+    io: str = _STREAM.io  # direct | buffered | mmap
+    threads: int = _STREAM.threads
 
 
 @dataclass
 class CacheConfig:
-    policy: str = "lru"  # lru | slru | hotness | lfu | static | sieve | s3fifo, +demote +protect
+    policy: str = str(_STREAM.policy)  # a registered policy, +demote +protect
     budget: str = DEFAULT_BUDGET  # 512MiB, 2GB, 96slots or N% of all experts
-    lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on will want
+    # d > 0: each MoE layer starts the reads the router d layers on will want
+    lookahead: int = _STREAM.lookahead
     hotlist: str | None = None  # a ds4 hotlist: seeds hotness, pinned by static (required)
 
 
@@ -67,18 +73,18 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     # the drafter group: `name` plus the options of that drafter's Options dataclass (registry
     # of specdec/decode/drafters/), checked when the spec is made in to_config
-    drafter: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
+    drafter: dict[str, Any] = field(default_factory=lambda: {"name": DrafterSpec().name})
     cache: CacheConfig = field(default_factory=CacheConfig)
     device: DeviceConfig = field(default_factory=DeviceConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     # positions per verify pass (1 = plain decoding), or auto: chosen before each pass
     # (specdec.gamma.chooser); checked by to_config
-    gamma: Union[int, str] = 1  # noqa: UP007 -- OmegaConf's schema needs typing.Union
-    max_tokens: int = 64
-    temp: float = 0.0
-    seed: int = 0
-    prompt: str = "def fibonacci(n):"
+    gamma: Union[int, str] = _DECODE.gamma.label  # noqa: UP007 -- OmegaConf needs typing.Union
+    max_tokens: int = _DECODE.max_tokens
+    temp: float = _DECODE.temp
+    seed: int = _DECODE.seed
+    prompt: str = DEFAULT_PROMPT
     stop_at_eos: bool = False  # False: every run decodes exactly max_tokens, so runs compare
     sweep: str = "adhoc"  # sweep name: the wandb group and the folder under runs/
     progress: bool = True  # tqdm bars on stderr

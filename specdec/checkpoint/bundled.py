@@ -14,7 +14,8 @@ from specdec.core.errors import SpecdecError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 BUNDLED: dict[str, Path] = {"tiny": MODELS_DIR / "tiny"}
-DEFAULT_MODEL = "tiny"
+DEFAULT_MODEL = "tiny"  # what every command and the main job run on unless told otherwise
+DEFAULT_PROMPT = "def fibonacci(n):"  # the bundled model writes Python
 
 
 def resolve_model(name_or_path: str | Path) -> Path:

@@ -26,7 +26,8 @@ import argparse
 import json
 from pathlib import Path
 
-from specdec.cache.spec import policy_list
+from specdec.cache.spec import PolicySpec, policy_list
+from specdec.checkpoint.bundled import DEFAULT_MODEL, DEFAULT_PROMPT
 from specdec.cli import settings
 from specdec.clock.profiles import BUILTIN_NAMES, get_profile
 from specdec.core.errors import SpecdecError
@@ -35,8 +36,11 @@ from specdec.decode.drafters import DrafterSpec, drafter_forms
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.gamma.spec import Gamma
+from specdec.store.reader import IO_MODES
 from specdec.stream.config import StreamConfig
 from specdec.stream.loader import load
+
+STREAM, DECODE = StreamConfig(), DecodeConfig()  # the library's defaults are the options'
 
 
 def check_text(option: str, text: str) -> None:
@@ -49,7 +53,7 @@ def check_text(option: str, text: str) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that loads a streamed model."""
-    p.add_argument("--model", default="tiny", help="bundled name, mlx-lm dir or packed dir")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, mlx-lm dir or packed dir")
     p.add_argument(
         "--budget",
         default=DEFAULT_BUDGET,
@@ -57,14 +61,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--policy",
-        default="lru",
+        default=str(PolicySpec()),
         help=f"{policy_list()}; +demote, +protect: speculation-aware options (lru+demote+protect)",
     )
     p.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"
     )
-    p.add_argument("--io", default="direct", choices=["direct", "buffered", "mmap"])
-    p.add_argument("--threads", type=int, default=8, help="reader threads")
+    p.add_argument("--io", default=STREAM.io, choices=list(IO_MODES))
+    p.add_argument("--threads", type=int, default=STREAM.threads, help="reader threads")
     p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")
     p.add_argument("--lookahead", type=int, default=0, help="router lookahead distance d (0 = off)")
     p.add_argument(
@@ -88,17 +92,17 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
-    p.add_argument("--prompt", default="def fibonacci(n):", help="prompt text")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
     p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--drafter", default="none", help=", ".join(drafter_forms("listed")))
+    p.add_argument("--max-tokens", type=int, default=DECODE.max_tokens)
+    p.add_argument("--drafter", default=str(DrafterSpec()), help=", ".join(drafter_forms("listed")))
     p.add_argument(
         "--gamma",
-        default="1",
+        default=str(DECODE.gamma),
         help="positions per verify pass (1 = plain), or auto: chosen before each pass",
     )
-    p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temp", type=float, default=DECODE.temp, help="0 = greedy")
+    p.add_argument("--seed", type=int, default=DECODE.seed)
     p.add_argument(
         "--profile",
         action="append",

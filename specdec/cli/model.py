@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specdec.checkpoint.bundled import BUNDLED
+from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL
 from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 from specdec.core.errors import SpecdecError
 
@@ -98,7 +98,7 @@ def run_extract_mtp(args: argparse.Namespace) -> int:
 
 
 def add_overhead_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--pairs", type=int, default=7, help="interleaved pairs (fresh processes)")
     p.add_argument("--repeats", type=int, help="in-process repeats (default: --pairs)")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.cache.spec import PolicySpec
+from specdec.checkpoint.bundled import DEFAULT_MODEL
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.registry import Registry
 from specdec.core.units import Budget
@@ -95,7 +96,7 @@ DEFAULT_BUDGETS = ("5%", "10%", "20%", "30%", "50%", "75%")
 class ProbeOptions:
     """The knobs every probe shares; each probe reads only its own fields (`Probe.options`)."""
 
-    model: str = "tiny"
+    model: str = DEFAULT_MODEL
     out: str = "runs/probes"
     trace: str | None = None  # evaluated trace; recorded from `prompts` when None
     profile_trace: str | None = None  # hotlist source (eviction); recorded from `profile_prompts`

@@ -30,6 +30,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.spec import PolicySpec
+from specdec.checkpoint.bundled import DEFAULT_MODEL
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
@@ -148,7 +149,7 @@ def _top_k(config: dict) -> int:
 
 
 def load(
-    path: str | Path = "tiny",
+    path: str | Path = DEFAULT_MODEL,
     stream: StreamConfig | None = None,
     *,
     with_mtp: bool = True,
