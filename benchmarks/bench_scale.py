@@ -159,8 +159,9 @@ def read_bench(root: Path, block_bytes: int) -> dict:
 
 
 def view_cost(repeats: int = 7, calls: int = 10) -> dict:
-    """gather_qmm on the arena's row views vs on the flat `as_strided` views the arena used to
-    build (which cap it at 2 GiB), interleaved: one MiniMax gate projection, 8 of 32 slots."""
+    """gather_qmm on the arena's dense per-tensor views against the strided views of an array of
+    slots (the layout before: one row per slot, each tensor a column slice of the rows), on the
+    same bytes, interleaved: one MiniMax gate projection, 8 of 32 slots."""
     import mlx.core as mx
 
     from specdec.store.arena import Arena
@@ -173,49 +174,50 @@ def view_cost(repeats: int = 7, calls: int = 10) -> dict:
         TensorSpec("g.biases", "BF16", (i, h // 64), i * h // 2 + i * h // 32, i * h // 32),
     ]
     slot = -(-(i * h // 2 + i * h // 16) // ALIGN) * ALIGN
-    arena = Arena(n, slot)
-    rows = [arena.tensor_view(t) for t in specs]
-    flat_buf = mx.zeros((n * slot + ALIGN,), dtype=mx.uint8)
-    mx.eval(flat_buf)
-    base = (-np.array(flat_buf, copy=False).ctypes.data) % ALIGN
-    flat = []
+    arena = Arena(n, slot, specs)
+    dense = [arena.tensor_view(t) for t in specs]
+    rows_buf = mx.zeros((n, slot), dtype=mx.uint8)  # [slots, block]: the array of slots
+    mx.eval(rows_buf)
+    strided = []
     for t in specs:
-        inner = [int(np.prod(t.shape[j + 1 :])) for j in range(len(t.shape))]
         dt = mx.uint32 if t.dtype == "U32" else mx.bfloat16
-        v = mx.as_strided(
-            flat_buf.view(dt),
-            (n, *t.shape),
-            [slot // t.itemsize, *inner],
-            (base + t.offset) // t.itemsize,
-        )
-        flat.append(v)
+        first, k = t.offset // t.itemsize, t.nbytes // t.itemsize
+        strided.append(rows_buf.view(dt)[:, first : first + k].reshape(n, *t.shape))
+    mx.eval(strided)
     rng = np.random.default_rng(0)
     scale = np.array(mx.full((i * h // 64,), 0.01, mx.bfloat16).view(mx.uint8))
     bias = np.array(mx.full((i * h // 64,), -0.08, mx.bfloat16).view(mx.uint8))
     codes = rng.integers(0, 256, i * h // 2, dtype=np.uint8)
-    flat_np = np.array(flat_buf, copy=False)
+    block = np.concatenate(
+        [codes, scale, bias, np.zeros(slot - i * h // 2 - i * h // 16, np.uint8)]
+    )
+    rows_np = np.array(rows_buf, copy=False)
     for s in range(n):
-        for dest in (arena.slot_np(s), flat_np[base + s * slot : base + (s + 1) * slot]):
-            dest[: i * h // 2], dest[i * h // 2 : i * h // 2 + i * h // 32] = codes, scale
-            dest[i * h // 2 + i * h // 32 : i * h // 2 + i * h // 16] = bias
+        rows_np[s] = block
+        at = 0
+        for piece in arena.segments(s):
+            piece[:] = block[at : at + len(piece)]
+            at += len(piece)
     idx = mx.array(rng.choice(n, 8, replace=False).reshape(1, 1, 8))
     out = {}
     for dtype in ("float32", "bfloat16"):
         x = mx.array(rng.standard_normal((1, 1, 8, 1, h)), dtype=getattr(mx, dtype))
-        ts: dict[str, list[float]] = {"rows": [], "flat": []}
+        ts: dict[str, list[float]] = {"dense": [], "strided": []}
+        results = {}
         for _ in range(repeats):
-            for name, v in (("rows", rows), ("flat", flat)):
+            for name, v in (("dense", dense), ("strided", strided)):
                 t0 = time.perf_counter()
                 for _ in range(calls):
-                    mx.eval(
-                        mx.gather_qmm(x, *v, rhs_indices=idx, transpose=True, group_size=64, bits=4)
-                    )
+                    y = mx.gather_qmm(x, *v, rhs_indices=idx, transpose=True, group_size=64, bits=4)
+                    mx.eval(y)
                 ts[name].append((time.perf_counter() - t0) / calls)
-        r, f = float(np.median(ts["rows"])), float(np.median(ts["flat"]))
+                results[name] = np.array(y.astype(mx.float32))
+        d, st = float(np.median(ts["dense"])), float(np.median(ts["strided"]))
         out[dtype] = {
-            "rows_ms": round(1e3 * r, 2),
-            "flat_ms": round(1e3 * f, 2),
-            "ratio": round(r / f, 3),
+            "dense_ms": round(1e3 * d, 2),
+            "strided_ms": round(1e3 * st, 2),
+            "ratio": round(d / st, 3),
+            "equal": bool(np.array_equal(results["dense"], results["strided"])),
         }
     print("view cost:", json.dumps(out), flush=True)
     return out

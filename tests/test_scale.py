@@ -32,12 +32,11 @@ from tests.helpers import assert_logits_match, resident_logits
 
 
 def test_arena_past_2gib_computes_on_its_last_slot():
-    """2 slots of 1.06 GiB: the buffer holds 2.1 GiB (2^31 + 128 MiB) (a flat MLX array cannot), and gather_qmm
-    on the views reads an expert written at byte offsets past 2^31, exactly."""
+    """A tensor region past 2 GiB (2^17 + 8 slots of a 16 KiB weight: a flat MLX array cannot
+    hold it): gather_qmm on the view reads an expert written at byte offsets past 2^31, exactly."""
     w = mx.random.normal((1, 128, 256), key=mx.random.key(0)).astype(mx.bfloat16)
     wq, scales, biases = mx.quantize(w, group_size=64, bits=4)  # [1, 128, 32] u32, [1, 128, 4]
-    specs = []
-    slot, offset = (1 << 30) + (64 << 20), (1 << 30) + (32 << 20)  # slot 1's tail: past 2^31
+    specs, offset = [], 0
     for name, t, dtype in (
         ("weight", wq, "U32"),
         ("scales", scales, "BF16"),
@@ -45,19 +44,20 @@ def test_arena_past_2gib_computes_on_its_last_slot():
     ):
         specs.append((TensorSpec(f"p.{name}", dtype, t.shape[1:], offset, t[0].nbytes), t))
         offset += -(-t[0].nbytes // 64) * 64
-    arena = Arena(2, slot, huge_pages=False)  # MADV_COLLAPSE of 2 GiB takes ~30 s here
+    n = (1 << 17) + 8
+    arena = Arena(n, -(-offset // 4096) * 4096, [sp for sp, _ in specs], huge_pages=False)
     try:
-        assert arena.buffer.nbytes > 2**31
-        dest = arena.slot_np(1)
-        assert dest.ctypes.data + specs[0][0].offset - arena.slot_np(0).ctypes.data > 2**31
+        last = n - 1
+        pieces = arena.segments(last)
+        assert (pieces[0].ctypes.data - arena.segments(0)[0].ctypes.data) > 2**31
         views = []
-        for spec, t in specs:
+        for (spec, t), piece in zip(specs, pieces, strict=False):
             raw = np.array(t[0].view(mx.uint8) if t.dtype != mx.uint32 else t[0]).view(np.uint8)
-            dest[spec.offset : spec.offset + spec.nbytes] = raw.ravel()
-            views.append(arena.tensor_view(spec))  # [2, *shape]
+            piece[:] = raw.ravel()
+            views.append(arena.tensor_view(spec))  # [n, *shape]
         x = mx.random.normal((1, 1, 256), key=mx.random.key(1)).astype(mx.bfloat16)
         kw = dict(transpose=True, group_size=64, bits=4)
-        got = mx.gather_qmm(x, *views, rhs_indices=mx.array([1]), **kw)
+        got = mx.gather_qmm(x, *views, rhs_indices=mx.array([last]), **kw)
         want = mx.gather_qmm(x, wq, scales, biases, rhs_indices=mx.array([0]), **kw)
         assert mx.array_equal(got, want).item()
     finally:

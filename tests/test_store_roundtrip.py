@@ -14,7 +14,7 @@ from mlx.utils import tree_flatten
 
 from specdec.checkpoint.random_models import make_random
 from specdec.pack.pack import pack
-from specdec.store.arena import Arena
+from specdec.store.arena import Arena, block_layout
 from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex
 from specdec.store.reader import IO_MODES, ExpertReader
 
@@ -58,7 +58,7 @@ def test_index_covers_every_switch_mlp_tensor(packed):
 def test_every_block_reads_back_exactly(packed, io):
     _, _, out, index, params = packed
     n_slots = 5  # fewer slots than experts: slots are reused, as in a cache
-    arena = Arena(n_slots, index.slot_bytes)
+    arena = Arena(n_slots, index.slot_bytes, block_layout(index))
     with ExpertReader(out, index, arena, io=io, threads=3, verify_checksums=True) as reader:
         misses = 0
         for lid in index.layer_ids:
@@ -98,11 +98,11 @@ def test_resident_holds_every_other_tensor(packed):
 
 
 def test_gather_qmm_on_arena_view_matches_stacked_weights(packed):
-    """The lead's compute path: gather_(q)mm on strided arena views equals the resident one."""
+    """The lead's compute path: gather_(q)mm on the arena's views equals the resident one."""
     _, bits, out, index, params = packed
     lid = index.layer_ids[0]
     ly = index.layers[lid]
-    arena = Arena(ly.n_experts, index.slot_bytes)
+    arena = Arena(ly.n_experts, index.slot_bytes, block_layout(index))
     experts = list(range(ly.n_experts))[::-1]  # slot s holds expert E-1-s
     with ExpertReader(out, index, arena, io="buffered") as reader:
         reader.read([(lid, e, s) for s, e in enumerate(experts)])
@@ -149,7 +149,7 @@ def test_bf16_sharded_checkpoint_keeps_dtype_and_bytes(tmp_path):
     out = pack(model_dir, tmp_path / "packed")
     index = ExpertIndex.load(out)
     assert {t.dtype for ly in index.layers.values() for t in ly.tensors} == {"BF16"}
-    arena = Arena(4, index.slot_bytes)
+    arena = Arena(4, index.slot_bytes, block_layout(index))
     with ExpertReader(out, index, arena, io="direct", verify_checksums=True) as reader:
         for lid in index.layer_ids:
             ly = index.layers[lid]

@@ -109,6 +109,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         help=f"device profile(s) for modeled time: {', '.join(BUILTIN_NAMES)} or a .yaml/.json file",
     )
+    p.add_argument(
+        "--routing",
+        default="model",
+        help="model: the router's experts; trace:DIR: every MoE layer uses a trace's experts "
+        "(a calibrated trace's statistics driving the real forward; times, not text)",
+    )
     p.add_argument("--records", type=Path, help="write one JSON line per verify pass here")
     p.add_argument("--append", action="store_true", help="add to an existing --records file")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
@@ -119,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     profiles = tuple(get_profile(n) for n in args.profile)
     drafter = DrafterSpec.parse(args.drafter)
     gamma = Gamma.parse(args.gamma)
+    routing = settings.routing(args.routing)
     sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
     try:
         tok = sm.tokenizer
@@ -133,7 +140,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             prompt = sm.encode(args.prompt)
         cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
-        res = generate(sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append)
+        res = generate(
+            sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append,
+            routing=routing,
+        )  # fmt: skip
     finally:
         sm.close()
     s = res.summary

@@ -15,7 +15,7 @@ from specdec.cache.spec import PolicySpec
 from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget
 from specdec.stream.config import StreamConfig
-from specdec.trace.format import read_hotlist
+from specdec.trace.format import Trace, load_trace, read_hotlist
 
 
 def policy_options(policy: PolicySpec, hotlist: Path | None) -> dict:
@@ -52,3 +52,15 @@ def stream_config(
         lookahead=lookahead,
         warm=warm,
     )
+
+
+def routing(text: str) -> Trace | None:
+    """`model` (the router's own) or `trace:DIR` (specdec.decode.trace_routing)."""
+    if text == "model":
+        return None
+    kind, _, path = text.partition(":")
+    if kind != "trace" or not path:
+        raise SpecdecError(
+            f"--routing {text!r}: write model (the router's experts) or trace:DIR (a trace's)"
+        )
+    return load_trace(path)

@@ -37,7 +37,7 @@ from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import judge
-from specdec.decode.state import DecodeState, forward
+from specdec.decode.state import DecodeState, begin_routing, forward
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.gamma.controller import AutoGamma
 from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
@@ -63,6 +63,7 @@ class DecodeConfig:
 
 def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
     """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it."""
+    begin_routing(st, 1)
     logits = st.sm.model(token, cache=st.cache)  # [1, 1, V]
     nxt = mx.argmax(logits[0, -1].astype(mx.float32)).reshape(1, 1)
     mx.async_eval(nxt)
@@ -182,6 +183,8 @@ class Decode:
                 drafts, q = drafter.propose(st, n, stop) if stop else drafter.propose(st, n)
             draft_steps = streamer.drain()
             mark = CacheMark.before(st.cache)  # None unless a layer's state cannot be trimmed
+            if streamer.route_override is not None and drafter.planned is not None:
+                streamer.route_override.planned = drafter.planned + 1  # y and the right drafts
             with streamer.serving(VERIFY):
                 logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
             verify_steps = streamer.drain()

@@ -19,8 +19,10 @@ from specdec.decode.drafters import Drafter, DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, summarize
 from specdec.decode.routing import RoutingRecorder
+from specdec.decode.trace_routing import TraceRouting
 from specdec.store.budget import peak_rss_bytes
 from specdec.stream.loader import StreamedModel
+from specdec.trace.format import Trace
 
 
 @dataclass
@@ -86,13 +88,28 @@ def generate(
     stop_at_eos: bool = True,
     on_pass: Callable[[PassRecord], None] | None = None,
     append: bool = False,
+    routing: Trace | None = None,
 ) -> GenerationResult:
     """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress).
 
     `drafter` is the spec parsed at the edge; a string (`oracle:0.9`, for scripts and tests) is
     parsed here, once.
     An existing records file is refused unless `append`.
+    routing: a trace whose experts every MoE layer uses instead of the router's
+    (specdec.decode.trace_routing), for the reference run too; None: the router's own.
     """
+    streamer = sm.streamer
+    seed = (cfg or DecodeConfig()).seed
+    streamer.route_override = TraceRouting.for_model(routing, sm, seed) if routing else None
+    try:
+        return _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos,
+                         on_pass, append, routing)  # fmt: skip
+    finally:
+        streamer.route_override = None
+
+
+def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_pass, append,
+              routing) -> GenerationResult:  # fmt: skip
     cfg = cfg or DecodeConfig()
     spec = DrafterSpec.parse(drafter) if isinstance(drafter, str) else drafter
     check_context(sm, len(prompt), cfg.max_tokens)
@@ -134,5 +151,6 @@ def generate(
     summary["cache_counters"] = sm.streamer.cache.stats()  # since load, prefill included
     # the profile `--gamma auto` priced its passes on (None: not auto), given or not
     summary["gamma_auto_profile"] = run.auto.profile.name if run.auto else None
+    summary["routing"] = "model" if routing is None else f"trace:{routing.model or 'given'}"
     text = sm.tokenizer.decode(run.generated)
     return GenerationResult(list(run.generated), text, records, summary, run.prefill_s)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from specdec.core.errors import SpecdecError
 from specdec.decode.sampling import probs, sample
 from specdec.stream.loader import StreamedModel
 from specdec.stream.steplog import Call
@@ -44,6 +45,7 @@ def forward(
     if call is not None:
         with st.sm.streamer.serving(call):
             return forward(st, tokens, want_hidden)
+    begin_routing(st, len(tokens))
     x = mx.array([tokens])  # [1, T]
     model = st.sm.model
     if want_hidden:
@@ -52,3 +54,14 @@ def forward(
     else:
         logits = model(x, cache=st.cache)
     return np.array(logits[0].astype(mx.float32))  # [T, V]
+
+
+def begin_routing(st: DecodeState, n: int) -> None:
+    """Given routing (decode/trace_routing.py) learns the positions of the forward about to run:
+    from the KV cache's offset, the position of its first token."""
+    routing = st.sm.streamer.route_override
+    if routing is not None:
+        start = next((c.offset for c in st.cache if hasattr(c, "offset")), None)
+        if start is None:
+            raise SpecdecError("trace routing needs a model with a KV cache (its offset)")
+        routing.begin(int(start), n)

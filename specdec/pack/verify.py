@@ -10,7 +10,6 @@ block) and the fix. Resident weights carry no checksums: only their length is ch
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +78,7 @@ def _verify_blocks(packed_dir, index, io, threads, sample, mask: dict) -> int:
                 experts = chosen[first : first + batch]
                 reader.read([(lid, e, i) for i, e in enumerate(experts)])
                 for i, e in enumerate(experts):
-                    if zlib.crc32(arena.slot_np(i)[: layout.block_bytes]) != layout.crc32[e]:
+                    if arena.crc32(i, layout.block_bytes) != layout.crc32[e]:
                         raise StoreError(
                             f"{reader.path}: block of layer {lid} expert {e} fails its crc32 "
                             "check (file corrupt); re-pack with `specdec pack --force`"

@@ -1,21 +1,36 @@
-"""The expert arena: one MLX buffer of equal slots that reads land in and MLX computes on.
+"""The expert arena: the slots reads land in and MLX computes on, one dense region per tensor.
 
-`Arena(n_slots, slot_bytes)` allocates one uint8 MLX array of shape [n_slots, row_bytes], one
-row per slot (row_bytes = slot_bytes + ALIGN: MLX's allocation is not page-aligned, so each slot
-starts `base` bytes into its row, at a 4096-aligned address). `slot_np(i)` is a writable numpy
-view of slot i (O_DIRECT `preadv` fills it); `tensor_view(spec)` is an MLX array
-[n_slots, *spec.shape] over the same memory, made by slicing the rows and splitting the slice
-(no copy), so `mx.gather_qmm(x, w_view, ..., rhs_indices=slot_ids)` computes on the bytes a
-read just wrote. Views are evaluated once and cached: MLX then holds them as strided arrays that
-share the arena's buffer, and reads the memory afresh at every later evaluation that uses them.
+    arena = Arena(n_slots, index.slot_bytes, block_layout(index))   # tensors of every block
+    w = arena.tensor_view(spec)        # [n_slots, *spec.shape] MLX array, no copy, cached
+    arena.segments(slot)               # writable numpy views covering one block, in file order
 
-Why rows: MLX shapes are 32-bit, so no array dimension may pass 2^31 elements, and
-`mx.as_strided` flattens its input to one dimension. A flat buffer (or a view built with
-as_strided) therefore caps the arena at 2 GiB (uint8), or 4 GiB for a bf16 view; rows of one
-slot each keep every dimension at most one slot long, so the arena can be as large as memory,
-and any block under 2 GiB fits a slot. The cost is ALIGN bytes per slot (0.05% of an 8 MB slot).
+A block of experts.bin holds an expert's tensors one after another (specdec.store.layout). The
+arena keeps each tensor of the layout in a region of its own, `[n_slots, nbytes]`, dense: slot
+i of tensor t sits right after slot i - 1, so every view `[n_slots, *shape]` is a contiguous
+array (row strides equal its shape's), which is what MLX's CUDA quantized kernels require of
+their weights (a strided view of rows, as an array of slots would give, is refused there; the CPU
+and Metal kernels take it, Metal by copying the whole arena each call). The bytes between and
+after the tensors (padding) get regions too, so a block's segments cover it whole: a read
+scatters one block into its segments (`os.preadv` takes one buffer per segment) and a checksum
+runs over them in order. Without a layout (`Arena(n, slot_bytes)`: benches, verify) a slot is one
+segment, a region [n_slots, slot_bytes] of bytes.
 
-On Linux the arena asks for transparent huge pages (madvise MADV_HUGEPAGE, then MADV_COLLAPSE,
+Each region is its own MLX array of rows of `ROW` bytes, cut at an ALIGN boundary (MLX's
+allocations are 8-byte aligned, not page-aligned): rows keep every array dimension under 2^31
+elements (MLX shapes are int32) however large the arena; the cut is a range of whole rows, so the
+region stays contiguous and its typed views share its memory. A slot's segment starts on an
+ALIGN boundary wherever the tensor's size is a multiple of ALIGN (every real model's: 4-bit
+DeepSeek-V3, MiniMax and Qwen3 experts are), so O_DIRECT reads scatter straight into the slots
+(`direct`); a tiny model's small tensors are read into a staging buffer and copied
+(specdec.store.reader). Views are evaluated once and cached; they share the regions' memory and
+read it afresh at every later evaluation that uses them.
+
+Memory: on the CPU backend every region is host memory; on CUDA, taking the numpy view moves a
+region into CUDA managed (unified) memory once (MLX's allocator), which the host writes and the
+GPU reads: a slot is written only after every computation that reads it has been evaluated
+(specdec.stream.source flushes before each read), so no kernel ever reads a slot being refilled.
+
+On Linux each region asks for transparent huge pages (madvise MADV_HUGEPAGE, then MADV_COLLAPSE,
 since MLX has already touched the memory): an O_DIRECT read pins its destination pages, and
 pinning one 2 MiB page instead of ~290 4 KiB ones per expert block roughly doubled direct-read
 throughput on our VM (`specdec bench read`; THP is "madvise" by default there).
@@ -34,6 +49,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +57,7 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.core.errors import StoreError
-from specdec.store.layout import ALIGN, TensorSpec
+from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout, TensorSpec
 from specdec.store.safetensors import mx_dtype
 
 MADV_HUGEPAGE = 14
@@ -49,6 +65,7 @@ MADV_COLLAPSE = 25  # Linux >= 6.1: make existing pages huge now, contents kept
 HUGE = 2 << 20
 KPF_THP = 22  # /proc/kpageflags: the page belongs to a transparent huge page
 MAX_DIM = 2**31 - 1  # MLX shape dimensions are int32
+ROW = 8  # bytes per row of a region: MLX aligns allocations to 8 bytes, so the ALIGN cut is whole rows
 
 
 @dataclass(frozen=True)
@@ -164,40 +181,127 @@ def warn_short(pages: HugePages, what: str) -> None:
 
 
 def arena_bytes(n_slots: int, slot_bytes: int) -> int:
-    """Memory an Arena(n_slots, slot_bytes) allocates: one row of slot_bytes + ALIGN per slot."""
-    return n_slots * (slot_bytes + ALIGN)
+    """Memory an Arena(n_slots, slot_bytes, layout) allocates, at most: its slots, plus up to an
+    ALIGN of alignment cut per region (a layout has a handful of regions)."""
+    return n_slots * slot_bytes + 16 * ALIGN
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Bytes [start, end) of every block, kept in a region of their own (a tensor, or padding)."""
+
+    start: int
+    end: int
+    tensor: TensorSpec | None  # None: padding between tensors or after the last
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+def segments_of(tensors: list[TensorSpec], slot_bytes: int) -> list[Segment]:
+    """The tensors in block order, with the padding around them, covering [0, slot_bytes)."""
+    out, at = [], 0
+    for t in sorted(tensors, key=lambda t: t.offset):
+        if t.offset < at:
+            raise StoreError(f"tensor {t.name} overlaps the one before it in the block layout")
+        if t.offset > at:
+            out.append(Segment(at, t.offset, None))
+        out.append(Segment(t.offset, t.offset + t.nbytes, t))
+        at = t.offset + t.nbytes
+    if at > slot_bytes:
+        raise StoreError(f"the block's tensors run past its {slot_bytes} bytes")
+    if at < slot_bytes:
+        out.append(Segment(at, slot_bytes, None))
+    return out
+
+
+def block_layout(index: ExpertIndex) -> list[TensorSpec]:
+    """The tensors every MoE layer's blocks hold; one arena serves layers laid out alike."""
+    layouts = {lid: _shape_of(ly) for lid, ly in index.layers.items()}
+    first = next(iter(layouts.values()))
+    odd = [lid for lid, lay in layouts.items() if lay != first]
+    if odd:
+        raise StoreError(
+            f"MoE layers {odd} lay out their expert blocks unlike layer {index.layer_ids[0]}: "
+            "one arena holds one layout; re-pack (specdec pack --force) or report the model"
+        )
+    return list(index.layers[index.layer_ids[0]].tensors)
+
+
+def _shape_of(ly: LayerLayout) -> tuple:
+    return tuple((t.name, t.dtype, t.shape, t.offset, t.nbytes) for t in ly.tensors)
 
 
 class Arena:
-    """n_slots slots of slot_bytes each, one row per slot of one MLX buffer, ALIGN-aligned."""
+    """n_slots slots of slot_bytes each, one dense MLX region per segment of the block layout."""
 
-    def __init__(self, n_slots: int, slot_bytes: int, huge_pages: bool = True) -> None:
+    def __init__(
+        self,
+        n_slots: int,
+        slot_bytes: int,
+        tensors: list[TensorSpec] | None = None,
+        huge_pages: bool = True,
+    ) -> None:
         if n_slots <= 0:
             raise StoreError(f"arena needs at least one slot, got {n_slots}; raise the budget")
         if slot_bytes <= 0 or slot_bytes % ALIGN:
             raise StoreError(f"slot_bytes {slot_bytes} must be a positive multiple of {ALIGN}")
-        if slot_bytes + ALIGN > MAX_DIM or n_slots > MAX_DIM:
+        if slot_bytes > MAX_DIM or n_slots > MAX_DIM:
             raise StoreError(
                 f"an expert block of {slot_bytes} bytes is too large for one MLX array row "
                 f"(MLX dimensions stop at 2^31 elements); split the model's experts"
             )
-        self.n_slots = n_slots
-        self.slot_bytes = slot_bytes
-        self.row_bytes = slot_bytes + ALIGN  # room to shift each slot onto an ALIGN boundary
-        self.buffer = mx.zeros((n_slots, self.row_bytes), dtype=mx.uint8)  # [n_slots, row]
-        mx.eval(self.buffer)
-        self._np = np.array(self.buffer, copy=False)  # shares memory with self.buffer
-        addr = self._np.ctypes.data
-        self.base = (-addr) % ALIGN  # same in every row: row_bytes is a multiple of ALIGN
-        if self.base % 8:
-            # element offsets of every dtype (up to 8 bytes) must be whole numbers
-            raise StoreError(f"MLX buffer at {addr:#x} is not 8-byte aligned; cannot build arena")
+        self.n_slots, self.slot_bytes = n_slots, slot_bytes
+        self.segments_ = segments_of(tensors or [], slot_bytes)
+        self._regions: list[mx.array] = []  # [rows, ROW] uint8 per segment, cut ALIGN-aligned
+        self._np: list[np.ndarray] = []  # [n_slots, nbytes] writable views of the same memory
+        fractions, advised, reasons = [], 0, []
+        for seg in self.segments_:
+            region, host = self._region(seg.nbytes)
+            self._regions.append(region)
+            self._np.append(host)
+            if huge_pages:
+                pages = advise_huge_pages(host.ctypes.data, host.nbytes)
+                if pages.advised_bytes:
+                    fractions.append((pages.fraction, pages.advised_bytes))
+                    advised += pages.advised_bytes
+                    reasons.append(pages.reason)
+        self._by_tensor = {seg.tensor: i for i, seg in enumerate(self.segments_) if seg.tensor}
+        # O_DIRECT can scatter into the slots when every segment of every slot is ALIGN-aligned
+        self.direct = all(
+            h.ctypes.data % ALIGN == 0 and seg.nbytes % ALIGN == 0
+            for seg, h in zip(self.segments_, self._np, strict=True)
+        )
         self._views: dict[TensorSpec, mx.array] = {}
         if huge_pages:
-            self.pages = advise_huge_pages(addr, self._np.nbytes)
-            warn_short(self.pages, f"expert arena of {self._np.nbytes / 2**30:.2f} GiB")
+            got = sum(f * b for f, b in fractions)
+            reason = next((r for r in reasons if r), None)
+            self.pages = HugePages(got / advised if advised else 0.0, advised, reason)
+            warn_short(self.pages, f"expert arena of {self.nbytes / 2**30:.2f} GiB")
         else:
             self.pages = HugePages(0.0, 0, "not asked for")
+
+    def _region(self, nbytes: int) -> tuple[mx.array, np.ndarray]:
+        """A dense [n_slots, nbytes] region: MLX rows cut at an ALIGN boundary, and its numpy view."""
+        total = self.n_slots * nbytes
+        row = ROW
+        while -(-total // row) + ALIGN // row > MAX_DIM:  # rows stay an int32 dimension
+            row *= 2
+        rows = -(-total // row)
+        buf = mx.zeros((rows + ALIGN // row, row), dtype=mx.uint8)  # [rows + cut room, row]
+        mx.eval(buf)
+        addr = np.array(buf, copy=False).ctypes.data  # CUDA: moves it to managed memory once
+        lead = (-addr) % ALIGN
+        # whole rows up to the ALIGN boundary; a region whose allocation is coarser-grained than
+        # its rows stays where it is (its reads are then staged: see `direct`)
+        cut = lead // row if lead % row == 0 else 0
+        region = buf[cut : cut + rows]  # whole rows: contiguous, shares buf's memory
+        mx.eval(region)
+        host = np.array(region, copy=False).reshape(-1)[:total].reshape(self.n_slots, nbytes)
+        if host.ctypes.data % 8:
+            raise StoreError(f"MLX buffer at {addr:#x} is not 8-byte aligned; cannot build arena")
+        return region, host
 
     @property
     def huge_page_fraction(self) -> float | None:
@@ -214,24 +318,48 @@ class Arena:
     def nbytes(self) -> int:
         return self.n_slots * self.slot_bytes
 
-    def slot_np(self, slot: int) -> np.ndarray:
-        """Writable uint8 view [slot_bytes] of one slot, ALIGN-aligned (O_DIRECT-ready)."""
+    def segments(self, slot: int, n: int | None = None) -> list[np.ndarray]:
+        """Writable uint8 views of slot `slot`'s segments, in block order, covering its first n
+        bytes (default: the whole slot)."""
         if not 0 <= slot < self.n_slots:
             raise IndexError(f"slot {slot} out of range [0, {self.n_slots})")
-        return self._np[slot, self.base : self.base + self.slot_bytes]
+        n = self.slot_bytes if n is None else n
+        out = []
+        for seg, host in zip(self.segments_, self._np, strict=True):
+            if seg.start >= n:
+                break
+            out.append(host[slot, : min(seg.end, n) - seg.start])
+        return out
+
+    def slot_np(self, slot: int) -> np.ndarray:
+        """Writable uint8 view [slot_bytes] of one slot of an arena without a layout (one segment)."""
+        if len(self.segments_) != 1:
+            raise StoreError("slot_np: this arena keeps a block in several regions (segments())")
+        return self.segments(slot)[0]
+
+    def crc32(self, slot: int, n: int) -> int:
+        """crc32 of the first n bytes of a slot's block, segment by segment in block order."""
+        crc = 0
+        for piece in self.segments(slot, n):
+            crc = zlib.crc32(piece, crc)
+        return crc
 
     def tensor_view(self, spec: TensorSpec) -> mx.array:
-        """MLX array [n_slots, *spec.shape] of `spec` inside every slot (no copy, cached)."""
+        """MLX array [n_slots, *spec.shape] of `spec` in every slot (no copy, cached)."""
         view = self._views.get(spec)
         if view is None:
-            itemsize = spec.itemsize
-            start = self.base + spec.offset
-            if start % itemsize or spec.nbytes % itemsize:
-                raise StoreError(f"tensor {spec.name} is not aligned to its dtype in the arena")
-            rows = self.buffer.view(mx_dtype(spec.dtype))  # [n_slots, row_bytes / itemsize]
-            first, n = start // itemsize, spec.nbytes // itemsize
-            # a slice of contiguous columns split into the tensor's shape: strides, not a copy
-            view = rows[:, first : first + n].reshape(self.n_slots, *spec.shape)
+            i = self._by_tensor.get(spec)
+            if i is None:
+                raise StoreError(f"tensor {spec.name} is not part of this arena's block layout")
+            if spec.nbytes % spec.itemsize:
+                raise StoreError(f"tensor {spec.name} is not a whole number of its dtype")
+            region, nbytes = self._regions[i], spec.nbytes
+            total = self.n_slots * nbytes
+            if total % ROW:  # the region's last row is part padding: reshape over elements
+                flat = region.view(mx_dtype(spec.dtype)).reshape(-1)
+                view = flat[: total // spec.itemsize].reshape(self.n_slots, *spec.shape)
+            else:
+                view = region.view(mx_dtype(spec.dtype)).reshape(self.n_slots, *spec.shape)
             mx.eval(view)
             self._views[spec] = view
         return view

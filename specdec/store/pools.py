@@ -7,7 +7,7 @@ into a slot of its size, and which pool an expert lives in is fixed at pack time
 
     hot, cold = pool_index(index, cold=False), pool_index(index, cold=True)
     plan = plan_pools("25%", index, top_k=8)    # a byte budget split over the two pools
-    arenas = PoolArenas(Arena(plan.hot.n_slots, hot.slot_bytes), Arena(plan.cold.n_slots, ...))
+    arenas = PoolArenas(Arena(plan.hot.n_slots, hot.slot_bytes, block_layout(hot)), ...)
     reader = PooledReader(ExpertReader(packed, hot, arenas.hot), ExpertReader(packed, cold, ...))
 
 Slots are numbered across the pools: hot slots 0..H-1, cold slots H..H+C-1, so the streamer's

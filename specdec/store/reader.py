@@ -4,8 +4,12 @@
         reader.read([(layer, expert, slot), ...])      # blocks until every block is in its slot
         fut = reader.submit([...]); ...; reader.wait(fut)   # asynchronous (router lookahead)
 
-Each block is one `os.preadv` into the slot's numpy view (which is the MLX arena's memory), run
-on a thread pool (`preadv` releases the GIL, so reads overlap). A batch with fewer blocks than
+Each block is one `os.preadv` scattering it into its slot's segments (the arena keeps each tensor
+in a dense region of its own: specdec.store.arena), run on a thread pool (`preadv` releases the
+GIL, so reads overlap). Where O_DIRECT cannot write into the segments themselves (a tensor whose
+size is not a multiple of ALIGN, or memory the kernel refuses to pin for O_DIRECT: EFAULT/EINVAL,
+as CUDA managed memory may), a block is read into the thread's aligned staging buffer and copied
+into its segments (`staged` counts them). A batch with fewer blocks than
 threads splits its large blocks into ALIGN-multiple pieces of at least `split_min` (4 MiB) read
 in parallel (ds4's trick for a lone miss; here it pays only for blocks of 8 MiB and more); the
 crc32 (when verified) is checked by whichever thread reads a block's last piece. I/O modes:
@@ -29,7 +33,6 @@ import os
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +74,8 @@ class ReadStats:
     reads: int = 0  # blocks read
     blocked_s: float = 0.0  # time callers spent waiting in read()/wait()
     read_s: float = 0.0  # wall time during which at least one batch was in flight
+    staged: int = 0  # block parts read through a staging buffer (see the module doc)
+    staging_bytes: int = 0  # staging memory the reader's threads hold
 
 
 def filesystem_type(path: Path) -> str | None:
@@ -161,6 +166,8 @@ class ExpertReader:
         self.threads, self.split_min = threads, max(ALIGN, split_min)
         self.fault_hook: Callable[[int, int, int], int | None] | None = None
         self.stats = ReadStats()
+        self._local = threading.local()  # each thread's staging buffer
+        self._must_stage = False  # set once O_DIRECT refused the arena's memory
         self._lock = threading.Lock()
         self._in_flight = 0
         self._busy_since = 0.0
@@ -291,8 +298,8 @@ class ExpertReader:
         if not 0 <= expert < layout.n_experts:
             raise StoreError(f"layer {layer} has {layout.n_experts} experts, asked for {expert}")
         n, offset = layout.block_bytes, int(layout.offsets[expert])
-        dest = self.arena.slot_np(slot)[:n]
-        piece = dest[part.start : part.end]
+        pieces = _cut(self.arena.segments(slot, n), part.start, part.end)
+        size = part.end - part.start
         if self._mmap is not None:
             # a page of the mapping past the file's end raises SIGBUS, which kills the process:
             # check the size first (a file truncated after it was mapped)
@@ -301,37 +308,75 @@ class ExpertReader:
                     f"{self.path}: the file shrank under the mmap (the block of layer {layer} "
                     f"expert {expert} ends past it); re-pack with `specdec pack`"
                 )
-            piece[:] = np.frombuffer(self._mmap, np.uint8, len(piece), offset + part.start)
+            _scatter(np.frombuffer(self._mmap, np.uint8, size, offset + part.start), pieces)
+        elif self._staged_mode():
+            staging = self._staging_buffer(size)
+            self._preadv_full([staging], offset + part.start, layer, expert)
+            _scatter(staging, pieces)
         else:
-            self._preadv_full(piece, offset + part.start, layer, expert)
+            try:
+                self._preadv_full(pieces, offset + part.start, layer, expert, direct_memory=True)
+            except _Unpinnable:  # the kernel will not pin these pages for O_DIRECT: stage
+                self._must_stage = True
+                staging = self._staging_buffer(size)
+                self._preadv_full([staging], offset + part.start, layer, expert)
+                _scatter(staging, pieces)
         with self._lock:
-            self.stats.bytes_read += len(piece)
+            self.stats.bytes_read += size
             part.block.left -= 1
             if part.block.left:
                 return  # another part of this block is still being read
             self.stats.reads += 1
-        if self.verify_checksums and zlib.crc32(dest) != int(layout.crc32[expert]):
+        if self.verify_checksums and self.arena.crc32(slot, n) != int(layout.crc32[expert]):
             raise StoreError(
                 f"{self.path}: block of layer {layer} expert {expert} fails its crc32 check "
                 "(file corrupt); run `specdec verify` and re-pack"
             )
 
-    def _preadv_full(self, dest: np.ndarray, offset: int, layer: int, expert: int) -> None:
-        """preadv until `dest` is full; retry EIO; name the block on failure."""
-        view = memoryview(dest)
+    def _staged_mode(self) -> bool:
+        """O_DIRECT reads go through a staging buffer (see the module doc)."""
+        return self.io == "direct" and (self._must_stage or not self.arena.direct)
+
+    def _staging_buffer(self, size: int) -> np.ndarray:
+        """This thread's ALIGN-aligned staging buffer, at least `size` bytes."""
+        buf = getattr(self._local, "staging", None)
+        if buf is None or len(buf) < size:
+            raw = np.empty(round_up(size, ALIGN) + ALIGN, dtype=np.uint8)
+            cut = (-raw.ctypes.data) % ALIGN
+            buf = self._local.staging = raw[cut : cut + round_up(size, ALIGN)]
+            with self._lock:
+                self.stats.staging_bytes += len(buf)
+        with self._lock:
+            self.stats.staged += 1
+        return buf[:size]
+
+    def _preadv_full(
+        self,
+        dest: list[np.ndarray],
+        offset: int,
+        layer: int,
+        expert: int,
+        direct_memory: bool = False,
+    ) -> None:
+        """preadv until the buffers are full; retry EIO; name the block on failure.
+        direct_memory: O_DIRECT into the arena's own memory, which may refuse to be pinned."""
+        views = [memoryview(d) for d in dest]
+        total = sum(len(v) for v in views)
         done, attempt, failures = 0, 0, 0
         # O_DIRECT lengths must stay multiples of the logical block size
         unit = ALIGN if self.io == "direct" else 1
-        while done < len(view):
-            want = len(view) - done
+        while done < total:
+            want = total - done
             attempt += 1
             try:
                 if self.fault_hook is not None:
                     cap = self.fault_hook(layer, expert, attempt - 1)
                     if cap is not None:
                         want = max(unit, min(want, cap) // unit * unit)
-                got = os.preadv(self._fd, [view[done : done + want]], offset + done)
+                got = os.preadv(self._fd, _window(views, done, want), offset + done)
             except OSError as e:
+                if direct_memory and done == 0 and e.errno in (errno.EFAULT, errno.EINVAL):
+                    raise _Unpinnable from e
                 failures += 1
                 if e.errno == errno.EIO and failures <= MAX_RETRIES:
                     continue
@@ -345,3 +390,37 @@ class ExpertReader:
                     f"{expert} (truncated file); re-pack with `specdec pack`"
                 )
             done += got
+
+
+class _Unpinnable(Exception):
+    """O_DIRECT refused the arena's memory (EFAULT/EINVAL before a byte was read)."""
+
+
+def _cut(segments: list[np.ndarray], start: int, end: int) -> list[np.ndarray]:
+    """The parts of consecutive buffers (a block's segments) that fall in bytes [start, end)."""
+    out, at = [], 0
+    for seg in segments:
+        lo, hi = max(start, at), min(end, at + len(seg))
+        if lo < hi:
+            out.append(seg[lo - at : hi - at])
+        at += len(seg)
+    return out
+
+
+def _window(views: list[memoryview], skip: int, n: int) -> list[memoryview]:
+    """The n bytes after the first `skip` of consecutive buffers, as buffers (for preadv)."""
+    out, at = [], 0
+    for v in views:
+        lo, hi = max(skip, at), min(skip + n, at + len(v))
+        if lo < hi:
+            out.append(v[lo - at : hi - at])
+        at += len(v)
+    return out
+
+
+def _scatter(src: np.ndarray, pieces: list[np.ndarray]) -> None:
+    """Copy consecutive bytes of `src` into the pieces, in order."""
+    at = 0
+    for piece in pieces:
+        piece[:] = src[at : at + len(piece)]
+        at += len(piece)

@@ -30,6 +30,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.spec import PolicySpec
+from specdec.checkpoint.backend import fit_for_backends
 from specdec.checkpoint.bundled import DEFAULT_MODEL
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
@@ -37,7 +38,7 @@ from specdec.core.errors import SpecdecError, StoreError
 from specdec.core.files import cache_root
 from specdec.pack.pack import pack
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
-from specdec.store.arena import Arena
+from specdec.store.arena import Arena, block_layout
 from specdec.store.budget import SlotPlan, plan_slots
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, MTP_FILE, ExpertIndex
 from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
@@ -230,12 +231,13 @@ def _load_packed(
         plan = plan_pools(budget, index, k, resident_bytes, streamed)
         hot, cold = pool_index(index, cold=False), pool_index(index, cold=True)
         arena = PoolArenas(
-            Arena(plan.hot.n_slots, hot.slot_bytes), Arena(plan.cold.n_slots, cold.slot_bytes)
+            Arena(plan.hot.n_slots, hot.slot_bytes, block_layout(hot)),
+            Arena(plan.cold.n_slots, cold.slot_bytes, block_layout(cold)),
         )
         reader = PooledReader(open_reader(hot, arena.hot), open_reader(cold, arena.cold))
     else:
         plan = plan_slots(budget, index, k, resident_bytes, streamed)
-        arena = Arena(plan.n_slots, index.slot_bytes)
+        arena = Arena(plan.n_slots, index.slot_bytes, block_layout(index))
         reader = open_reader(index, arena)
     cache = new_cache(policy, plan, policy_options, key_stride, index)
     order = sorted(blocks)
@@ -258,6 +260,9 @@ def _load_packed(
 
     _load_resident_strictly(model, packed, n_main)
     mtp = _load_streamed_mtp(model, packed, streamer, family, n_main, index) if with_mtp else None
+    for m in (model, mtp):  # mlx-lm's MLA weights, made fit for every backend (CUDA too)
+        if m is not None:
+            fit_for_backends(m)
     mx.eval(model.parameters())
     return StreamedModel(
         model, tokenizer, streamer, mtp, config, family, packed, plan, policy, policy_options

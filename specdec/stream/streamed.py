@@ -167,7 +167,7 @@ class StreamedSwitchGLU(nn.Module):
         src, phase = s.source, s.current.phase
         if s.current.resident_only:  # the cache-only self-draft: reads nothing
             s.catch_up()
-            idx = s.sync(indices, None)  # [..., k] host sync
+            idx = s.routed(h.layer, s.sync(indices, None))  # [..., k] host sync
             s.log.observe(h.layer, idx, phase)
             return self._launch(self._resident_only(x, idx, union(idx)[0]))
         table = src.table(h.layer)
@@ -175,11 +175,13 @@ class StreamedSwitchGLU(nn.Module):
         if h.layer in s.lookahead.ahead_of:
             ahead = s.lookahead.route(h.layer, x, table is not None, src, h.route)
         if table is not None and ahead is None:  # no read can be needed: no host sync
+            if s.route_override is not None:  # given routing: known on the host already
+                indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)))
             y = h.switch(x, table[indices])  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
             return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
-        idx = s.sync(indices, None if ahead is None else ahead[1])  # [..., k] host sync
+        idx = s.routed(h.layer, s.sync(indices, None if ahead is None else ahead[1]))
         y, experts = self._streamed(x, idx, phase)
         self._launch(y)
         if ahead is not None:  # reads overlap this layer's compute and the next layers'

@@ -99,6 +99,9 @@ class Streamer:
     # the layers this model streams, so an MTP layer not loaded is not read
     warm: tuple[int, ...] = ()
     current: Call = VERIFY  # how the forward now running is served (`serving`)
+    # routing given from outside (`--routing trace:DIR`, decode/trace_routing.py): layer id,
+    # the router's idx [..., k] -> the experts to use instead; None: the router's own
+    route_override: Callable[[int, np.ndarray], np.ndarray] | None = None
 
     # the source's parts, for callers that inspect them (stats, tests, probes)
     index = property(lambda self: self.source.index)
@@ -126,6 +129,10 @@ class Streamer:
         if ahead is not None:
             mx.eval(indices, ahead)
         return np.array(indices)
+
+    def routed(self, layer: int, idx: np.ndarray) -> np.ndarray:
+        """The experts the call uses: the router's, or the override's at this layer."""
+        return idx if self.route_override is None else self.route_override(layer, idx)
 
     def steps(
         self, layer: int, idx: np.ndarray, phase: str, replay: bool = False

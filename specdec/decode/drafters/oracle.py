@@ -57,6 +57,7 @@ class OracleDrafter(Drafter):
             raise SpecdecError("the oracle drafter needs greedy decoding (--temp 0)")
         m = len(st.generated)
         out = []
+        self.planned = n  # the drafts before the first wrong one are right
         for j in range(n):
             i = m + j
             truth = self.reference[i] if i < len(self.reference) else None
@@ -65,4 +66,5 @@ class OracleDrafter(Drafter):
             else:
                 other = int(self.rng.integers(self.vocab - 1))
                 out.append(other + (truth is not None and other >= truth))
+                self.planned = min(self.planned, j) if self.planned is not None else j
         return out, None

@@ -63,6 +63,9 @@ class Drafter:
     # its draft forwards route verify's positions, and `propose(st, n, stop)` takes a
     # decode.draft_stop.DraftStop to end a draft early (`self`)
     routes_drafts = False
+    # after propose: how many leading drafts it knows to be right (the oracle), else None; given
+    # routing (decode/trace_routing.py) routes the positions after them as rejected drafts
+    planned: int | None = None
 
     @classmethod
     def build(cls, options, ctx: DraftContext) -> Drafter:
