@@ -4,6 +4,7 @@
                                     buffered), mmap, against fio (specdec/bench/read.py)
     specdec bench overhead [--json] streamed decode vs mlx-lm's decode, host µs per MoE layer
                                     (specdec/bench/overhead.py)
+    specdec bench device --out F    a device profile from microbenchmarks (specdec/bench/device.py)
 
 Each bench's command line lives in the cli.py of the part that owns what it measures, named
 as specdec/cli/__init__.py names commands (`specdec.cli.store:read` is `add_read_arguments(parser)` and
@@ -22,6 +23,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "overhead": (
         "specdec.cli.model:overhead",
         "streamed vs resident decode speed, host µs per MoE layer",
+    ),
+    "device": (
+        "specdec.cli.clock:device",
+        "a roofline device profile of this machine from microbenchmarks",
     ),
 }
 

@@ -2,11 +2,13 @@
 
 specdec clock show m4-24gb              # every field with its source
 specdec clock check --profile m4-24gb   # the question's M4 runs, modeled vs measured
+specdec bench device --out dev.yaml     # this machine's profile, from microbenchmarks
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from specdec.clock.check import MINIMAX_M25, QUESTION_RUNS, TOLERANCE, reproduce
 from specdec.clock.profiles import BUILTIN_NAMES, DEFAULT_PROFILE, get_profile
@@ -51,3 +53,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"- {r.label}: {r.source}")
     print(f"worst deviation {worst:.0%} (tolerance {TOLERANCE:.0%})")
     return 0 if worst <= TOLERANCE else 1
+
+
+def add_device_arguments(p: argparse.ArgumentParser) -> None:
+    from specdec.checkpoint.bundled import DEFAULT_MODEL
+
+    p.add_argument("--out", type=Path, required=True, help="the profile YAML to write")
+    p.add_argument("--name", help="the profile's name (default: the file's stem)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint whose MoE layers are timed")
+    p.add_argument("--dir", type=Path, default=Path.cwd(), help="where the read bench's file goes")
+    p.add_argument("--block-bytes", type=int, default=7962624, help="expert block to read")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--hidden", type=int, default=3072, help="expert kernel: model width")
+    p.add_argument("--inter", type=int, default=1536, help="expert kernel: expert width")
+    p.add_argument("--file-bytes", type=int, default=4 << 30, help="the read bench's file")
+    p.add_argument("--details", type=Path, help="write every measurement here (JSON)")
+
+
+def run_device(args: argparse.Namespace) -> int:
+    import json
+
+    from specdec.bench.device import device_profile
+    from specdec.clock.profiles import profile_yaml
+    from specdec.core.files import write_atomic
+
+    name = args.name or args.out.stem
+    profile, details = device_profile(
+        name, args.model, args.dir, args.block_bytes, tuple(args.threads), args.hidden,
+        args.inter, args.file_bytes,
+    )  # fmt: skip
+    write_atomic(args.out, profile_yaml(profile, f"{name}: written by `specdec bench device`"))
+    if args.details:
+        write_atomic(args.details, json.dumps(details, indent=1, default=str) + "\n")
+    print(f"wrote {args.out}: `specdec clock show {args.out}`")
+    return 0

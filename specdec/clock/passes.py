@@ -33,6 +33,18 @@ from specdec.clock.roofline import Forward, ModeledTime, ReadStep, forward_time,
 from specdec.clock.shapes import ModelShape
 
 
+@dataclass(frozen=True)
+class _Logged:
+    """A cache step as a record keeps it: what `read_steps` and `layer_unions` read of one."""
+
+    layer: int
+    union: int
+    misses: int
+    bytes_read: int
+    prefetched: int = 0
+    synced: bool = True
+
+
 def read_steps(steps: Sequence) -> tuple[ReadStep, ...]:
     """The clock's view of the streamer's LayerSteps."""
     return tuple(
@@ -131,6 +143,27 @@ class PassClock:
         for shape, fwd in forwards:
             total.add(forward_time(profile, shape, fwd))
         return total
+
+    def remodel(self, profile: DeviceProfile, rec) -> ModeledTime:
+        """A recorded pass (decode.records.PassRecord with its `steps`) modeled on `profile`:
+        the device model checked afterwards, or on a profile the run was not given."""
+
+        def steps(phase: str) -> list[ReadStep]:
+            return [
+                _Logged(layer, union, misses, nbytes, pre, bool(synced))
+                for layer, union, misses, nbytes, pre, synced in rec.steps.get(phase, ())
+            ]
+
+        return self.modeled(
+            profile,
+            drafted=rec.drafted,
+            context=rec.context,
+            draft_steps=steps("draft"),
+            verify_steps=steps("verify"),
+            measured_compute_s=rec.compute_s,
+            refeed=(rec.refed, steps("refeed")),
+            draft_forwards=rec.draft_forwards,
+        )
 
     def expected(
         self,

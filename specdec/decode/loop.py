@@ -319,4 +319,6 @@ class Decode:
             modeled=modeled,
             read_s=stats.read_s - read_s0,
             peak_rss_bytes=peak_rss_bytes(),
+            context=context,
+            draft_forwards=draft_forwards,
         )

@@ -76,6 +76,13 @@ class PassRecord:
     # a drafter that routes its drafts (self; decode/draft_stop.py): the reads its routing
     # predicted beside what verify selected, and why drafting ended; {} otherwise
     draft_routing: dict = field(default_factory=dict)
+    # what the device model needs to model the pass again on another profile
+    # (specdec.clock.passes.remodel): tokens in the KV cache when the pass began, the draft
+    # forwards it ran, and its cache steps per phase [[layer, union, misses, bytes, prefetched,
+    # synced], ...] in the order the streamer took them
+    context: int = 0
+    draft_forwards: int | None = None
+    steps: dict[str, list[list[int]]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -95,6 +102,8 @@ class PassRecord:
         read_s: float = 0.0,
         peak_rss_bytes: int = 0,
         refeed: tuple[int, list[LayerStep]] = (0, []),
+        context: int = 0,
+        draft_forwards: int | None = None,
     ) -> PassRecord:
         refed, refeed_steps = refeed
         steps = draft_steps + verify_steps + refeed_steps
@@ -130,6 +139,19 @@ class PassRecord:
             peak_rss_bytes=peak_rss_bytes,
             refed=refed,
             refeed_bytes_read=sum(s.bytes_read for s in refeed_steps),
+            context=context,
+            draft_forwards=draft_forwards,
+            steps={
+                phase: [
+                    [s.layer, s.union, s.misses, s.bytes_read, s.prefetched, int(s.synced)]
+                    for s in group
+                ]
+                for phase, group in (
+                    ("draft", draft_steps),
+                    ("verify", verify_steps),
+                    ("refeed", refeed_steps),
+                )
+            },
         )
 
     @property

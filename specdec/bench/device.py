@@ -1,0 +1,266 @@
+"""`specdec bench device`: a roofline device profile of this machine, from microbenchmarks.
+
+    specdec bench device --model DIR --dir /data --out h200.yaml     # then --profile h200.yaml
+
+The device model (specdec.clock.roofline) charges a forward with roofline compute, a fixed cost
+per MoE layer and the reads it waits for. Each field here comes from one measurement on this
+machine, named in the profile's `sources`, none of them from the runs the profile then models:
+
+    read_curve        the read bench (specdec.bench.read, O_DIRECT into the arena) at the model's
+                      block size, one point per reads in flight (--threads)
+    read_latency_s    O_DIRECT 4 KiB reads one at a time from the same file: the per-read cost
+    peak_tflops       a 16-bit dense matmul (4096³), the accelerator's compute ceiling here
+    mem_gbps          the expert kernel: the switch module's three projections of one layer by
+                      mx.gather_qmm on arena views, timed at unions 1..64 of one position each;
+                      bytes per expert / the time one more expert adds (the slope)
+    router_sync_s     what one MoE layer costs beyond its roofline compute in a one-position
+                      forward that syncs on its router (every expert resident, so nothing is
+                      read): kernel launches, the host sync and this harness's host work; the
+                      model's MoE layers are timed on --model, a checkpoint of the same kind
+                      (a Python runtime pays this per layer: the seed question's 0.6 ms on an M4)
+
+reads_in_flight is the reader's thread count; overlap_reads is this harness's (off: a layer's
+reads land before its experts run). On CUDA the arena is CUDA managed memory (specdec.store.arena):
+what landing a read costs the GPU is part of the expert kernel's first call after it; the
+profile leaves it out unless `--landing` measures it (`landing_s_per_byte` in the result).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from specdec.bench.read import bench_read
+from specdec.clock.profiles import DeviceProfile
+from specdec.core.machine import machine_info
+
+UNIONS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _timed(fn, repeats: int = 5) -> float:
+    """Median seconds of fn() (synchronised), after one warm-up call."""
+    fn()
+    mx.synchronize()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        mx.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _act_dtype():
+    """The activations' dtype a model runs in here: bf16 on a GPU, float32 on the CPU (MLX's CPU
+    matmuls have no 16-bit fast path)."""
+    return mx.bfloat16 if mx.default_device() == mx.gpu else mx.float32
+
+
+def matmul_tflops(n: int = 4096) -> dict:
+    a = mx.random.normal((n, n)).astype(_act_dtype())
+    b = mx.random.normal((n, n)).astype(_act_dtype())
+    mx.eval(a, b)
+    s = _timed(lambda: mx.eval(a @ b))
+    return {"n": n, "dtype": str(_act_dtype()), "seconds": s, "tflops": 2 * n**3 / s / 1e12}
+
+
+def expert_kernel(hidden: int, inter: int, unions=UNIONS, bits: int = 4, group: int = 64) -> dict:
+    """gather_qmm of gate, up and down on arena views of `max(unions)` slots, one position per
+    expert: seconds per call against the union, and the bytes one expert's three take."""
+    from specdec.store.arena import Arena
+    from specdec.store.layout import ALIGN, TensorSpec
+
+    n = max(unions)
+    specs, shapes, offset = [], {}, 0
+    for proj, (out, inp) in (("gate", (inter, hidden)), ("up", (inter, hidden)),
+                             ("down", (hidden, inter))):  # fmt: skip
+        for part, shape, dtype, item in (
+            ("weight", (out, inp * bits // 32), "U32", 4),
+            ("scales", (out, inp // group), "BF16", 2),
+            ("biases", (out, inp // group), "BF16", 2),
+        ):
+            nbytes = int(np.prod(shape)) * item
+            specs.append(TensorSpec(f"{proj}.{part}", dtype, shape, offset, nbytes))
+            offset += -(-nbytes // 64) * 64
+            shapes[f"{proj}.{part}"] = shape
+    slot = -(-offset // ALIGN) * ALIGN
+    arena = Arena(n, slot, specs, huge_pages=False)
+    rng = np.random.default_rng(0)
+    for s in range(n):  # random codes; scales and biases that keep values finite
+        for spec, piece in zip(
+            sorted(specs, key=lambda t: t.offset), arena.segments(s), strict=False
+        ):
+            if spec.dtype == "U32":
+                piece[:] = rng.integers(0, 256, len(piece), dtype=np.uint8)
+            else:
+                piece[:] = np.array(mx.full((len(piece) // 2,), 0.01, mx.bfloat16).view(mx.uint8))
+    views = {t.name: arena.tensor_view(t) for t in specs}
+    out = {}
+    dtype = _act_dtype()
+    for u in unions:
+        x = mx.random.normal((u, hidden)).astype(dtype)  # [u, H]: u positions, one expert each
+        idx = mx.arange(u, dtype=mx.uint32).reshape(u, 1)  # [u, k=1], sorted
+
+        def layer(x=x, idx=idx):
+            def proj(name, v):
+                return mx.gather_qmm(
+                    v, views[f"{name}.weight"], views[f"{name}.scales"], views[f"{name}.biases"],
+                    rhs_indices=idx, transpose=True, group_size=group, bits=bits,
+                    sorted_indices=True,
+                )  # fmt: skip
+
+            h = mx.expand_dims(x, (-2, -3))  # [u, 1, 1, H], as mlx-lm's SwitchGLU does
+            g, up = proj("gate", h), proj("up", h)
+            mx.eval(proj("down", (g * mx.sigmoid(g)) * up))
+
+        out[u] = _timed(layer)
+    us = np.array(list(out), np.float64)
+    ts = np.array(list(out.values()))
+    slope, fixed = np.polyfit(us, ts, 1)
+    expert_bytes = sum(t.nbytes for t in specs)
+    return {
+        "hidden": hidden,
+        "inter": inter,
+        "expert_bytes": expert_bytes,
+        "seconds_by_union": {int(k): v for k, v in out.items()},
+        "slope_s_per_expert": float(slope),
+        "fixed_s": float(fixed),
+        "gbps": expert_bytes / float(slope) / 1e9 if slope > 0 else None,
+    }
+
+
+def read_latency(directory: Path, reads: int = 256) -> dict:
+    """O_DIRECT 4 KiB reads at random offsets of a 1 GiB file, one at a time."""
+    import os
+    import tempfile
+
+    from specdec.store.layout import ALIGN
+
+    with tempfile.TemporaryDirectory(dir=directory) as d:
+        path = Path(d) / "latency.bin"
+        size = 1 << 30
+        with open(path, "wb") as f:
+            chunk = np.random.default_rng(0).integers(0, 256, 64 << 20, dtype=np.uint8).tobytes()
+            for _ in range(size // len(chunk)):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+        try:
+            raw = np.empty(2 * ALIGN, np.uint8)
+            buf = raw[(-raw.ctypes.data) % ALIGN :][:ALIGN]
+            offs = np.random.default_rng(1).integers(0, size // ALIGN, reads) * ALIGN
+            times = []
+            for off in offs.tolist():
+                t0 = time.perf_counter()
+                os.preadv(fd, [buf], off)
+                times.append(time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+    return {
+        "reads": reads,
+        "median_s": statistics.median(times),
+        "p90_s": float(np.quantile(times, 0.9)),
+    }
+
+
+def layer_cost(model: str, profile: DeviceProfile, tokens: int = 24) -> dict:
+    """Seconds a MoE layer takes beyond its roofline compute on `profile` (a profile without a
+    per-layer cost), in one-position forwards that sync on the router with every expert
+    resident (nothing is read)."""
+    from specdec.clock.passes import PassClock
+    from specdec.decode.drafters import Drafter
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+
+    sm = load(model, budget="100%", warm=True, io="buffered", with_mtp=False)
+    try:
+        sm.streamer.source.table = lambda layer: None  # the synced path: the router's host sync
+        prompt = sm.encode("def f(x):")
+        generate(sm, prompt, "none", DecodeConfig(1, 4), stop_at_eos=False)  # warm-up
+        res = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
+        clock = PassClock.for_decode(sm, Drafter())
+        quiet = [r for r in res.records if not any(r.misses.values())]
+        extra = [r.wall_s - clock.remodel(profile, r).total_s for r in quiet]
+        layers = len(sm.main_moe_layers)
+        return {
+            "model": str(model),
+            "moe_layers": layers,
+            "passes": len(quiet),
+            "wall_s": statistics.median(r.wall_s for r in quiet),
+            "beyond_compute_s": statistics.median(extra),
+            "per_layer_s": max(0.0, statistics.median(extra)) / layers,
+        }
+    finally:
+        sm.close()
+
+
+def device_profile(
+    name: str,
+    model: str,
+    directory: Path,
+    block_bytes: int,
+    threads: tuple[int, ...] = (1, 2, 4, 8, 16),
+    hidden: int = 3072,
+    inter: int = 1536,
+    file_bytes: int = 4 << 30,
+) -> tuple[DeviceProfile, dict[str, Any]]:
+    """The profile and every measurement behind it."""
+    mm = matmul_tflops()
+    kern = expert_kernel(hidden, inter)
+    reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=2,
+                       paths=("preadv_direct_arena",))  # fmt: skip
+    lat = read_latency(directory)
+    curve = tuple(
+        (float(p["threads"]), float(p["gbps"])) for p in reads["paths"] if not p["page_cache"]
+    )
+    provisional = DeviceProfile(
+        name, mem_gbps=kern["gbps"], peak_tflops=mm["tflops"], router_sync_s=0.0,
+        read_curve=curve, read_block_bytes=float(reads["block_bytes"]), read_latency_s=0.0,
+    )  # fmt: skip
+    lc = layer_cost(model, provisional)
+    router = lc["per_layer_s"]
+    latency = min(
+        lat["median_s"], 0.9 * min(reads["block_bytes"] / (g * 1e9) * n for n, g in curve)
+    )
+    profile = DeviceProfile(
+        name,
+        mem_gbps=float(f"{kern['gbps']:.4g}"),
+        peak_tflops=float(f"{mm['tflops']:.4g}"),
+        router_sync_s=router,
+        read_curve=tuple((n, round(g, 3)) for n, g in curve),
+        read_block_bytes=float(reads["block_bytes"]),
+        read_latency_s=latency,
+        reads_in_flight=8,
+        overlap_reads=False,
+        description=f"{name}: measured by `specdec bench device` ({machine_info()['cpu']})",
+        sources={
+            "mem_gbps": f"expert kernel, {hidden}x{inter} 4-bit experts: {kern['expert_bytes']} "
+            f"bytes / {kern['slope_s_per_expert'] * 1e6:.1f} µs per added expert (unions {list(UNIONS)})",
+            "peak_tflops": f"{mm['dtype']} {mm['n']}³ matmul: {mm['seconds'] * 1e3:.2f} ms",
+            "router_sync_s": f"one-position synced forwards of {model} at full residency: "
+            f"{lc['wall_s'] * 1e3:.2f} ms median over {lc['passes']} passes, of which "
+            f"{lc['beyond_compute_s'] * 1e3:.2f} ms beyond roofline compute, over "
+            f"{lc['moe_layers']} MoE layers",
+            "read_curve": f"read bench, preadv_direct_arena, {reads['block_bytes']}-byte blocks, "
+            f"threads {list(threads)}, median of 2 rounds, {directory}",
+            "read_latency_s": f"O_DIRECT 4 KiB random reads one at a time: median "
+            f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",
+            "reads_in_flight": "this harness's ExpertReader: 8 threads",
+            "overlap_reads": "this harness: a layer's reads complete before its experts compute",
+        },
+    )
+    details = {
+        "matmul": mm,
+        "expert_kernel": kern,
+        "read_bench": reads,
+        "read_latency": lat,
+        "layer_cost": lc,
+    }
+    return profile, details
