@@ -1,7 +1,8 @@
-"""The text of analysis/speculation_at_scale.py: docs/speculation-at-scale.md and the README section.
+"""The text of analysis/speculation_at_scale.py: docs/speculation-at-scale.md and its section.
 
-`render(sweep, args)` turns a `Sweep` into (page, README section); the tables and the §3 claims
-are computed from the sweep here, the sweep itself in analysis._scale_sweep.
+`render(sweep, args)` turns a `Sweep` into (page, the section of docs/results/minimax-scale.md);
+the tables and the §3 claims are computed from the sweep here, the sweep itself in
+analysis._scale_sweep.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ READING = """## The answer, in short (the default run: 2000 positions, seed 0)
 
 
 def render(sw: Sweep, args) -> tuple[str, str]:
-    """(docs/speculation-at-scale.md, the README section)."""
+    """(docs/speculation-at-scale.md, the section of docs/results/minimax-scale.md)."""
     cmd = COMMAND + (f" --positions {args.positions} --seed {args.seed}"
                      if (args.positions, args.seed) != (2000, 0) else "")  # fmt: skip
     everyone = POLICIES + LCS
@@ -321,7 +322,7 @@ trace calibrated to the seed question's routing statistics (not MiniMax's real r
 4 / 8, in bytes and in modeled M4 time. Draft-phase reads, the MTP layer and prefill are not
 modeled (ceilings for speculation). "never": γ loses even at α = 1; 1.00: it pays only with a
 draft that is (almost) never wrong. All budgets, policies, α and the claims checked:
-[docs/speculation-at-scale.md](docs/speculation-at-scale.md); reproduce with `{cmd}` (~2 min).
+[docs/speculation-at-scale.md](../speculation-at-scale.md); reproduce with `{cmd}` (~2 min).
 In short (default run): in bytes, the offline optimum with bypass reads 1.18 GB per token
 plain and no less at any γ, so speculation saves bytes only for the weaker practical policies
 (static 1.50x at γ = 8, α = 1), and they break even at α = 0.74-0.94, above the question's
