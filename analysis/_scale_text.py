@@ -121,7 +121,7 @@ def slope(cost: dict[int, float]) -> float:
 
 
 def claims(sw: Sweep, gb: float = 9, policies=POLICIES, gammas=GAMMAS) -> str:
-    """The question's §3 claims (and the README's LRU verdict) checked on the replay."""
+    """The question's §3 claims (and the results' LRU verdict) checked on the replay."""
     gs = [g for g in gammas if g > 1]
     lru = {g: _row(sw, "lru", gb, g, 1.0).hit_rate for g in gammas}
     unions = {g: _row(sw, "lru", gb, g, 1.0).mean_union for g in gammas}
@@ -214,7 +214,7 @@ READING = """## The answer, in short (the default run: 2000 positions, seed 0)
   1103 at γ = 3 fit in 1130 slots, 1335 at γ = 4 do not. LRU's hit rate at 9 GB goes from 53%
   (γ = 1) to 39-40% (γ = 2, 3) to 0% (γ = 4, 8); SLRU and LFU hit 0% at γ ≥ 4 as well. At
   3 GB (376 slots, under one token's 496) LRU, SLRU and LFU hit nothing even at γ = 1, and
-  speculation pays exactly as the no-cache model says. So the README's "LRU thrashes at γ ≥ 2"
+  speculation pays exactly as the no-cache model says. So the results' "LRU thrashes at γ ≥ 2"
   (bundled model, a one-token cache) holds at MiniMax scale from γ = 4 at 9 GB, at every γ at
   3 GB.
 - **Break-even in bytes is higher than the question's ~72%.** At 9 GB the caching policies
@@ -255,7 +255,7 @@ policies instead ({args.positions} positions, seed {args.seed}), at 3, 6, 9 and 
 (slots = bytes // 7,962,624).
 
 ```
-{cmd}      # writes this page, prints the README section (~2 min CPU)
+{cmd}      # writes this page, prints results/minimax-scale.md (~2 min CPU)
 ```
 
 {TRACE_NOTE}
