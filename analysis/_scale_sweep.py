@@ -159,7 +159,7 @@ def synthesize(positions: int, seed: int, where: str) -> Trace:
     """The calibrated trace, written by the CLI as a user would and loaded back."""
     out = str(Path(where) / "minimax")
     argv = ["trace", "synth", out, "--like", "minimax-m2.5", "--positions", str(positions)]
-    with contextlib.redirect_stdout(sys.stderr):  # stdout is the README section
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the results section
         status = specdec_main([*argv, "--seed", str(seed)])
     if status != 0:
         raise SystemExit("specdec trace synth failed")

@@ -1,7 +1,8 @@
-"""The text of analysis/speculation_at_scale.py: docs/speculation-at-scale.md and the README section.
+"""The text of analysis/speculation_at_scale.py: docs/speculation-at-scale.md and its section.
 
-`render(sweep, args)` turns a `Sweep` into (page, README section); the tables and the §3 claims
-are computed from the sweep here, the sweep itself in analysis._scale_sweep.
+`render(sweep, args)` turns a `Sweep` into (page, the section of docs/results/minimax-scale.md);
+the tables and the §3 claims are computed from the sweep here, the sweep itself in
+analysis._scale_sweep.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def slope(cost: dict[int, float]) -> float:
 
 
 def claims(sw: Sweep, gb: float = 9, policies=POLICIES, gammas=GAMMAS) -> str:
-    """The question's §3 claims (and the README's LRU verdict) checked on the replay."""
+    """The question's §3 claims (and the results' LRU verdict) checked on the replay."""
     gs = [g for g in gammas if g > 1]
     lru = {g: _row(sw, "lru", gb, g, 1.0).hit_rate for g in gammas}
     unions = {g: _row(sw, "lru", gb, g, 1.0).mean_union for g in gammas}
@@ -213,7 +214,7 @@ READING = """## The answer, in short (the default run: 2000 positions, seed 0)
   1103 at γ = 3 fit in 1130 slots, 1335 at γ = 4 do not. LRU's hit rate at 9 GB goes from 53%
   (γ = 1) to 39-40% (γ = 2, 3) to 0% (γ = 4, 8); SLRU and LFU hit 0% at γ ≥ 4 as well. At
   3 GB (376 slots, under one token's 496) LRU, SLRU and LFU hit nothing even at γ = 1, and
-  speculation pays exactly as the no-cache model says. So the README's "LRU thrashes at γ ≥ 2"
+  speculation pays exactly as the no-cache model says. So the results' "LRU thrashes at γ ≥ 2"
   (bundled model, a one-token cache) holds at MiniMax scale from γ = 4 at 9 GB, at every γ at
   3 GB.
 - **Break-even in bytes is higher than the question's ~72%.** At 9 GB the caching policies
@@ -240,7 +241,7 @@ READING = """## The answer, in short (the default run: 2000 positions, seed 0)
 
 
 def render(sw: Sweep, args) -> tuple[str, str]:
-    """(docs/speculation-at-scale.md, the README section)."""
+    """(docs/speculation-at-scale.md, the section of docs/results/minimax-scale.md)."""
     cmd = COMMAND + (f" --positions {args.positions} --seed {args.seed}"
                      if (args.positions, args.seed) != (2000, 0) else "")  # fmt: skip
     everyone = POLICIES + LCS
@@ -254,7 +255,7 @@ policies instead ({args.positions} positions, seed {args.seed}), at 3, 6, 9 and 
 (slots = bytes // 7,962,624).
 
 ```
-{cmd}      # writes this page, prints the README section (~2 min CPU)
+{cmd}      # writes this page, prints results/minimax-scale.md (~2 min CPU)
 ```
 
 {TRACE_NOTE}
@@ -321,7 +322,7 @@ trace calibrated to the seed question's routing statistics (not MiniMax's real r
 4 / 8, in bytes and in modeled M4 time. Draft-phase reads, the MTP layer and prefill are not
 modeled (ceilings for speculation). "never": γ loses even at α = 1; 1.00: it pays only with a
 draft that is (almost) never wrong. All budgets, policies, α and the claims checked:
-[docs/speculation-at-scale.md](docs/speculation-at-scale.md); reproduce with `{cmd}` (~2 min).
+[docs/speculation-at-scale.md](../speculation-at-scale.md); reproduce with `{cmd}` (~2 min).
 In short (default run): in bytes, the offline optimum with bypass reads 1.18 GB per token
 plain and no less at any γ, so speculation saves bytes only for the weaker practical policies
 (static 1.50x at γ = 8, α = 1), and they break even at α = 0.74-0.94, above the question's

@@ -1,4 +1,4 @@
-"""README "Eviction key": hit rate of each policy and bound at each budget share.
+"""docs/results/eviction.md: hit rate of each policy and bound at each budget share.
 
 specdec probe all --model tiny --out runs/probes
 python -m analysis.eviction runs/probes      # or a specdec-exp experiment=eviction sweep

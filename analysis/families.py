@@ -1,8 +1,8 @@
-"""README "Bring your own checkpoint": which mlx-lm MoE families stream, and what works on each.
+"""docs/results/families.md: which mlx-lm MoE families stream, and what works on each.
 
     python -m analysis.families                  # runs every check (~1 min), prints the table
     python -m analysis.families --families mixtral,qwen3_moe   # a subset
-    python -m analysis.readme --write --only families   # and puts it in the README
+    python -m analysis.readme --write --only families   # and puts it in docs/results/families.md
 
 Every row comes from `specdec.bench.coverage.check_family` on the family's tiny random 4-bit
 checkpoint (built from mlx-lm's own class, so the bit-exact contract applies whatever the BLAS):

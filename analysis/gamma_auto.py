@@ -1,9 +1,9 @@
-"""README "`--gamma auto` vs plain vs best fixed γ": the targets checked on the bench's outputs.
+"""docs/results/gamma-auto.md: `--gamma auto` vs plain vs best fixed γ, on the bench's outputs.
 
     python benchmarks/bench_gamma_auto.py replay --trace minimax --positions 2000 --jobs 2
     python benchmarks/bench_gamma_auto.py replay --trace tiny --positions 4000 --jobs 2
     python benchmarks/bench_gamma_auto.py runtime --tokens 256
-    python -m analysis.gamma_auto            # prints the README tables, writes docs/gamma-auto.md
+    python -m analysis.gamma_auto            # prints the results table, writes docs/gamma-auto.md
 
 Per setting (trace, draft compute, budget, α; runtime: budget, drafter), three readings:
 

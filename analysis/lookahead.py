@@ -1,9 +1,9 @@
-"""README "Router lookahead": recall of layer L's top-k by its router on earlier MoE inputs.
+"""docs/results/lookahead.md: recall of layer L's top-k by its router on earlier MoE inputs.
 
     specdec probe lookahead --model tiny --out runs/probes
     python -m analysis.lookahead runs/probes     # or a specdec-exp experiment=lookahead sweep
 
-Recall over all positions (prompt and decode). The README's runtime
+Recall over all positions (prompt and decode). The results file's runtime
 table comes from `specdec generate --lookahead d --json` runs, one per row (the command is there).
 """
 

@@ -1,4 +1,4 @@
-"""README "Hot/cold mixed precision": mixed vs all-hot at equal bytes, and the quality cost.
+"""docs/results/mixed-precision.md: mixed vs all-hot at equal bytes, and the quality cost.
 
 python benchmarks/bench_mixed.py --model tiny        # writes benchmarks/results/mixed-tiny.json
 python -m analysis.mixed_precision benchmarks/results/mixed-tiny.json [more.json ...]

@@ -1,4 +1,4 @@
-"""README "read path": GB/s of each way into MLX (and fio) at each thread count.
+"""docs/results/read-path.md: GB/s of each way into MLX (and fio) at each thread count.
 
 python benchmarks/bench_read.py              # writes benchmarks/results/read.json
 python -m analysis.read_path benchmarks/results/read.json   # or a probe output directory

@@ -1,7 +1,7 @@
-"""README "Real scale", decode at scale: one row per run of benchmarks/bench_scale.py.
+"""docs/results/real-scale.md, decode at scale: one row per run of benchmarks/bench_scale.py.
 
     python benchmarks/bench_scale.py --root ~/big --steps small,big      # writes results/scale.json
-    python -m analysis.scale                                             # the README's table
+    python -m analysis.scale                                         # docs/results/real-scale.md
     python -m analysis.scale benchmarks/results/scale.json
 
 Columns: the run's budget, drafter and γ, the arena's slots ("(all)" when the budget holds every

@@ -6,7 +6,7 @@
     .venv/bin/python -m analysis.spec_cache --runs runs/sweeps/spec-cache --no-trace  # bundled
     .venv/bin/python -m analysis.spec_cache         # MiniMax trace, ~12 min on a loaded 2 cores
 
-Two markdown tables (the README's "Speculation-aware caching"), rows (budget, γ), one column
+Two markdown tables (docs/results/caching.md), rows (budget, γ), one column
 per policy, bytes per committed token (KB for the bundled model, GB for MiniMax):
 
 - the bundled model, runtime: each policy's own `specdec-exp` job (oracle drafter, α = 0.9);
@@ -145,7 +145,7 @@ def render(cols: list[str], rows: list[dict], unit: float) -> str:
 def synthesize(positions: int, seed: int, where: str) -> Trace:
     out = str(Path(where) / "minimax")
     argv = ["trace", "synth", out, "--like", "minimax-m2.5", "--positions", str(positions)]
-    with contextlib.redirect_stdout(sys.stderr):  # stdout is the README section
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the results section
         if specdec_main([*argv, "--seed", str(seed)]) != 0:
             raise SystemExit("specdec trace synth failed")
     return load_trace(out)

@@ -1,4 +1,4 @@
-"""README "Speculation over streamed experts": drafter × γ, modeled speed-ups on M4 and M5.
+"""docs/results/speculation.md: drafter × γ, modeled speed-ups on M4 and M5.
 
     specdec-exp gamma=1,2,3,4,8 sweep=readme-clock
     specdec-exp gamma=1,2,3,4,8 sweep=readme-clock-m5 device=m5-24gb

@@ -1,11 +1,11 @@
-"""README "The question's arithmetic": cost, ceiling and break-even acceptance per γ.
+"""docs/results/union-cost.md: cost, ceiling and break-even acceptance per γ.
 
     python -m analysis.union_cost                                   # the question's own table
     python -m analysis.union_cost --union 1:8,2:13.42,3:17.99,8:35.01 --k 8
 
 The same numbers as `specdec union-model --union ... --k 8` (docs/union-model.md has all of its
-output); this prints only the README's table. A union table measured by a union_cost sweep is
-in that sweep's report (`specdec report SWEEP`).
+output); this prints only the table of docs/results/union-cost.md. A union table measured by a
+union_cost sweep is in that sweep's report (`specdec report SWEEP`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ QUESTION = "1:8,2:13.42,3:17.99,8:35.01"  # ../shared/seed-question.md, top-8 of
 
 
 def _round(x: float, places: int) -> str:
-    """As the README writes them: from the 4 decimals union-model prints, half up (1.6775 -> 1.678)."""
+    """As the results show them: the 4 decimals union-model prints, half up (1.6775 -> 1.678)."""
     return str(Decimal(f"{x:.4f}").quantize(Decimal(10) ** -places, ROUND_HALF_UP))
 
 

@@ -47,7 +47,7 @@ def streamed_target(root: Path, family: str, bits: int | None, n_tokens: int) ->
     mp.undo()
 
 
-# The exactness contract (README, "Exactness"). Streamed == resident bit for bit wherever the
+# The exactness contract (docs/blas.md, "The exactness contract"). Streamed == resident bit for bit wherever the
 # expert matmuls do not go through a CPU-tuned BLAS: quantized experts (MLX's own gather_qmm
 # kernels) and float experts under MLX's reference BLAS. OpenBLAS picks its float kernels per CPU
 # (AVX2, AVX-512, NEON) and some of them sum a row in another order when the arena's slot ids

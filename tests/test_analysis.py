@@ -1,5 +1,5 @@
-"""The analysis scripts regenerate the README's tables: each named in the README, each run on
-real run directories (a specdec-exp sweep, probe rows from real traces, the read bench JSON).
+"""The analysis scripts regenerate the tables of README.md and docs/: each named there, each run
+on real run directories (a specdec-exp sweep, probe rows from real traces, the read bench JSON).
 
     pytest tests/test_analysis.py
 """
@@ -18,7 +18,8 @@ from specdec.probes.eviction import eviction_table
 from specdec.trace.synthetic import synthetic_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+# README.md and docs/**/*.md, where the tables and the commands that make them are written
+README = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted(ROOT.glob("docs/**/*.md"))])
 
 
 def _rows(text: str) -> list[str]:
@@ -61,8 +62,52 @@ def test_readme_check_says_which_inputs_are_missing(tmp_path, capsys):
         f"<!-- table: python -m analysis.eviction {missing} -->\n| x |\n<!-- /table -->\n"
     )
     assert readme.main(["--check", "--readme", str(doc)]) == 0
-    assert "1 not checked" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 not checked, 0 failed" in out
+    assert "not checked (input missing): eviction (" in out and f"{missing} missing" in out
     assert readme.main(["--check", "--readme", str(doc), "--strict"]) == 1
+
+
+def test_readme_check_fails_a_script_that_fails_on_inputs_it_has(tmp_path, capsys):
+    doc = tmp_path / "README.md"  # tmp_path exists but holds no eviction table
+    doc.write_text(
+        f"<!-- table: python -m analysis.eviction {tmp_path} -->\n| x |\n<!-- /table -->\n"
+    )
+    assert readme.main(["--check", "--readme", str(doc)]) == 1
+    out = capsys.readouterr().out
+    assert "0 not checked, 1 failed" in out and "failed: eviction (" in out
+
+
+def test_readme_check_finds_every_file_with_tables(tmp_path, capsys):
+    """Outside git every .md under --root is looked at; a table that differs in docs/ fails."""
+    table = union_cost.table(union_cost.parse_union(union_cost.QUESTION), 8).rstrip("\n")
+    block = f"<!-- table: python -m analysis.union_cost -->\n{table}\n<!-- /table -->\n"
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / "README.md").write_text(f"# r\n{block}")
+    deep = tmp_path / "docs" / "results" / "x.md"
+    deep.write_text(f"# x\n{block.replace('1.83x', '1.84x')}")
+    (tmp_path / "docs" / "plain.md").write_text("# no tables\n")
+    (tmp_path / ".venv" / "skipped.md").write_text(block.replace("1.83x", "9.99x"))
+    found = readme.with_tables(readme.markdown_files(tmp_path))
+    assert found == [tmp_path / "README.md", deep]
+    assert readme.main(["--check", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("1 tables reproduce, 1 differ, 0 not checked, 0 failed (2 files)")
+    assert f"differ: union_cost ({deep} line 2)" in out
+    assert readme.main(["--write", "--root", str(tmp_path), "--only", "union_cost"]) == 0
+    assert deep.read_text() == f"# x\n{block}"
+    assert readme.main(["--check", "--root", str(tmp_path)]) == 0
+    assert readme.main(["--check", "--root", str(tmp_path), "--only", "scale"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("0 tables reproduce, 0 differ")
+
+
+def test_readme_check_covers_the_docs_of_this_checkout():
+    """git's list of the checkout's files holds every doc with a table (a marker opens a line)."""
+    found = readme.with_tables(readme.markdown_files(ROOT))
+    docs = [ROOT / "README.md", *ROOT.glob("docs/**/*.md")]
+    marked = {p for p in docs if any(map(readme.BEGIN.match, p.read_text().splitlines()))}
+    assert set(found) == marked and ROOT / "docs" / "results" / "caching.md" in found
 
 
 def test_scale_table_marks_runs_that_differ(capsys):
