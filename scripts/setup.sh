@@ -2,7 +2,11 @@
 # Set up specdec in ./.venv: Python packages, and on Debian/Ubuntu the OpenBLAS that MLX's CPU
 # build uses through specdec.core.blas (50x faster matmuls than the reference BLAS mlx[cpu] bundles;
 # results do not depend on it). Idempotent: a second run only checks.
-#   bash scripts/setup.sh            # then: .venv/bin/specdec --help
+#   bash scripts/setup.sh                          # then: .venv/bin/specdec --help
+#   SPECDEC_BACKEND=cuda bash scripts/setup.sh     # Linux + NVIDIA: MLX's CUDA backend
+# The CUDA backend is MLX's `mlx-cuda-13` package in place of `mlx-cpu` (same version as mlx): it
+# needs an NVIDIA driver for CUDA 13 and the CUDA 13 libraries (cuBLAS, cuDNN 9, NVRTC, ...), which
+# pip brings as nvidia-* packages or which an existing PyTorch CUDA install already has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,4 +30,10 @@ if ! .venv/bin/python -c "import specdec, mlx.core, mlx_lm, hydra, wandb, pytest
   .venv/bin/python -m pip install -q -e ".[dev]"
   touch .venv/.specdec-installed
 fi
-echo "setup: ready ($(.venv/bin/python -c 'import mlx.core as mx; print("mlx", mx.__version__)'))"
+if [ "${SPECDEC_BACKEND:-cpu}" = cuda ] && ! .venv/bin/python -m pip show -q mlx-cuda-13 >/dev/null 2>&1; then
+  v=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mlx"))')
+  echo "setup: MLX's CUDA backend (mlx-cuda-13 $v in place of mlx-cpu)"
+  .venv/bin/python -m pip uninstall -q -y mlx-cpu
+  .venv/bin/python -m pip install -q "mlx-cuda-13==$v"
+fi
+echo "setup: ready ($(.venv/bin/python -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device())'))"

@@ -89,6 +89,7 @@ def generate(
     on_pass: Callable[[PassRecord], None] | None = None,
     append: bool = False,
     routing: Trace | None = None,
+    reference: list[int] | None = None,
 ) -> GenerationResult:
     """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress).
 
@@ -97,28 +98,29 @@ def generate(
     An existing records file is refused unless `append`.
     routing: a trace whose experts every MoE layer uses instead of the router's
     (specdec.decode.trace_routing), for the reference run too; None: the router's own.
+    reference: the plain greedy continuation a drafter needs (the oracle), when the caller has
+    it already (a sweep runs it once); None: a plain run first.
     """
     streamer = sm.streamer
     seed = (cfg or DecodeConfig()).seed
     streamer.route_override = TraceRouting.for_model(routing, sm, seed) if routing else None
     try:
         return _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos,
-                         on_pass, append, routing)  # fmt: skip
+                         on_pass, append, routing, reference)  # fmt: skip
     finally:
         streamer.route_override = None
 
 
 def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_pass, append,
-              routing) -> GenerationResult:  # fmt: skip
+              routing, reference) -> GenerationResult:  # fmt: skip
     cfg = cfg or DecodeConfig()
     spec = DrafterSpec.parse(drafter) if isinstance(drafter, str) else drafter
     check_context(sm, len(prompt), cfg.max_tokens)
     eos = eos_ids(sm) if stop_at_eos else frozenset()
     writer = RecordWriter(records_path, append) if records_path else None
     try:
-        reference = (
-            plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos) if spec.needs_reference else None
-        )
+        if spec.needs_reference and reference is None:
+            reference = plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
         draft = spec.build(sm, reference, cfg.seed)
         run = Decode(sm, prompt, draft, cfg, profiles, eos)
     except BaseException:

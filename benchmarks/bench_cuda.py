@@ -1,0 +1,434 @@
+"""The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
+
+    python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk /root/sd --out DIR STEP [STEP ...]
+    steps: check models exact overhead profile big scale spec auto drafters lookahead shm
+
+Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
+docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
+machine, versions and the command) as soon as it ends, so a run cut short keeps what finished;
+`--deadline SECONDS` skips the steps that would start after it. Nothing here is a timed test.
+
+    check      the CUDA facts the design rests on: dense arena views pass mx.gather_qmm where an
+               array of slots' strided views is refused; mlx-lm's QuantizedMultiLinear refused
+               as is, taken rank-safe (checkpoint/backend.py); O_DIRECT into the arena (CUDA
+               managed memory) or the staging fallback
+    models     real-shape random checkpoints in --shm: qwen3-30b-a3b (4 layers), minimax-m2.5
+               (2 layers), deepseek-v3 (4 layers, 64 experts, with MTP)
+    exact      streamed greedy tokens vs mlx-lm's resident greedy on the same backend, budgets
+               from one token's experts to 100% --warm; γ = 4 lossless for oracle, self,
+               lookup (and MTP on deepseek-v3)
+    overhead   full budget --warm vs `python -m mlx_lm generate`, fresh processes, interleaved
+    profile    `specdec bench device`: this machine's device profile from microbenchmarks
+    big        a 16-layer MiniMax-M2.5-shaped checkpoint (33 GB) made in --shm, packed to --disk,
+               the source deleted; a calibrated MiniMax trace for routing
+    scale      budgets from one token's experts to 9 GB, page cache bypassed (O_DIRECT), routing
+               by the model's router and by the trace: tok/s, time blocked on reads, GB/s
+    spec       oracle α 0.5-1.0 × γ 1/2/3/4/8 at three budgets, trace routing: measured seconds
+    auto       --gamma auto beside them
+    drafters   self and lookup at the same budgets
+    lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router)
+    shm        the scale runs from a copy of the pack in /dev/shm: the "fast SSD" end
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+from specdec.core.machine import machine_info  # noqa: E402
+
+SPECDEC = [sys.executable, "-m", "specdec"]
+PROMPT = "def f(x):"
+MINIMAX_BLOCK = 7962624
+ONE_TOKEN = "128slots"  # 16 layers × top-8: about one token's experts
+BUDGETS = (ONE_TOKEN, "5%", "10%", "25%", "9GB")
+SPEC_BUDGETS = (ONE_TOKEN, "10%", "9GB")
+ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+GAMMAS = (2, 3, 4, 8)
+SMALL = {  # preset, layers, experts
+    "qwen3": ("qwen3-30b-a3b", 4, None),
+    "minimax": ("minimax-m2.5", 2, None),
+    "deepseek": ("deepseek-v3", 4, 64),
+}
+
+
+def sh(*cmd: str, timeout: int = 900) -> str:
+    out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:5])}: {out.stderr.strip()[-600:]}")
+    return out.stdout
+
+
+def save(out: Path, step: str, result: dict, t0: float) -> None:
+    result = {
+        "step": step,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "command": " ".join(sys.argv),
+        "mlx_device": str(mx.default_device()),
+        "machine": machine_info(),
+        **result,
+    }
+    path = out / f"{step}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    tmp.replace(path)
+    print(f"[{step}] done in {result['seconds']} s", flush=True)
+
+
+# ---------------------------------------------------------------- check
+
+
+def check(args) -> dict:
+    from mlx_lm.models.mla import MultiLinear
+
+    from specdec.checkpoint.backend import fit_for_backends
+    from specdec.store.arena import Arena
+    from specdec.store.layout import ALIGN, TensorSpec
+
+    out: dict = {"cuda": mx.cuda.is_available() if hasattr(mx, "cuda") else None}
+    try:
+        out["nvidia_smi"] = sh("nvidia-smi", "--query-gpu=name,memory.total,memory.used",
+                               "--format=csv,noheader")  # fmt: skip
+    except Exception as e:  # noqa: BLE001 -- a fact to report, not to stop on
+        out["nvidia_smi"] = repr(e)
+    h, i, n = 3072, 1536, 32
+    w = mx.random.normal((n, i, h)).astype(mx.bfloat16)
+    wq, sc, bi = mx.quantize(w, group_size=64, bits=4)
+    specs, offset = [], 0
+    for name, t, dt in (("weight", wq, "U32"), ("scales", sc, "BF16"), ("biases", bi, "BF16")):
+        specs.append(TensorSpec(f"g.{name}", dt, t.shape[1:], offset, t[0].nbytes))
+        offset += -(-t[0].nbytes // 64) * 64
+    slot = -(-offset // ALIGN) * ALIGN
+    arena = Arena(n, slot, specs)
+    for s in range(n):
+        for t, piece in zip((wq, sc, bi), arena.segments(s),
+                                    strict=False):  # fmt: skip
+            piece[:] = (
+                np.array(t[s].view(mx.uint8) if t.dtype != mx.uint32 else t[s])
+                .view(np.uint8)
+                .ravel()
+            )
+    views = [arena.tensor_view(t) for t in specs]
+    x = mx.random.normal((8, 1, 1, h)).astype(mx.bfloat16)
+    idx = mx.array(np.sort(np.random.default_rng(0).choice(n, 8, replace=False))).reshape(8, 1)
+    kw = dict(transpose=True, group_size=64, bits=4, sorted_indices=True)
+    want = mx.gather_qmm(x, wq, sc, bi, rhs_indices=idx, **kw)
+    got = mx.gather_qmm(x, *views, rhs_indices=idx, **kw)
+    out["dense_views_equal"] = bool(mx.array_equal(got, want).item())
+    rows = mx.zeros((n, slot), dtype=mx.uint8)
+    mx.eval(rows)
+    strided = []
+    for spec in specs:
+        dt = mx.uint32 if spec.dtype == "U32" else mx.bfloat16
+        a, k = spec.offset // spec.itemsize, spec.nbytes // spec.itemsize
+        strided.append(rows.view(dt)[:, a : a + k].reshape(n, *spec.shape))
+    mx.eval(strided)
+    try:
+        mx.eval(mx.gather_qmm(x, *strided, rhs_indices=idx, **kw))
+        out["strided_views"] = "accepted"
+    except Exception as e:  # noqa: BLE001
+        out["strided_views"] = f"refused: {str(e)[:200]}"
+    ml = MultiLinear(64, 32, 4).to_quantized(64, 4)
+    xm = mx.random.normal((1, 4, 8, 64)).astype(mx.bfloat16)
+    try:
+        mx.eval(ml(xm))
+        out["multilinear_as_is"] = "accepted"
+    except Exception as e:  # noqa: BLE001
+        out["multilinear_as_is"] = f"refused: {str(e)[:200]}"
+    fit_for_backends(ml)
+    out["multilinear_rank_safe"] = list(ml(xm).shape)
+    # O_DIRECT into the arena's memory (managed on CUDA), through the real reader
+    from specdec.store.layout import EXPERTS_BIN, ExpertIndex, LayerLayout
+    from specdec.store.reader import ExpertReader
+
+    d = Path(args.disk) / "check"
+    d.mkdir(parents=True, exist_ok=True)
+    blocks = np.random.default_rng(1).integers(0, 256, (8, slot), dtype=np.uint8)
+    (d / EXPERTS_BIN).write_bytes(blocks.tobytes())
+    import zlib
+
+    ly = LayerLayout("l", 8, slot, specs, np.arange(8, dtype=np.int64) * slot,
+                     np.array([zlib.crc32(b) for b in blocks], np.uint32))  # fmt: skip
+    index = ExpertIndex(1, slot, {1: ly})
+    with ExpertReader(d, index, arena, io="direct", threads=4, verify_checksums=True) as r:
+        r.read([(1, e, e) for e in range(8)])
+        out["o_direct_into_arena"] = {"direct_layout": arena.direct, "staged": r.stats.staged}
+    shutil.rmtree(d, ignore_errors=True)
+    out["arena_huge_pages"] = arena.huge_page_fraction
+    return out
+
+
+# ---------------------------------------------------------------- models, exact
+
+
+def small_models(args) -> dict:
+    out = {}
+    for key, (preset, layers, experts) in SMALL.items():
+        src = Path(args.shm) / key
+        if not (src / "config.json").exists():
+            cmd = [*SPECDEC, "make-random", "--like", preset, "--layers", str(layers), str(src)]
+            sh(*cmd, *(["--experts", str(experts)] if experts else []))
+        out[key] = {"dir": str(src), "bytes": sum(f.stat().st_size for f in src.iterdir())}
+    return out
+
+
+def reference_greedy(src: Path, prompt: list[int], n: int) -> list[int]:
+    """mlx-lm's own greedy decode of the resident model (QuantizedMultiLinear made rank-safe:
+    mlx-lm as is cannot run DeepSeek-V3's MLA on CUDA)."""
+    from mlx_lm import load as mlx_load
+    from mlx_lm.generate import generate_step
+
+    from specdec.checkpoint.backend import fit_for_backends
+
+    model, _ = mlx_load(str(src))
+    fit_for_backends(model)
+    toks = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=n)]
+    del model
+    mx.clear_cache()
+    return toks
+
+
+def exact(args) -> dict:
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+
+    out = {}
+    n = 16
+    for key in SMALL:
+        src = Path(args.shm) / key
+        row: dict = {}
+        sm = load(src, budget="25%", io="direct", with_mtp=key == "deepseek")
+        prompt = sm.encode(PROMPT)
+        k_slots = sm.top_k * len(sm.main_moe_layers)
+        sm.close()
+        ref = reference_greedy(src, prompt, n)
+        row["reference"] = ref
+        for budget, warm in ((f"{k_slots}slots", False), ("25%", False), ("100%", True)):
+            sm = load(src, budget=budget, io="direct", warm=warm, with_mtp=key == "deepseek")
+            try:
+                res = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False)
+                row[f"plain@{budget}"] = _agree(res.tokens, ref) | {
+                    "bytes_read": res.summary["bytes_read"],
+                    "hit_rate": res.summary["hit_rate"],
+                }
+                if budget == "25%":
+                    drafters = ["oracle:0.9", "self", "lookup"] + (["mtp"] * (key == "deepseek"))
+                    for d in drafters:
+                        sm.reset_cache()
+                        spec = generate(sm, prompt, d, DecodeConfig(4, n), stop_at_eos=False)
+                        row[f"{d}@γ4"] = _agree(spec.tokens, res.tokens) | {
+                            "acceptance": spec.summary.get("acceptance")
+                        }
+            finally:
+                sm.close()
+        out[key] = row
+    return out
+
+
+def _agree(got: list[int], want: list[int]) -> dict:
+    first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    return {"equal": got == want, "first_departure": first}
+
+
+# ---------------------------------------------------------------- overhead, profile
+
+
+def overhead(args) -> dict:
+    from specdec.bench.overhead import cli_pairs
+
+    out = {}
+    for key, pairs in (("qwen3", 5), ("minimax", 3)):
+        src = str(Path(args.shm) / key)
+        out[key] = cli_pairs(src, 64, pairs, prompt=PROMPT)
+        out[key]["moe_layers"] = SMALL[key][1]
+    return out
+
+
+def profile(args) -> dict:
+    prof, det = Path(args.out) / "h200.yaml", Path(args.out) / "profile_details.json"
+    sh(*SPECDEC, "bench", "device", "--out", str(prof), "--name", "h200", "--model",
+       str(Path(args.shm) / "minimax"), "--dir", args.disk, "--details", str(det))  # fmt: skip
+    return {"profile": prof.read_text(), "details": json.loads(det.read_text())}
+
+
+# ---------------------------------------------------------------- the 16-layer model
+
+
+def big(args) -> dict:
+    src, packed = Path(args.shm) / "mm16", Path(args.disk) / "mm16.packed"
+    trace = Path(args.disk) / "minimax.trace"
+    out = {}
+    if not (packed / "experts.json").exists():
+        t = time.perf_counter()
+        sh(*SPECDEC, "make-random", "--like", "minimax-m2.5", "--layers", "16", str(src),
+           timeout=1200)  # fmt: skip
+        out["make_random_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        sh(*SPECDEC, "pack", str(src), str(packed), timeout=1200)
+        out["pack_s"] = time.perf_counter() - t
+        shutil.rmtree(src)
+    if not (trace / "meta.json").exists():
+        sh(*SPECDEC, "trace", "synth", "--like", "minimax-m2.5", "--positions", "4000",
+           "--seed", "0", str(trace))  # fmt: skip
+    out["packed_bytes"] = sum(f.stat().st_size for f in packed.iterdir())
+    return out
+
+
+def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dict]:
+    """Each (budget, drafter, γ, routing, lookahead) in plan, one loaded model per budget and
+    routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl."""
+    from specdec.clock.profiles import get_profile
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+    from specdec.trace.format import load_trace
+
+    prof = get_profile(str(Path(args.out) / "h200.yaml"))
+    trace = load_trace(Path(args.disk) / "minimax.trace")
+    rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
+    groups: dict = {}
+    for budget, drafter, gamma, routing, lookahead in plan:
+        groups.setdefault((budget, routing, lookahead), []).append((drafter, gamma))
+    for (budget, routing, lookahead), runs in groups.items():
+        if time.perf_counter() > args.deadline_at:
+            break
+        sm = load(packed, budget=budget, io=io, lookahead=lookahead, with_mtp=False)
+        given = trace if routing == "trace" else None
+        try:
+            prompt = sm.encode(PROMPT)
+            reference = None
+            for drafter, gamma in runs:
+                if time.perf_counter() > args.deadline_at:
+                    break
+                sm.reset_cache()
+                res = generate(sm, prompt, drafter, DecodeConfig(gamma, args.tokens), (prof,),
+                               stop_at_eos=False, routing=given, reference=reference)  # fmt: skip
+                if drafter == "none" and gamma == 1:
+                    reference = res.tokens
+                s = res.summary
+                row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma),
+                       "routing": routing, "lookahead": lookahead, "io": io,
+                       "tokens": res.tokens}  # fmt: skip
+                rows.append(row)
+                sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
+                                       "records": [r.__dict__ for r in res.records]},
+                                      default=str) + "\n")  # fmt: skip
+                sink.flush()
+                print(f"  {name} {budget} {routing} {drafter} γ={gamma} la={lookahead}: "
+                      f"{s.get('tokens_per_s') or 0:.2f} tok/s, "
+                      f"model {s.get('modeled_tokens_per_s/h200') or 0:.2f}", flush=True)  # fmt: skip
+        finally:
+            sm.close()
+    sink.close()
+    return rows
+
+
+def scale(args) -> dict:
+    packed = Path(args.disk) / "mm16.packed"
+    plan = [(b, "none", 1, r, 0) for r in ("model", "trace") for b in BUDGETS]
+    return {"runs": _runs(args, packed, plan, "direct", "scale")}
+
+
+def spec(args) -> dict:
+    packed = Path(args.disk) / "mm16.packed"
+    plan = []
+    for b in SPEC_BUDGETS:
+        plan.append((b, "none", 1, "trace", 0))
+        plan += [(b, f"oracle:{a:g}", g, "trace", 0) for a in ALPHAS for g in GAMMAS]
+    return {"runs": _runs(args, packed, plan, "direct", "spec")}
+
+
+def auto(args) -> dict:
+    packed = Path(args.disk) / "mm16.packed"
+    plan = []
+    for b in SPEC_BUDGETS:
+        plan.append((b, "none", 1, "trace", 0))
+        plan += [(b, f"oracle:{a:g}", "auto", "trace", 0) for a in (0.5, 0.7, 0.9)]
+    return {"runs": _runs(args, packed, plan, "direct", "auto")}
+
+
+def drafters(args) -> dict:
+    packed = Path(args.disk) / "mm16.packed"
+    plan = []
+    for b in SPEC_BUDGETS:
+        plan.append((b, "none", 1, "trace", 0))
+        plan += [(b, d, g, "trace", 0) for d in ("self", "lookup") for g in (2, 4)]
+    return {"runs": _runs(args, packed, plan, "direct", "drafters")}
+
+
+def lookahead(args) -> dict:
+    packed = Path(args.disk) / "mm16.packed"
+    plan = [(b, "none", 1, "model", d) for b in ("10%", "9GB") for d in (0, 1, 2)]
+    return {"runs": _runs(args, packed, plan, "direct", "lookahead")}
+
+
+def shm(args) -> dict:
+    packed, fast = Path(args.disk) / "mm16.packed", Path(args.shm) / "mm16.packed"
+    if not (fast / "experts.json").exists():
+        shutil.copytree(packed, fast)
+    plan = [(b, "none", 1, "trace", 0) for b in (ONE_TOKEN, "10%", "9GB")]
+    plan += [(b, "oracle:0.8", 4, "trace", 0) for b in (ONE_TOKEN, "10%", "9GB")]
+    try:
+        return {"runs": _runs(args, fast, plan, "buffered", "shm")}
+    finally:
+        shutil.rmtree(fast, ignore_errors=True)
+
+
+STEPS = {
+    "check": check,
+    "models": small_models,
+    "exact": exact,
+    "overhead": overhead,
+    "profile": profile,
+    "big": big,
+    "scale": scale,
+    "spec": spec,
+    "auto": auto,
+    "drafters": drafters,
+    "lookahead": lookahead,
+    "shm": shm,
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("steps", nargs="+", choices=list(STEPS))
+    ap.add_argument("--shm", default="/dev/shm/specdec")
+    ap.add_argument("--disk", default=str(Path.home() / "specdec-cuda"))
+    ap.add_argument("--out", default="benchmarks/results/cuda")
+    ap.add_argument("--tokens", type=int, default=20, help="decode tokens per run")
+    ap.add_argument("--deadline", type=float, default=1e9, help="seconds: start no step after")
+    args = ap.parse_args()
+    args.deadline_at = time.perf_counter() + args.deadline
+    for d in (args.shm, args.disk, args.out):
+        Path(d).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("SPECDEC_CACHE", str(Path(args.disk) / "cache"))
+    for step in args.steps:
+        if time.perf_counter() > args.deadline_at:
+            print(f"[{step}] skipped: past the deadline", flush=True)
+            continue
+        t0 = time.perf_counter()
+        print(f"[{step}] start", flush=True)
+        try:
+            save(Path(args.out), step, STEPS[step](args), t0)
+        except Exception as e:  # noqa: BLE001 -- the next steps still run; the failure is kept
+            import traceback
+
+            save(Path(args.out), step, {"error": repr(e), "traceback": traceback.format_exc()}, t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
