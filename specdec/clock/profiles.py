@@ -21,7 +21,7 @@ measured rate into bandwidth and a per-read cost, so reads of other sizes cost w
 (a batch of m reads of b bytes with n in flight: m·b / bandwidth(n) + ceil(m / n) · latency,
 which reproduces the curve at its block size). The read bench's results feed the curve through
 `this_machine` (one point per thread count of its fastest page-cache-bypassing path).
-Tests: `pytest tests/test_clock.py`.
+Tests: `pytest tests/clock/test_clock.py`.
 """
 
 from __future__ import annotations
