@@ -9,7 +9,7 @@ temporary directory deleted afterwards), replays it in verify passes (specdec.si
 committed token, the break-even α (bytes and modeled time) beside the question's
 k·(1 + 0.58·(γ − 1)) model and the independence formula, modeled tokens/s on the M4 profile,
 and which of the question's §3 claims hold (the text: analysis/_scale_text.py).
-Prints the section of docs/results/minimax-scale.md. Test: tests/test_speculation_at_scale.py.
+Prints the section of docs/results/minimax-scale.md. Test: tests/report/test_speculation_at_scale.py.
 """
 
 from __future__ import annotations

@@ -18,6 +18,19 @@ from specdec.stream.loader import load
 FAMILIES = ["deepseek_v3", "qwen3_moe", "qwen2_moe", "mixtral", "minimax"]
 
 
+def fast_cases(cases: list, *keep) -> list:
+    """`cases` for `pytest.mark.parametrize` with every case but those in `keep` (default: the
+    first) marked slow: the fast loop (`pytest -m "not slow"`) runs the kept ones, a plain
+    `pytest` all of them. Test ids stay as they were. A tuple is one case of several arguments."""
+    keep = keep or (cases[0],)
+    return [
+        c
+        if c in keep
+        else pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=pytest.mark.slow)
+        for c in cases
+    ]
+
+
 def random_checkpoint(root: Path, family: str, bits: int | None) -> Path:
     out = root / f"{family}-{bits or 'f32'}"
     if not (out / "config.json").exists():

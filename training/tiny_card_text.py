@@ -221,7 +221,7 @@ the run anneals fully however busy the shared cores are), gradient clip 1.0, see
 step, for every MoE layer including the MTP's, `bias_e += u * sign(mean load - load_e)`,
 u = {hp["bias_rate"]} (DeepSeek used 0.001 over far more steps). Training computes the routed
 MLP by grouping tokens by expert, one dense matmul per expert, and the cross-entropy in numpy
-(`training/tiny_ops.py`): both exact (tests/test_tiny_ops.py), both because MLX's CPU
+(`training/tiny_ops.py`): both exact (tests/checkpoint/test_tiny_ops.py), both because MLX's CPU
 `gather_mm` and `exp` are slow; the saved model uses mlx-lm's stock modules.
 """
 

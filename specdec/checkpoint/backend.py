@@ -11,7 +11,7 @@ kernels require the last two dimensions of weights, scales and biases row-contig
 that ("No implementation for problem shape: 8x32x64x4 ..."); the CPU kernel copies it. Giving
 the weights the input's rank by a reshape (fresh row-major strides: a view, no copy) leaves
 nothing to broadcast but the input, so every backend takes the call; the arithmetic is the same
-kernel on the same values, bit for bit (tests/test_backend.py).
+kernel on the same values, bit for bit (tests/checkpoint/test_backend.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ A `route` is needed only where specdec evaluates a router *outside* that code: c
 self-drafts (renormalise the gates over resident experts), router lookahead (layer L+d's router on
 layer L's input) and trace recording. Each `route` below mirrors the family's `__call__` line for
 line and returns (indices, scores) aligned with the indices the block passes its switch module;
-tests/test_families.py checks both against the family's own block. A family without one streams
+tests/checkpoint/test_families.py checks both against the family's own block. A family without one streams
 and decodes with every other drafter; those three features say so in one line (`require_route`).
 
 Add a family: write its `route`, add its row to FAMILIES (its tiny config: tiny_configs.py).

@@ -5,7 +5,7 @@ The check feeds the device model the parameters of each run the seed question re
 24 GB M4 (MiniMax-M2.5 at 4 bits, one token per forward, LRU) and compares modeled with
 measured tokens/s. Misses per token are what the run itself reports: a hit rate (of 62 × 8
 routed accesses per token) or bytes read per token (÷ one 4-bit block). The bundled profile
-must land within `TOLERANCE` of each (tests/test_clock_model.py).
+must land within `TOLERANCE` of each (tests/clock/test_clock_model.py).
 """
 
 from __future__ import annotations

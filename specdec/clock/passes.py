@@ -18,7 +18,7 @@ Forwards of one pass (shapes from the packed config.json, MoE layers from its ex
 Where a layer's state cannot be trimmed (Qwen3-Next), a pass that rejects a draft also runs the
 main model once more over its accepted prefix (decode/rollback.py), modeled as one more forward.
 The prompt's prefill is not part of any pass (as in the records).
-Tests: `pytest tests/test_clock_model.py`.
+Tests: `pytest tests/clock/test_clock_model.py`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Roofline: a part takes max(bytes / mem_gbps, FLOPs / peak), not the sum: a matmu
 streams its weights while the ALUs work on what has arrived, so the slower of the two bounds it
 (at γ ≤ 8 every part here is bandwidth-bound on a Mac: 2γ FLOPs per 0.56 weight bytes stays below
 the M4's ridge of ~40 FLOP/byte, so max vs sum changes little; sum would charge both in full).
-Tests: `pytest tests/test_clock_model.py`.
+Tests: `pytest tests/clock/test_clock_model.py`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Weights are stored at the config's `quantization` bits with a 16-bit scale and b
 (mlx affine: bits/8 + 4/group_size bytes per parameter), else at `torch_dtype`. Norms, biases and
 the embedding row gather are left out (under 0.1% of the bytes for every shape here). A packed
 model's measured expert block size (experts.json) replaces the computed one when given.
-Tests: `pytest tests/test_clock_model.py`.
+Tests: `pytest tests/clock/test_clock_model.py`.
 """
 
 from __future__ import annotations

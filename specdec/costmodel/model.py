@@ -8,7 +8,7 @@ measured tables:
     m.to_dict()["alphas"][1]["speedup"]     # 1.301 at α = 0.9, γ = 8
 
 γ asked for but absent from the table take their union from one of the fits (`fill`, linear by
-default) and say so in `source`. Tests: `pytest tests/test_costmodel.py`.
+default) and say so in `source`. Tests: `pytest tests/costmodel/test_costmodel.py`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ c, default 0). It yields E(α, γ) = (1 − α^γ)/(1 − α) tokens, hence
     speedup(0.9, 8, 35.01 / 8)    # 1.301
     break_even(3, 17.99 / 8)      # 0.7243
 
-Tests: `pytest tests/test_costmodel.py`.
+Tests: `pytest tests/costmodel/test_costmodel.py`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Every fit is least squares on U itself (not on log U) so the rmse of the three c
     from specdec.costmodel.union import fit_linear
     fit_linear({1: 8, 2: 13.42, 3: 17.99, 8: 35.01}).slope   # 0.4965
 
-Tests: `pytest tests/test_costmodel.py`.
+Tests: `pytest tests/costmodel/test_costmodel.py`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ rejected drafts (docs/trace-format.md). `records_trace` turns a record file into
 whose rejected.npy holds them, so `specdec simulate --alpha` replays recorded rejections.
 
 Record files are written a line at a time, one write(2) each, so a killed run leaves whole lines;
-`read_records` skips a torn final line and says so (tests/test_interrupt.py).
+`read_records` skips a torn final line and says so (tests/e2e/test_interrupt.py).
 """
 
 from __future__ import annotations

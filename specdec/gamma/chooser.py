@@ -65,7 +65,7 @@ lower tokens per modeled second or push bytes per token past plain's (specdec.ga
 the decode loop only). MTP's routing covers its own draft layer, none of verify's, so nothing
 of it is predicted from. The rest (oracle, lookup, a draft model) route nothing of the target's.
 Replay (specdec.gamma.replay) and the decode loop share this class.
-Tests: `pytest tests/test_gamma_auto.py`.
+Tests: `pytest tests/gamma/test_gamma_auto.py`.
 """
 
 from __future__ import annotations

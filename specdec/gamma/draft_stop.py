@@ -34,7 +34,7 @@ misses), and the predicted misses summed over layers for each γ the draft route
 (`misses_by_gamma`: what each further position would have added). Mode "record" fills the
 records and never stops (any γ: the benchmark's fixed γ and its auto without the stop);
 "stop" stops under `--gamma auto` only; "off" does neither.
-Bench: benchmarks/bench_draft_stop.py. Tests: `pytest tests/test_draft_stop.py`.
+Bench: benchmarks/bench_draft_stop.py. Tests: `pytest tests/gamma/test_draft_stop.py`.
 """
 
 from __future__ import annotations

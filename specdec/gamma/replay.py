@@ -12,7 +12,7 @@ acceptance draws (the geometric draw of pass i, seeded as `plan_passes`), reject
 routed as recorded (rejected.npy) or as `rejected_routing` models them, passes that never cross
 a prompt boundary, `new_sequence()` at each prompt, one cache step per MoE layer over the pass's
 union (counts = positions selecting each expert), then tick(γ). A fixed γ gives the same hits as
-`replay_trace` (tests/test_gamma_auto.py). Each pass is charged its modeled seconds on the
+`replay_trace` (tests/gamma/test_gamma_auto.py). Each pass is charged its modeled seconds on the
 device clock (`PassClock.modeled`: the verify forward with its own unions and misses, plus the
 draft phase the drafter's `draft_compute` implies; replay has no draft-phase reads).
 

@@ -31,7 +31,7 @@ read up to 15% less in its lane than in the real replay (MiniMax trace, 50%, α 
 there and at 5% (α 0.95, γ 2-8). Speculation-aware cache options (demote/protect) are not
 applied in lanes (no verdicts reach them). The guard on the run's actual totals (gamma.py)
 bounds what any error here can cost.
-Tests: `pytest tests/test_gamma_auto.py`.
+Tests: `pytest tests/gamma/test_gamma_auto.py`.
 """
 
 from __future__ import annotations

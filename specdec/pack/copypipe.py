@@ -21,7 +21,7 @@ over. The file is fsynced before `write_chunks` returns.
 
 Failures anywhere (a short source file, a read error, a full disk) stop both threads and raise
 in the caller; what was written is left for the caller's temp-dir cleanup. Tests:
-`pytest tests/test_pack_pipeline.py`; speed: `python benchmarks/bench_pack.py`.
+`pytest tests/pack/test_pack_pipeline.py`; speed: `python benchmarks/bench_pack.py`.
 """
 
 from __future__ import annotations

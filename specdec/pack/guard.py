@@ -10,7 +10,7 @@
 A pack is ours if it holds the `.specdec-pack` marker (store/files.py). An existing pack of the
 very same source files is kept only if a quick check passes (index, file sizes, crc32 of 8 blocks
 per layer); a damaged one is re-packed without `--force`; another pack needs `--force`; a folder
-pack did not write, or one holding the model, is never replaced. tests/test_ownership.py.
+pack did not write, or one holding the model, is never replaced. tests/pack/test_ownership.py.
 """
 
 from __future__ import annotations

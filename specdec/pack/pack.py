@@ -14,7 +14,7 @@ is in `store/layout.py`.
 Everything is written into `OUT_DIR.tmp-<pid>` (marked `.specdec-pack` first thing, see
 store/files.py) and renamed at the end, fsynced, with experts.json written last: a killed pack
 never leaves a directory that looks valid, and the next pack deletes the `.tmp-<pid>` /
-`.old-<pid>` directories of dead packs, recognised by their marker, never by name alone. tests/test_interrupt.py kills the real
+`.old-<pid>` directories of dead packs, recognised by their marker, never by name alone. tests/e2e/test_interrupt.py kills the real
 CLI at each stage (SPECDEC_TEST_PACK_STALL=<stage> makes pack announce the stage on stderr and
 wait there to be killed; stages: resident, block:N, experts, index, swap, swapped). An existing OUT_DIR packed from the
 same files is kept if a quick check passes (sizes, index, a sample of block checksums) and

@@ -6,7 +6,7 @@ stamp and a new copy. After packing one, `remove_old_copies` deletes the older c
 source, but only directories `specdec pack` wrote (their marker), packed from that very model
 directory (their index says so), and not in use: a loaded model holds a shared lock on
 `.<copy>.use-lock` (`hold_in_use`), and a copy is deleted only under an exclusive lock on it and
-on its pack lock, both taken without waiting. tests/test_packed_cache.py covers each case.
+on its pack lock, both taken without waiting. tests/pack/test_packed_cache.py covers each case.
 """
 
 from __future__ import annotations

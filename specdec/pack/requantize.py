@@ -11,7 +11,7 @@ Scales and biases of a cold block keep the float dtype they were computed in (bf
 `requantize_cold` runs after pack has written the all-hot experts.bin into its temporary
 directory: it rewrites the file block by block (one block in memory at a time), cold blocks
 smaller, and records in each layer's layout the cold layout and which experts are cold
-(store/layout.py: `LayerLayout.cold`, `is_cold`). Run `pytest tests/test_mixed_precision.py`.
+(store/layout.py: `LayerLayout.cold`, `is_cold`). Run `pytest tests/pack/test_mixed_precision.py`.
 """
 
 from __future__ import annotations

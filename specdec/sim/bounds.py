@@ -14,7 +14,7 @@ iff D + W(n) < n, where D = distinct keys seen in steps strictly between t' and 
 n) and W(n) = keys of step t' not seen since that the n-slot cache ordered after this key. W
 depends on n because hits are touched before misses: in step t' a key that missed at n is newer
 than one that hit. So LRU is NOT a stack algorithm here (a key can hit at n slots and miss at
-n + 1; tests/test_simulate_lru_curve.py shows one), and one stack distance per access is not
+n + 1; tests/sim/test_simulate_lru_curve.py shows one), and one stack distance per access is not
 enough. Instead each access gets its exact set of hitting budgets: all n >= D + |R| + 1 (R = the
 keys of t' not seen since), plus those n in [D + 1, D + |R|] where D + W(n) < n, evaluated from
 the stored hit sets of step t'. Only budgets of the requested list are evaluated, so the work per

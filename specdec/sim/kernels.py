@@ -9,7 +9,7 @@ policies with per-position state: `counts` [N] (positions of the call selecting 
 adds them), `tick` [S] (positions to tick after step s, 0 between the steps of one call) and
 `new_seq` [S] (new_sequence() before step s). Every kernel follows ExpertCache.access exactly:
 hits touched ascending, victims picked among resident keys not in the step, misses admitted
-ascending; tests/test_replay_kernels.py checks hits per access against the Python policy classes
+ascending; tests/sim/test_replay_kernels.py checks hits per access against the Python policy classes
 (which remain the runtime's) on random traces. The classes are the specification; these loops
 exist because Python replays 1-2 M accesses/s and the MiniMax-scale study needs 5 M+.
 

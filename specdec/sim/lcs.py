@@ -9,7 +9,7 @@ libCacheSim's Belady reads). Where the semantics differ from ExpertCache's steps
 cache may evict a key of the current step before that key's own request comes (a miss the step
 semantics would count as a hit), and it admits each miss before looking at the next key, so the
 order of hits and misses within a step is the key order, not hits first. On k = 1 steps the two
-agree (tests/test_lcs.py checks LRU and Belady exactly); on top-8 steps the difference is
+agree (tests/sim/test_lcs.py checks LRU and Belady exactly); on top-8 steps the difference is
 measured there and in benchmarks/bench_policies.py.
 
 Per-access hits come from one `get()` per request in Python (~1 M requests/s), which gives

@@ -41,7 +41,7 @@ memory (page flags where readable, else smaps' AnonHugePages over the advised ra
 into decode stats and the read bench, and a one-line warning on stderr names the shortfall and
 its cause.
 
-Run `pytest tests/test_store_arena.py` for the checks.
+Run `pytest tests/store/test_store_arena.py` for the checks.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ once where it enters (`specdec.core.units.Budget.parse`). A budget above the mod
 holds all of them: the plan is capped at one slot per expert (`holds_all`, and `requested_slots`
 says what was asked), so nothing is allocated beyond the model. A budget whose arena plus the
 resident weights does not fit the memory available now (Linux: MemAvailable) is a BudgetError
-before anything is allocated. Run `pytest tests/test_scale.py` for the checks.
+before anything is allocated. Run `pytest tests/store/test_scale.py` for the checks.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ the hot pool; a pack made with `--hot-access-share f` (measured when the hotlist
 splits B as one LRU over both sizes would, in proportion to accesses x block size. Bytes one
 pool cannot use (it holds all its experts) go to the other; `100%` holds every block; each pool
 gets at least top-k slots (or all its experts, if fewer).
-Run `pytest tests/test_mixed_precision.py`.
+Run `pytest tests/pack/test_mixed_precision.py`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ a layer holding both precisions computes its routed experts twice.
 `resident_mixed(packed)` is the reference: mlx-lm's model from the packed directory, each MoE
 block's switch module replaced by a pair of mlx-lm SwitchGLUs (one quantized like the hot blocks,
 one at the cold bits) holding every expert's weights as packed, which selects per pair the same
-way. Streamed == resident bit for bit (tests/test_mixed_precision.py).
+way. Streamed == resident bit for bit (tests/pack/test_mixed_precision.py).
 """
 
 from __future__ import annotations

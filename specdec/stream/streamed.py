@@ -26,7 +26,7 @@ other cache step and before the log is drained, so stats and records equal the s
 A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing.
 A call served resident-only (`Call.resident_only`, the cache-only self-drafter) reads nothing:
 experts not resident are dropped and the kept gate mass renormalised. A failed read (or lookahead read) makes the cache forget its keys, so no
-slot holding a partial or stale block is ever computed on (tests/test_fault_injection.py).
+slot holding a partial or stale block is ever computed on (tests/e2e/test_fault_injection.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ disturbing the main one: the scan resistance the union of a verify pass calls fo
 
 It follows libCacheSim's S3FIFO.c (libcachesim 0.3.5): before the first eviction a key that
 finds the small queue full enters the main queue. On steps of one key it is libCacheSim's
-S3FIFO access for access at 20 slots and more (tests/test_policies_scan.py); below 20 slots
+S3FIFO access for access at 20 slots and more (tests/cache/test_spec_cache.py); below 20 slots
 libCacheSim's small queue (int(0.1 n) slots) cannot hold a key and admits nothing, here it
 keeps at least one. On wider steps a key of the running step that reaches an old end goes back
 to its queue's new end instead of leaving (as if touched): the small queue turns at most

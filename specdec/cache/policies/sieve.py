@@ -6,7 +6,7 @@ finds unvisited, then rests there; past the newest it wraps to the oldest. New k
 the newest end unvisited, so a key read once and never again (a rejected draft's expert, a
 scan) is evicted at the hand's next pass unless it is used again first.
 
-On steps of one key this is libCacheSim's Sieve access for access (tests/test_policies_scan.py).
+On steps of one key this is libCacheSim's Sieve access for access (tests/cache/test_spec_cache.py).
 On wider steps the hand passes over keys of the running step (clearing their bit like any
 other) but never evicts one; after two full turns without a victim it gives up.
 """

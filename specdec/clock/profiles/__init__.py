@@ -29,7 +29,7 @@ measured rate into bandwidth and a per-read cost, so reads of other sizes cost w
 which reproduces the curve at its block size). `DEFAULT_PROFILE` is the one profile every
 default names (`--profile`, specdec-exp's `device`, what `--gamma auto` prices passes on when
 no roofline profile is given: `auto_profile`).
-Tests: `pytest tests/test_clock.py`.
+Tests: `pytest tests/clock/test_clock.py`.
 """
 
 from __future__ import annotations

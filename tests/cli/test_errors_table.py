@@ -1,0 +1,351 @@
+"""Every row of docs/errors.md, run: bad input gives exactly its documented one-line error.
+
+Run: `pytest tests/cli/test_errors_table.py`. The table in docs/errors.md is the source of truth:
+each row is `case | command | message`; this test reads it, prepares the case's bad input
+(SETUPS below, one per case, keyed by the case name), runs the command through the real CLI
+entry point (`specdec.cli.main`, in process: the same code path as the `specdec` script, minus
+the interpreter start) and requires exit status 2, nothing on stderr but
+`specdec: error: <message>` and no traceback. Placeholders: {model} a random DeepSeek-V3
+checkpoint, {packed} a fresh packed copy of it, {trace} a routing trace, {tmp} an empty directory,
+{profiles} the built-in device profile names (specdec.clock.BUILTIN_NAMES, comma-separated).
+tests/store/test_store_errors.py checks a few of these through a subprocess (exit code, no traceback).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import re
+import shlex
+import shutil
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specdec.pack.pack as pack_module
+from specdec.cache.policies import POLICIES
+from specdec.cache.spec import OFFLINE
+from specdec.cli import main
+from specdec.clock import BUILTIN_NAMES
+from specdec.decode.drafters import drafter_usage
+from specdec.decode.records import PassRecord
+from specdec.pack.pack import pack
+from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
+from specdec.trace.format import Trace, save_trace
+from tests.helpers import random_checkpoint
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+# lists the messages take from a registry (docs/errors.md says which placeholder is which)
+REGISTRIES = {
+    "drafters": drafter_usage(),
+    "policies": ", ".join(POLICIES),
+    "offline_policies": ", ".join(OFFLINE),
+}
+ROW = re.compile(r"^\| (?P<case>[^|]+?) \| `(?P<command>[^`]+)` \| (?P<message>.+) \|$")
+
+
+def doc_rows() -> list[tuple[str, str, str]]:
+    rows = [ROW.match(line) for line in DOC.read_text().splitlines()]
+    return [(m["case"], m["command"], m["message"].replace("\\|", "|")) for m in rows if m]
+
+
+def edit_config(path: Path, **changes) -> None:
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(changes)
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def edit_meta(trace: Path, **changes) -> None:
+    meta = json.loads((trace / "meta.json").read_text())
+    meta.update(changes)
+    (trace / "meta.json").write_text(json.dumps(meta))
+
+
+def corrupt_layer(path: Path, layer: int) -> None:
+    """Flip one byte in every expert block of `layer` (a disk or copy gone wrong)."""
+    layout = ExpertIndex.load(path).layers[layer]
+    with open(path / EXPERTS_BIN, "r+b") as f:
+        for off in layout.offsets:
+            f.seek(int(off) + 100)
+            b = f.read(1)
+            f.seek(int(off) + 100)
+            f.write(bytes([b[0] ^ 0xFF]))
+
+
+def save_experts(trace: Path, array: np.ndarray) -> None:
+    np.save(trace / "experts.npy", array)
+
+
+def nothing(ctx: dict[str, Path]) -> None:
+    pass
+
+
+def edit_index(path: Path, edit: Callable[[dict], object]) -> None:
+    index = json.loads((path / EXPERTS_JSON).read_text())
+    edit(index)
+    (path / EXPERTS_JSON).write_text(json.dumps(index))
+
+
+def first_layer(index: dict) -> dict:
+    return index["layers"][min(index["layers"], key=int)]
+
+
+def zero_experts(index: dict) -> None:
+    first_layer(index).update(n_experts=0, offsets=[], crc32=[])
+
+
+def set_quant(index: dict, **fields) -> None:
+    for q in first_layer(index)["quant"].values():
+        q.update(fields)
+
+
+def symlink_loop(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.name)
+
+
+def dir_instead_of(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def reshape_trace(trace: Path, experts: np.ndarray) -> None:
+    """experts.npy and meta.json rewritten together (consistent, but not a possible trace)."""
+    save_experts(trace, experts)
+    edit_meta(trace, n_layers=experts.shape[1], top_k=experts.shape[2])
+
+
+def hotlist(ctx: dict, body: bytes) -> None:
+    (ctx["tmp"] / "hot.txt").write_bytes(b"# ds4 expert hotlist v1\n" + body)
+
+
+def old_job(ctx: dict) -> None:
+    """A finished job directory whose records were written by an older specdec (no union)."""
+    job = ctx["tmp"] / "job"
+    job.mkdir()
+    for name, obj in (("result.json", {}), ("config.json", {"config": {}, "meta": {}})):
+        (job / name).write_text(json.dumps(obj))
+    (job / "summary.json").write_text("{}")
+    row = {f.name: 0 for f in dataclasses.fields(PassRecord) if f.name != "draft_union"}
+    (job / "records.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def no_space(ctx: dict, module, name: str) -> None:
+    """Fault injection (a full disk cannot be made here without root): `module.name` raises
+    ENOSPC the way a write(2) on a full file system does."""
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    ctx["monkeypatch"].setattr(module, name, full)
+
+
+def records_os_without_space(ctx: dict) -> None:
+    import specdec.decode.records as records
+
+    fake = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")})
+    no_space({"monkeypatch": ctx["monkeypatch"]}, fake, "write")
+    ctx["monkeypatch"].setattr(records, "os", fake)
+
+
+def non_empty_dir(ctx: dict) -> None:
+    (ctx["tmp"] / "mine").mkdir()
+    (ctx["tmp"] / "mine" / "notes.txt").write_text("keep")
+
+
+# case name (first column of docs/errors.md) -> how to make its bad input
+SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
+    "model path does not exist": nothing,
+    "pack: model directory does not exist": nothing,
+    "verify: directory does not exist": nothing,
+    "pack: --cold-bits not an MLX width": lambda c: hotlist(c, b"1 0 5 1.0\n"),
+    "pack: --hotlist without --cold-bits": lambda c: hotlist(c, b"1 0 5 1.0\n"),
+    "pack: --cold-bits not below the experts' bits": lambda c: hotlist(c, b"1 0 5 1.0\n"),
+    "pack: hotlist names an unknown expert": lambda c: hotlist(c, b"9 0 5 1.0\n"),
+    "pack: empty hotlist": lambda c: hotlist(c, b""),
+    "pack: hotlist missing": nothing,
+    "pack: --hot-access-share not a fraction": lambda c: hotlist(c, b"1 0 5 1.0\n"),
+    "missing experts.json (verify)": lambda c: (c["packed"] / EXPERTS_JSON).unlink(),
+    "missing experts.json (generate)": lambda c: (c["packed"] / EXPERTS_JSON).unlink(),
+    "experts.json is not JSON": lambda c: (c["packed"] / EXPERTS_JSON).write_text('{"version": 1,'),
+    "experts.json lacks fields": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
+        '{"version": 1, "layers": {}}'
+    ),
+    "experts.json from another format version": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
+        '{"version": 0}'
+    ),
+    "truncated experts.bin (generate)": lambda c: shrink(c["packed"] / EXPERTS_BIN),
+    "truncated experts.bin (verify)": lambda c: shrink(c["packed"] / EXPERTS_BIN),
+    "truncated model.safetensors (generate)": lambda c: shrink(c["packed"] / "model.safetensors"),
+    "truncated mtp.safetensors (verify)": lambda c: shrink(c["packed"] / "mtp.safetensors"),
+    "corrupt expert block (verify)": lambda c: corrupt_layer(c["packed"], 2),
+    "corrupt expert block (--verify-checksums)": lambda c: corrupt_layer(c["packed"], 2),
+    "config.json: other expert count": lambda c: edit_config(c["packed"], n_routed_experts=32),
+    "config.json: other MoE width": lambda c: edit_config(c["packed"], moe_intermediate_size=128),
+    "config.json: other MoE layers": lambda c: edit_config(c["packed"], first_k_dense_replace=0),
+    "config.json is not JSON": lambda c: (c["packed"] / "config.json").write_text("{"),
+    "extract-mtp: a family without an MTP layout": lambda c: edit_config(
+        c["packed"], model_type="mixtral"
+    ),
+    "extract-mtp: a checkpoint without its MTP layer": lambda c: (
+        c["packed"] / "mtp.safetensors"
+    ).unlink(),
+    "model_type mlx-lm does not know": lambda c: edit_config(c["packed"], model_type="not_a_model"),
+    "a dense checkpoint (generate)": lambda c: edit_config(c["packed"], model_type="llama"),
+    "a dense checkpoint (pack)": lambda c: edit_config(c["packed"], model_type="llama"),
+    "self drafter without a router adapter": lambda c: no_router(c),
+    "lookahead without a router adapter": lambda c: no_router(c),
+    "trace record without a router adapter": lambda c: no_router(c),
+    "trace: wrong shape": lambda c: save_experts(c["trace"], np.zeros((10, 2), np.int32)),
+    "trace: wrong layer count": lambda c: save_experts(c["trace"], np.zeros((10, 3, 4), np.int32)),
+    "trace: wrong dtype": lambda c: save_experts(c["trace"], np.zeros((10, 2, 4), np.float32)),
+    "trace: not a trace directory": lambda c: shutil.rmtree(c["trace"]),
+    "trace: meta.json field of the wrong type": lambda c: edit_meta(c["trace"], n_experts="x"),
+    "budget below one position's top-k": nothing,
+    "budget below one position's top-k (simulate)": nothing,
+    "simulate --gamma auto without a model config": nothing,
+    "simulate --gamma auto with an offline bound": nothing,
+    "budget that does not parse": nothing,
+    "--warm with a budget below every expert": nothing,
+    "gamma below 1": nothing,
+    "gamma neither a number nor auto": nothing,
+    "max tokens below 1": nothing,
+    "reader threads below 1": nothing,
+    "unknown drafter": nothing,
+    "unknown cache policy": nothing,
+    "unknown policy option": nothing,
+    "unknown cache policy (simulate)": nothing,
+    "policy option on a bound (simulate)": nothing,
+    "unknown device profile": nothing,
+    "negative lookahead": nothing,
+    "prompt not UTF-8": nothing,
+    "--chat without a chat template": nothing,
+    "negative seed": nothing,
+    "temperature NaN": nothing,
+    "temperature inf": nothing,
+    "prompt past the context": lambda c: edit_config(c["packed"], max_position_embeddings=4),
+    "draft model without a path": nothing,
+    "draft model is a packed directory": nothing,
+    "--records is a directory": nothing,
+    "--records file exists": lambda c: (c["tmp"] / "r.jsonl").write_text("{}\n"),
+    "disk full writing records": records_os_without_space,
+    "disk full while packing": lambda c: no_space(c, pack_module, "_write_experts"),
+    "experts.json is a list": lambda c: (c["packed"] / EXPERTS_JSON).write_text("[]"),
+    "experts.json layers is a list": lambda c: edit_index(
+        c["packed"], lambda i: i.update(layers=list(i["layers"].values()))
+    ),
+    "a layer with 0 experts": lambda c: edit_index(c["packed"], zero_experts),
+    "negative crc32": lambda c: edit_index(
+        c["packed"], lambda i: first_layer(i)["crc32"].__setitem__(0, -5)
+    ),
+    "block offset 2^70": lambda c: edit_index(
+        c["packed"], lambda i: first_layer(i)["offsets"].__setitem__(0, 2**70)
+    ),
+    "quantization bits 0": lambda c: edit_index(c["packed"], lambda i: set_quant(i, bits=0)),
+    "quantization group_size 0": lambda c: edit_index(
+        c["packed"], lambda i: set_quant(i, group_size=0)
+    ),
+    "config.json without num_experts_per_tok": lambda c: edit_config_drop(
+        c["packed"], "num_experts_per_tok"
+    ),
+    "config.json: other num_hidden_layers": lambda c: edit_config(c["packed"], num_hidden_layers=2),
+    "experts.json is a symlink loop": lambda c: symlink_loop(c["packed"] / EXPERTS_JSON),
+    "tokenizer missing": lambda c: [p.unlink() for p in c["packed"].glob("tokenizer*")],
+    "tokenizer garbage": lambda c: (c["packed"] / "tokenizer.json").write_text("garbage{"),
+    "experts.bin is a directory": lambda c: dir_instead_of(c["packed"] / EXPERTS_BIN),
+    "budget 1e99%": nothing,
+    "budget inf%": nothing,
+    "budget of 10^23 slots": nothing,
+    "trace: no MoE layers": lambda c: reshape_trace(c["trace"], np.zeros((10, 0, 4), np.int32)),
+    "trace: top_k 0": lambda c: reshape_trace(c["trace"], np.zeros((10, 2, 0), np.int32)),
+    "trace: n_experts 2^62": lambda c: edit_meta(c["trace"], n_experts=2**62),
+    "hotlist: an expert twice": lambda c: hotlist(c, b"0 1 5 1.0\n0 1 5 1.0\n"),
+    "hotlist: binary bytes": lambda c: hotlist(c, b"\xff\xfe\x00\x01\n"),
+    "simulate: 10^12 slots": nothing,
+    "simulate: a share of no experts": nothing,
+    "probe: a bare number as a budget": nothing,
+    "probe gates on a trace": nothing,
+    "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
+    "union-model: union shrinks with gamma": nothing,
+    "trace synth: more positions than memory": lambda c: c.update(
+        memory=f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 1e9:.1f}"
+    ),
+    "trace synth: no positions": nothing,
+    "union-model: k above U(1)": nothing,
+    "trace record: bad --lookahead": nothing,
+    "trace record: --out holds the model": nothing,
+    "trace record: --overwrite on a folder it did not write": non_empty_dir,
+    "bench read: --dir missing": nothing,
+    "report: records from an older specdec": old_job,
+    "pack into the model's parent": nothing,
+    "pack into the model itself": nothing,
+    "pack --force into a folder pack did not write": non_empty_dir,
+    "make-random into a non-empty folder": non_empty_dir,
+    "make-random --force into a folder it did not write": non_empty_dir,
+}
+
+
+def no_router(c) -> None:
+    """deepseek_v3 as a family with no router adapter (as any family specdec has none for)."""
+    from specdec.checkpoint import families
+
+    c["monkeypatch"].setitem(families.FAMILIES, "deepseek_v3", families.Family("deepseek_v3"))
+
+
+def edit_config_drop(path: Path, key: str) -> None:
+    cfg = json.loads((path / "config.json").read_text())
+    del cfg[key]
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def shrink(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 4096)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("errors")
+    model = random_checkpoint(root, "deepseek_v3", 4)
+    rng = np.random.default_rng(0)
+    experts = np.stack([[rng.permutation(16)[:4] for _ in range(2)] for _ in range(10)])
+    save_trace(Trace(experts, 16, [8192, 8192], model="random"), root / "trace")
+    return {"model": model, "packed": pack(model, root / "packed"), "trace": root / "trace"}
+
+
+def test_every_case_has_a_row_and_a_setup():
+    assert sorted(case for case, _, _ in doc_rows()) == sorted(SETUPS)
+
+
+@pytest.mark.parametrize("case, command, message", doc_rows(), ids=[r[0] for r in doc_rows()])
+def test_documented_error(pristine, tmp_path, monkeypatch, capsys, case, command, message):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    ctx = {
+        "model": pristine["model"],
+        "packed": Path(shutil.copytree(pristine["packed"], tmp_path / "packed")),
+        "trace": Path(shutil.copytree(pristine["trace"], tmp_path / "trace")),
+        "tmp": tmp_path,
+        "profiles": ", ".join(BUILTIN_NAMES),
+        "monkeypatch": monkeypatch,
+    }
+    SETUPS[case](ctx)
+    ctx["not_utf8"] = "def\udcff"  # what Python makes of a non-UTF-8 byte in argv
+    ctx.update(REGISTRIES)
+
+    def fill(text: str) -> str:
+        for name, value in ctx.items():
+            if isinstance(value, str | Path):
+                text = text.replace("{" + name + "}", str(value))
+        return text
+
+    argv = shlex.split(fill(command))
+    assert argv[0] == "specdec"
+    assert main(argv[1:]) == 2, f"{case}: expected exit status 2"
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == [f"specdec: error: {fill(message)}"]

@@ -1,0 +1,94 @@
+"""MTP beyond DeepSeek-V3: GLM-4.5's and Qwen3-Next's MTP layers streamed, lossless, recorded.
+
+A random glm4_moe / qwen3_next checkpoint (mlx-lm's own classes, 4-bit) carries a random MTP
+layer of the family's layout (mtp.safetensors); Qwen3-Next's rejected drafts are rolled back
+(decode/rollback.py). Loaded with a budget that forces reads: its streamed MTP logits equal
+the resident module's, greedy speculation with the MTP drafter at γ 2 and 4 equals mlx-lm's
+plain greedy, the drafts equal a full recomputation, and the MTP layer's expert reads land in
+the records' draft phase.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from specdec.checkpoint.mtp import load_mtp, mtp_class, target_io
+from specdec.decode.loop import DecodeConfig
+from specdec.decode.run import generate
+from specdec.stream.steplog import Call
+from tests.helpers import assert_logits_match, fast_cases, streamed_target
+
+N_TOKENS = 48
+BITS = 4
+
+
+# the fast loop streams glm4_moe's MTP layer; qwen3_next's (rolled back) runs in the full suite
+@pytest.fixture(
+    scope="module", params=["glm4_moe", pytest.param("qwen3_next", marks=pytest.mark.slow)]
+)
+def target(request, tmp_path_factory):
+    yield from streamed_target(
+        tmp_path_factory.mktemp(f"mtp-{request.param}"), request.param, BITS, N_TOKENS
+    )
+
+
+def _run(sm, prompt, drafter, gamma, max_tokens=N_TOKENS):
+    sm.reset_cache()
+    return generate(
+        sm, prompt, drafter, DecodeConfig(gamma=gamma, max_tokens=max_tokens), stop_at_eos=False
+    )
+
+
+def test_streamed_mtp_equals_the_resident_module(target):
+    sm, src, ref_model, prompt, _ = target
+    assert type(sm.mtp) is mtp_class(sm.config["model_type"])
+    resident = load_mtp(src, ref_model)
+    hidden = ref_model.model(mx.array([prompt]))  # [1, P, H]
+    tokens = mx.array([prompt[1:] + [7]])
+    want, _ = resident(hidden, tokens, None, *target_io(ref_model))
+    with sm.streamer.serving(Call("check")):
+        got, _ = sm.mtp(hidden, tokens, None, *target_io(sm.model))
+    worst = float(mx.abs(got - want).max())
+    assert_logits_match(worst, BITS, "streamed vs resident MTP")
+
+
+@pytest.mark.parametrize("gamma", fast_cases([2, 4]))
+def test_mtp_speculation_is_lossless_and_recorded(target, gamma):
+    sm, _, _, prompt, ref = target
+    res = _run(sm, prompt, "mtp", gamma)
+    assert res.tokens == ref, f"mtp γ={gamma} diverged from plain greedy"
+    mtp_layer = str(len(sm.model.layers))
+    assert all(set(r.draft_union) == {mtp_layer} for r in res.records if r.drafted)
+    assert res.summary["misses"] > 0, "the budget must force reads"
+    assert sum(r.draft_bytes_read for r in res.records) > 0, "MTP experts stream in the draft phase"
+    assert res.records[0].drafted == gamma - 1
+
+
+def test_mtp_drafts_equal_a_full_recomputation(target):
+    """The drafter's incremental state (catch-up, chaining, trims) matches one fresh pass."""
+    from specdec.decode.drafters.mtp import MTPDrafter
+
+    sm, _, _, prompt, _ = target
+    proposed, original = [], MTPDrafter.propose
+
+    def spy(self, st, n):
+        out = original(self, st, n)
+        if out[0]:
+            proposed.append((len(st.tokens), out[0][0]))
+        return out
+
+    MTPDrafter.propose = spy
+    try:
+        res = _run(sm, prompt, "mtp", 3, max_tokens=24)
+    finally:
+        MTPDrafter.propose = original
+    tokens = prompt + res.tokens
+    with sm.streamer.serving(Call("check")):
+        hidden = sm.model.model(mx.array([tokens]))  # [1, T, H], fresh cache
+        logits, _ = sm.mtp(hidden[:, :-1], mx.array([tokens[1:]]), None, *target_io(sm.model))
+    full = np.array(logits[0].argmax(-1))  # full[i] predicts tokens[i + 2]
+    assert proposed
+    for length, draft in proposed:
+        assert draft == int(full[length - 2])

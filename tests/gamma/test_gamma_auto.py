@@ -1,0 +1,368 @@
+"""`--gamma auto`: the value type, the chooser's rule, replay pass by pass, records and the CLI.
+
+pytest tests/gamma/test_gamma_auto.py
+
+Lossless decoding with auto, every drafter: tests/decode/test_speculative.py (γ = "auto" beside 2-8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
+from specdec.cli.simulate import add_arguments, run
+from specdec.clock.profiles import get_profile
+from specdec.core.errors import BudgetError, SpecdecError
+from specdec.gamma.chooser import BLOCK, GUARD, GammaChooser, Observed
+from specdec.gamma.replay import replay_passes, trace_clock
+from specdec.gamma.shadows import ShadowPass, Shadows
+from specdec.gamma.spec import AUTO, Gamma
+from specdec.sim.replay import replay_trace
+from specdec.trace.format import save_trace
+from specdec.trace.synthetic import synthetic_trace
+
+TINY = {  # a 4-MoE-layer config for the replay clock (the bundled model's shape)
+    "model_type": "qwen3_moe",
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_experts": 32,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 128,
+    "intermediate_size": 512,
+}
+
+
+def test_parse_gamma():
+    assert Gamma.parse("auto") == AUTO and Gamma.parse("AUTO ") == AUTO and AUTO.auto
+    assert Gamma.parse("4") == Gamma(4) and Gamma.parse(2).fixed == 2 and not Gamma(2).auto
+    assert Gamma.parse(Gamma(3)) == Gamma(3)
+    assert (str(AUTO), AUTO.label, str(Gamma(4)), Gamma(4).label) == ("auto", "auto", "4", 4)
+    for bad in ("2.5", "four", "", 2.5):
+        with pytest.raises(SpecdecError, match="whole number >= 1"):
+            Gamma.parse(bad)
+    for bad in ("0", "-1", 0):
+        with pytest.raises(SpecdecError, match="gamma must be >= 1"):
+            Gamma.parse(bad)
+
+
+def _chooser(read_s: float, max_gamma: int = 8) -> GammaChooser:
+    """A chooser whose pass costs 1 s + read_s per expected miss (one layer, k = 2)."""
+
+    def cost(g, context, union, misses, du, dm):
+        return 1.0 + read_s * float(misses.sum())
+
+    return GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0, max_gamma=max_gamma)
+
+
+def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0, refeed=None, record=True):
+    """Run `passes` passes at whatever γ the chooser picks, seeded acceptance α. Plain decoding
+    misses `plain` experts per token (its shadow); a pass of γ misses `actual_misses(γ)`, and
+    each γ's shadow reports passes missing `lane_misses(γ)` (the same unless told); `refeed(γ)`:
+    experts a rejected pass reads again after its verify (a rollback's re-feed: in the pass's
+    record, Observed.spent, given unless `record` is False). Returns (γ chosen per pass, the run's
+    bytes, plain's bytes over the same tokens), counted here."""
+    actual_misses = actual_misses or lane_misses
+    rng = np.random.default_rng(0)
+    chosen, spent, reference = [], 0.0, 0.0
+    for _ in range(passes):
+        c = ch.choose(0, 1000)
+        acc = 0
+        while acc < c.gamma - 1 and rng.random() < alpha:
+            acc += 1
+        u = 2.0 + 2.0 * (c.gamma - 1)
+        m = actual_misses(c.gamma)
+        lanes = tuple(
+            ShadowPass(g, 1, np.array([2.0 * g]), np.array([lane_misses(g)]))
+            for g in range(2, ch.max_gamma + 1)
+        )
+        plain_m = np.full((acc + 1, 1), plain)  # [n, L]: per committed token
+        extra = refeed(c.gamma) if refeed and acc < c.gamma - 1 else 0.0
+        seconds = ch.cost(c.gamma, 0, np.array([u]), np.array([m]), 0.0, 0.0)
+        told = (100.0 * (m + extra), seconds) if refeed and record else None
+        ch.observe(Observed(c.gamma, acc, np.array([u]), np.array([m]), plain_misses=plain_m,
+                            shadow=lanes, spent=told))  # fmt: skip
+        chosen.append(c.gamma)
+        spent += 100.0 * (m + extra)
+        reference += 100.0 * plain_m.sum()
+    return chosen, spent, reference
+
+
+def test_auto_stays_plain_when_drafts_do_not_pay():
+    ch = _chooser(read_s=1.0)  # reads dominate; each position of a pass misses as plain's
+    chosen, spent, ref = _world(ch, 400, alpha=0.3, lane_misses=lambda g: 1.0 * g)
+    assert chosen[:BLOCK] == [1] * BLOCK, "the first block is plain"
+    assert np.mean(np.array(chosen[-200:]) == 1) > 0.95, np.bincount(chosen[-200:])
+    assert spent <= 1.03 * ref
+
+
+def test_auto_drafts_when_passes_are_cheap_and_drafts_accepted():
+    ch = _chooser(read_s=1.0)  # a pass misses what one plain token does, whatever its γ
+    chosen, spent, ref = _world(ch, 400, alpha=0.95, lane_misses=lambda g: 1.0)
+    assert np.median(chosen[-200:]) >= 6, np.bincount(chosen[-200:])
+    assert ch.alphas()[:3] == pytest.approx(0.95, abs=0.06)
+    assert spent < 0.5 * ref, "drafting read less per token than plain"
+
+
+def test_bytes_rule_keeps_plain_when_drafting_reads_more_per_token():
+    # time alone would draft (a pass costs 1 s, reads nothing in time), but every position's
+    # experts miss: bytes per token grow with γ, so auto stays plain and says why
+    ch = _chooser(read_s=0.0)
+    _world(ch, 100, alpha=0.6, lane_misses=lambda g: 1.0 * g)
+    c = ch.choose(0, 1000)
+    while c.why in ("hold", "explore"):
+        ch.observe(Observed(c.gamma, 0, np.array([2.0]), np.array([2.0]),
+                            plain_misses=np.array([[1.0]])))  # fmt: skip
+        c = ch.choose(0, 1000)
+    assert {"gamma", "why", "candidates", "slack"} <= set(c.record())
+    assert c.gamma == 1 and c.why == "bytes", c.record()
+    rows = c.record()["candidates"]
+    assert [r["gamma"] for r in rows] == list(range(1, 9))
+    assert all(r["measured"] for r in rows), "every γ from its shadow"
+    assert rows[0]["tokens"] == 1 and all(r["tokens"] > 1 for r in rows[1:])
+
+
+def test_guard_holds_the_run_to_plain_when_the_shadows_are_wrong():
+    # the shadows say drafting reads a third of plain's bytes per token; the real passes
+    # read three times plain's per position: only the guard on the run's totals stops auto
+    ch = _chooser(read_s=0.0)
+    chosen, spent, ref = _world(
+        ch, 600, alpha=0.9, lane_misses=lambda g: g / 3, actual_misses=lambda g: 3.0 ** (g > 1) * g
+    )
+    assert spent <= (1 + GUARD) * ref + 100.0 * 3 * 8, (spent / ref, np.bincount(chosen))
+    assert spent / ref > 1.0, "the guard's slack was spent drafting"
+    assert "guard" in {c for c in _whys(ch, 20)}
+
+
+def test_guard_counts_what_a_pass_spent_beyond_its_verify_reads():
+    # verify reads look like plain's per token, but every rejected pass re-feeds its accepted
+    # prefix (a linear-attention or SSM cache cannot be trimmed) and reads 6 experts again:
+    # only the pass's record (Observed.spent) shows them, and the guard must count them
+    def run(record: bool):
+        return _world(
+            _chooser(read_s=0.0), 600, alpha=0.7, lane_misses=lambda g: 1.0,
+            actual_misses=lambda g: 1.0, refeed=lambda g: 6.0, record=record,
+        )  # fmt: skip
+
+    chosen, spent, ref = run(record=True)
+    assert spent <= (1 + GUARD) * ref + 100.0 * 7 * 8, (spent / ref, np.bincount(chosen))
+    blind, blind_spent, blind_ref = run(record=False)  # the guard sees verify reads only
+    assert np.mean(np.array(blind) > 1) > 0.5, np.bincount(blind)
+    assert blind_spent > 1.5 * blind_ref, "the re-feeds must cost: else this checks nothing"
+
+
+def test_guard_keeps_room_for_a_rejected_pass_near_the_end():
+    # far from the end the guard credits a pass its expected tokens (a rejection's shortfall is
+    # won back by the passes after it); with `left` tokens too few to win it back, the pass
+    # must fit even if it commits its one certain token
+    ch = _chooser(read_s=0.0)
+    _world(ch, 40, alpha=0.8, lane_misses=lambda g: g / 3)
+    cands = ch.candidates(0, 1000)
+    plain, wide = cands[0], cands[-1]
+    far, near = ch.slack(wide, 1000), ch.slack(wide, wide.gamma)
+    shortfall = (1 + GUARD) * (wide.tokens - 1) * np.array([plain.bytes, plain.cost_s])
+    assert near == pytest.approx(far - shortfall), (far, near, shortfall)
+
+
+def _whys(ch: GammaChooser, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        c = ch.choose(0, 1000)
+        out.append(c.why)
+        ch.observe(Observed(c.gamma, 0, np.array([2.0 * c.gamma]), np.array([3.0 * c.gamma]),
+                            plain_misses=np.array([[1.0]])))  # fmt: skip
+    return out
+
+
+def test_mtp_draft_reads_are_charged_before_they_are_measured():
+    # plain reads nothing; the MTP layer was never measured: k experts per draft charged as
+    # misses, so the guard has no slack to pay a draft and auto stays plain
+    def cost(g, context, union, misses, du, dm):
+        return 1.0
+
+    ch = GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0, draft_block_bytes=50.0)
+    chosen, _, _ = _world(ch, 200, alpha=0.9, lane_misses=lambda g: 0.0, plain=0.0)
+    assert set(chosen) == {1}
+    c = ch.candidates(0, 1000)
+    assert c[3].bytes == pytest.approx(3 * 2 * 50.0), "3 drafts x k = 2 misses x 50 B"
+
+
+def test_expected_tokens_follow_the_acceptance_per_position():
+    ch = _chooser(read_s=0.0, max_gamma=4)
+    for _ in range(500):  # draft 1 always accepted, draft 2 never
+        ch.observe(Observed(4, 1, np.array([2.0]), np.array([0.0])))
+    a = ch.alphas()
+    assert a[0] > 0.97 and a[1] < 0.03
+    assert ch.expected_tokens(2) == pytest.approx(1 + a[0])
+    assert ch.expected_tokens(4) == pytest.approx(1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2])
+
+
+def test_auto_never_chooses_past_the_tokens_left():
+    ch = _chooser(read_s=0.0)
+    _world(ch, 50, alpha=0.95, lane_misses=lambda g: 1.0)
+    assert all(ch.choose(0, left).gamma <= left for left in (1, 2, 3) for _ in range(BLOCK))
+
+
+def test_lanes_replay_the_committed_stream_in_passes_of_their_gamma():
+    keys = np.arange(40 * 2 * 2).reshape(40, 2, 2)  # [T, L, k]: every position new experts
+    sh = Shadows(lambda: ExpertCache(64, make_policy("lru", 64)), (2, 4), seed=0)
+    report = sh.feed(keys[:3], np.ones(7))  # α = 1: every draft accepted
+    assert report.plain_misses.tolist() == [[2, 2]] * 3  # [n, L]: per position
+    assert [(p.gamma, p.committed) for p in report.passes] == [(2, 2), (4, 4)][:1]
+    report = sh.feed(keys[3:], np.ones(7))
+    by = {g: [p for p in report.passes if p.gamma == g] for g in (2, 4)}
+    assert len(by[2]) == 19 and len(by[4]) == 10  # 40 positions, the 2-lane's first fed earlier
+    assert all(p.union.tolist() == [2 * p.gamma] * 2 == p.misses.tolist() for p in by[4])
+
+
+def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
+    # a read stalls the whole forward (1 s, 2 s with any read): plain missing once in two
+    # tokens took 1 + 2 s, not twice the time of half a read
+    def cost(g, context, union, misses, du, dm):
+        return 1.0 + (float(misses.sum()) > 0)
+
+    ch = GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0)
+    ch.observe(
+        Observed(2, 1, np.array([3.0]), np.array([1.0]), plain_misses=np.array([[1.0], [0.0]]))
+    )
+    ch.observe(Observed(2, 1, np.array([3.0]), np.array([1.0]), plain_misses=np.array([[0.0], [0.0]]),
+                        spent=(700.0, 5.0)))  # fmt: skip
+    (spent_b, spent_s), plain_s = ch._spent, ch._plain_total[1]  # the guard's totals
+    assert plain_s == pytest.approx(3.0 + 2.0)
+    assert spent_s == pytest.approx(2.0 + 5.0), "the caller's modeled seconds, when given"
+    assert spent_b == pytest.approx(100.0 + 700.0), "... and its bytes (a re-feed's included)"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    t = synthetic_trace(160, n_layers=4, n_experts=32, top_k=4, expert_bytes=[10, 10, 30, 20])
+    t.prompt_ids = np.repeat([0, 1], 80)
+    return t
+
+
+@pytest.mark.parametrize("policy", ["lru", "slru", "lfu"])
+@pytest.mark.parametrize("gamma", [1, 2, 4])
+def test_fixed_gamma_pass_by_pass_equals_the_compiled_replay(trace, policy, gamma):
+    clock = trace_clock(TINY, trace)
+    m4 = get_profile("m4-24gb")
+    for n in (24, 60):
+        r = replay_passes(trace, policy, n, gamma, 1.0, clock, m4)
+        ref = replay_trace(trace, policy, n, gamma, 1.0)
+        assert (r.hits, r.bytes_read, r.committed) == (ref.hits, ref.bytes_read, ref.committed)
+        assert r.passes == ref.passes and r.modeled_s > 0
+
+
+def test_auto_replay_commits_every_position_and_records_each_pass(trace):
+    clock = trace_clock(TINY, trace)
+    r = replay_passes(trace, "lru", 40, AUTO, 0.8, clock, get_profile("m4-24gb"), seed=1)
+    assert r.committed == 160 and len(r.choices) == r.passes
+    assert sum(r.gamma_hist) == r.passes
+    assert all(c["gamma"] * 4 <= 40 for c in r.choices), "auto's passes fit the cache"
+    assert {c["why"] for c in r.choices} >= {"warmup", "hold"}
+
+
+@pytest.fixture(scope="module")
+def long_trace():
+    return synthetic_trace(600, n_layers=4, n_experts=32, top_k=4, expert_bytes=[10, 10, 30, 20])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("slots", "alpha"), [(16, 0.3), (16, 0.9)])
+def test_auto_replay_never_reads_more_than_plain_where_drafting_costs_bytes(
+    long_trace, slots, alpha
+):
+    # a cache of 4 experts a layer: every fixed γ > 1 reads 1.3-2.8x plain's bytes per token
+    clock, m4 = trace_clock(TINY, long_trace), get_profile("m4-24gb")
+    plain = replay_passes(long_trace, "lru", slots, 1, alpha, clock, m4)
+    for g in (2, 4):
+        fixed = replay_passes(long_trace, "lru", slots, g, alpha, clock, m4)
+        assert fixed.bytes_per_token > 1.2 * plain.bytes_per_token
+    auto = replay_passes(long_trace, "lru", slots, AUTO, alpha, clock, m4)
+    assert auto.bytes_per_token <= 1.03 * plain.bytes_per_token
+    assert auto.tokens_per_s >= plain.tokens_per_s / 1.03
+
+
+@pytest.mark.slow
+def test_auto_replay_drafts_where_drafting_pays(long_trace):
+    clock, m4 = trace_clock(TINY, long_trace), get_profile("m4-24gb")
+    plain = replay_passes(long_trace, "lru", 64, 1, 0.95, clock, m4)
+    auto = replay_passes(long_trace, "lru", 64, AUTO, 0.95, clock, m4)
+    assert auto.tokens_per_s > 1.3 * plain.tokens_per_s
+    assert auto.bytes_per_token <= 1.03 * plain.bytes_per_token
+    assert sum(auto.gamma_hist[2:]) > 0 and auto.passes < 0.8 * auto.committed
+
+
+def test_fixed_gamma_wider_than_the_cache_is_refused(trace):
+    clock = trace_clock(TINY, trace)
+    with pytest.raises(BudgetError, match="raise the budget or lower gamma"):
+        replay_passes(trace, "lru", 6, 4, 1.0, clock, get_profile("m4-24gb"))
+
+
+@pytest.mark.slow
+def test_generate_gamma_auto_records_its_choices(tmp_path):
+    out = tmp_path / "steps.jsonl"
+    cmd = [sys.executable, "-m", "specdec", "generate", "--model", "tiny", "--drafter"]
+    cmd += ["oracle:0.9", "--gamma", "auto", "--max-tokens", "48", "--budget", "25%"]
+    cmd += ["--records", str(out), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    stats = json.loads(p.stdout.strip().splitlines()[-1])["stats"]
+    assert stats["gamma"] == "auto" and sum(stats["gamma_chosen_hist"]) == stats["passes"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["gamma_choice"]["gamma"] >= r["drafted"] + 1 for r in rows)
+    firsts = [r for r in rows if "candidates" in r["gamma_choice"]]
+    assert firsts and all(
+        {"gamma", "tokens", "cost_s", "bytes"} <= set(c)
+        for r in firsts
+        for c in r["gamma_choice"]["candidates"]
+    )
+    bad = subprocess.run([*cmd[:8], "--gamma", "sometimes"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "whole number >= 1" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_simulate_gamma_auto_rows(tmp_path, trace):
+    save_trace(trace, tmp_path / "t")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args([str(tmp_path / "t"), "--gamma", "1,auto", "--alpha", "0.8", "--policy",
+                         "lru", "--budget", "40slots", "--config", "minimax-m2.5", "--json"])  # fmt: skip
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run(args) == 0
+    rows = json.loads(out.getvalue())
+    assert [r["gamma"] for r in rows] == [1, "auto"]
+    auto = rows[1]
+    assert auto["committed"] == 160 and sum(auto["gamma_hist"]) > 0
+    assert auto["modeled_tokens_per_s"] > 0
+
+
+def test_simulate_gamma_auto_names_the_profile_it_priced_on(tmp_path, trace, monkeypatch, capsys):
+    """`--profile this-machine` (measured compute): auto rows price on DEFAULT_PROFILE, noted."""
+    from specdec.clock import DEFAULT_PROFILE
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    save_trace(trace, tmp_path / "t")
+    common = [str(tmp_path / "t"), "--gamma", "auto", "--alpha", "0.8", "--policy", "lru",
+              "--budget", "40slots", "--config", "minimax-m2.5", "--json"]  # fmt: skip
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    out = {}
+    for given in ("this-machine", "m5-24gb"):
+        assert run(p.parse_args([*common, "--profile", given])) == 0
+        cap = capsys.readouterr()
+        out[given] = (json.loads(cap.out)[0]["gamma_auto_profile"], cap.err)
+    assert out["this-machine"][0] == DEFAULT_PROFILE
+    assert out["this-machine"][1].startswith("specdec: note: --gamma auto prices passes on")
+    assert out["m5-24gb"] == ("m5-24gb", "")
+    assert p.parse_args(common).profile == DEFAULT_PROFILE
