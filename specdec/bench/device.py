@@ -19,10 +19,12 @@ machine, named in the profile's `sources`, none of them from the runs the profil
                       model's MoE layers are timed on --model, a checkpoint of the same kind
                       (a Python runtime pays this per layer: the seed question's 0.6 ms on an M4)
 
+    land_gbps         landing: the expert kernel's first call over freshly written slots against
+                      the same call again (CUDA managed memory migrates a page on the GPU's first
+                      touch; nothing measurable on a CPU or Apple's unified memory: null)
+
 reads_in_flight is the reader's thread count; overlap_reads is this harness's (off: a layer's
-reads land before its experts run). On CUDA the arena is CUDA managed memory (specdec.store.arena):
-what landing a read costs the GPU is part of the expert kernel's first call after it; the
-profile leaves it out unless `--landing` measures it (`landing_s_per_byte` in the result).
+reads land before its experts run).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 
 from specdec.bench.read import bench_read
 from specdec.clock.profiles import DeviceProfile
+from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
 
 UNIONS = (1, 2, 4, 8, 16, 32, 64)
@@ -69,14 +72,12 @@ def matmul_tflops(n: int = 4096) -> dict:
     return {"n": n, "dtype": str(_act_dtype()), "seconds": s, "tflops": 2 * n**3 / s / 1e12}
 
 
-def expert_kernel(hidden: int, inter: int, unions=UNIONS, bits: int = 4, group: int = 64) -> dict:
-    """gather_qmm of gate, up and down on arena views of `max(unions)` slots, one position per
-    expert: seconds per call against the union, and the bytes one expert's three take."""
+def _expert_arena(hidden: int, inter: int, n: int, bits: int, group: int):
+    """An arena of n random 4-bit experts (gate, up, down) and its views by tensor name."""
     from specdec.store.arena import Arena
     from specdec.store.layout import ALIGN, TensorSpec
 
-    n = max(unions)
-    specs, shapes, offset = [], {}, 0
+    specs, offset = [], 0
     for proj, (out, inp) in (("gate", (inter, hidden)), ("up", (inter, hidden)),
                              ("down", (hidden, inter))):  # fmt: skip
         for part, shape, dtype, item in (
@@ -87,42 +88,48 @@ def expert_kernel(hidden: int, inter: int, unions=UNIONS, bits: int = 4, group: 
             nbytes = int(np.prod(shape)) * item
             specs.append(TensorSpec(f"{proj}.{part}", dtype, shape, offset, nbytes))
             offset += -(-nbytes // 64) * 64
-            shapes[f"{proj}.{part}"] = shape
-    slot = -(-offset // ALIGN) * ALIGN
-    arena = Arena(n, slot, specs, huge_pages=False)
-    rng = np.random.default_rng(0)
-    for s in range(n):  # random codes; scales and biases that keep values finite
-        for spec, piece in zip(
-            sorted(specs, key=lambda t: t.offset), arena.segments(s), strict=False
-        ):
-            if spec.dtype == "U32":
-                piece[:] = rng.integers(0, 256, len(piece), dtype=np.uint8)
-            else:
-                piece[:] = np.array(mx.full((len(piece) // 2,), 0.01, mx.bfloat16).view(mx.uint8))
-    views = {t.name: arena.tensor_view(t) for t in specs}
-    out = {}
-    dtype = _act_dtype()
+    arena = Arena(n, -(-offset // ALIGN) * ALIGN, specs, huge_pages=False)
+    for s in range(n):
+        _fill(arena, s, specs, np.random.default_rng(s))
+    return arena, {t.name: arena.tensor_view(t) for t in specs}, sum(t.nbytes for t in specs)
+
+
+def _fill(arena, slot: int, specs, rng) -> None:
+    """Random codes; scales and biases that keep the values finite (what a read writes)."""
+    for spec, piece in zip(
+        sorted(specs, key=lambda t: t.offset), arena.segments(slot), strict=False
+    ):
+        if spec.dtype == "U32":
+            piece[:] = rng.integers(0, 256, len(piece), dtype=np.uint8)
+        else:
+            piece[:] = np.array(mx.full((len(piece) // 2,), 0.01, mx.bfloat16).view(mx.uint8))
+
+
+def _layer(views, x: mx.array, idx: mx.array, bits: int, group: int) -> mx.array:
+    """The switch module's three projections of one layer on the arena's views (SwiGLU)."""
+
+    def proj(name, v):
+        return mx.gather_qmm(
+            v, views[f"{name}.weight"], views[f"{name}.scales"], views[f"{name}.biases"],
+            rhs_indices=idx, transpose=True, group_size=group, bits=bits, sorted_indices=True,
+        )  # fmt: skip
+
+    h = mx.expand_dims(x, (-2, -3))  # [u, 1, 1, H], as mlx-lm's SwitchGLU does
+    g, up = proj("gate", h), proj("up", h)
+    return proj("down", (g * mx.sigmoid(g)) * up)
+
+
+def expert_kernel(hidden: int, inter: int, unions=UNIONS, bits: int = 4, group: int = 64) -> dict:
+    """gather_qmm of gate, up and down on arena views of `max(unions)` slots, one position per
+    expert: seconds per call against the union, and the bytes one expert's three take."""
+    arena, views, expert_bytes = _expert_arena(hidden, inter, max(unions), bits, group)
+    dtype, out = _act_dtype(), {}
     for u in unions:
         x = mx.random.normal((u, hidden)).astype(dtype)  # [u, H]: u positions, one expert each
         idx = mx.arange(u, dtype=mx.uint32).reshape(u, 1)  # [u, k=1], sorted
-
-        def layer(x=x, idx=idx):
-            def proj(name, v):
-                return mx.gather_qmm(
-                    v, views[f"{name}.weight"], views[f"{name}.scales"], views[f"{name}.biases"],
-                    rhs_indices=idx, transpose=True, group_size=group, bits=bits,
-                    sorted_indices=True,
-                )  # fmt: skip
-
-            h = mx.expand_dims(x, (-2, -3))  # [u, 1, 1, H], as mlx-lm's SwitchGLU does
-            g, up = proj("gate", h), proj("up", h)
-            mx.eval(proj("down", (g * mx.sigmoid(g)) * up))
-
-        out[u] = _timed(layer)
+        out[u] = _timed(lambda x=x, idx=idx: mx.eval(_layer(views, x, idx, bits, group)))
     us = np.array(list(out), np.float64)
-    ts = np.array(list(out.values()))
-    slope, fixed = np.polyfit(us, ts, 1)
-    expert_bytes = sum(t.nbytes for t in specs)
+    slope, fixed = np.polyfit(us, np.array(list(out.values())), 1)
     return {
         "hidden": hidden,
         "inter": inter,
@@ -132,6 +139,33 @@ def expert_kernel(hidden: int, inter: int, unions=UNIONS, bits: int = 4, group: 
         "fixed_s": float(fixed),
         "gbps": expert_bytes / float(slope) / 1e9 if slope > 0 else None,
     }
+
+
+def landing(hidden: int, inter: int, n: int = 16, rounds: int = 5, bits: int = 4, group: int = 64):
+    """What a block just written by the host costs the accelerator before it computes on it: the
+    layer's first call over n freshly written slots against the same call again (landed).
+    None where that costs nothing measurable (the memory is where the accelerator computes)."""
+    if not on_cuda():
+        return {"slots": n, "bytes": 0, "extra_s": 0.0, "gbps": None,
+                "why": "the accelerator computes on host memory where it lies (CPU, Metal)"}  # fmt: skip
+    arena, views, expert_bytes = _expert_arena(hidden, inter, n, bits, group)
+    x = mx.random.normal((n, hidden)).astype(_act_dtype())
+    idx = mx.arange(n, dtype=mx.uint32).reshape(n, 1)
+    rng, extra = np.random.default_rng(7), []
+    specs = [s.tensor for s in arena.segments_ if s.tensor]
+    for _ in range(rounds):
+        for s in range(n):  # the host writes every slot, as n reads would
+            _fill(arena, s, specs, rng)
+        mx.synchronize()
+        t0 = time.perf_counter()
+        mx.eval(_layer(views, x, idx, bits, group))
+        first = time.perf_counter() - t0
+        again = _timed(lambda: mx.eval(_layer(views, x, idx, bits, group)), repeats=3)
+        extra.append(max(0.0, first - again))
+    seconds = statistics.median(extra)
+    gbps = n * expert_bytes / seconds / 1e9 if seconds > 0 else None
+    return {"slots": n, "bytes": n * expert_bytes, "extra_s": seconds,
+            "gbps": gbps if gbps is not None and gbps < 200 else None}  # fmt: skip
 
 
 def read_latency(directory: Path, reads: int = 256) -> dict:
@@ -214,6 +248,7 @@ def device_profile(
     """The profile and every measurement behind it."""
     mm = matmul_tflops()
     kern = expert_kernel(hidden, inter)
+    land = landing(hidden, inter)
     reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=2,
                        paths=("preadv_direct_arena",))  # fmt: skip
     lat = read_latency(directory)
@@ -239,6 +274,7 @@ def device_profile(
         read_latency_s=latency,
         reads_in_flight=8,
         overlap_reads=False,
+        land_gbps=None if land["gbps"] is None else float(f"{land['gbps']:.4g}"),
         description=f"{name}: measured by `specdec bench device` ({machine_info()['cpu']})",
         sources={
             "mem_gbps": f"expert kernel, {hidden}x{inter} 4-bit experts: {kern['expert_bytes']} "
@@ -254,11 +290,15 @@ def device_profile(
             f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",
             "overlap_reads": "this harness: a layer's reads complete before its experts compute",
+            "land_gbps": land.get("why")
+            or f"landing: {land['slots']} freshly written experts' first layer call took "
+            f"{land['extra_s'] * 1e3:.2f} ms more than the same call again",
         },
     )
     details = {
         "matmul": mm,
         "expert_kernel": kern,
+        "landing": land,
         "read_bench": reads,
         "read_latency": lat,
         "layer_cost": lc,

@@ -487,6 +487,7 @@ def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -
             "read_latency_s": "assumed: 100 µs, NVMe random read at queue depth 1",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",
             "overlap_reads": "this harness: a layer's reads complete before its experts compute",
+            "land_gbps": "null: the CPU computes on the memory the read filled",
         },
     )
 

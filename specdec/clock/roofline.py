@@ -15,8 +15,11 @@ Per layer, in order, as the runtime executes it:
    queue behind earlier ones). With `profile.overlap_reads` the shared and resident experts'
    share of the MLP computes while the misses land (ds4); without it (this harness: the reads
    finish before the layer's experts run) nothing overlaps a layer's own misses;
-3. the MLP: roofline time of shared + router + union × expert bytes and FLOPs;
-4. the LM head once per forward.
+3. where the accelerator does not compute on host memory where it lies (`land_gbps`: CUDA managed
+   memory migrates a page on the GPU's first touch), the layer's blocks just read first reach it
+   (bytes / land_gbps, nothing overlapped: the experts wait for them);
+4. the MLP: roofline time of shared + router + union × expert bytes and FLOPs;
+5. the LM head once per forward.
 
 Roofline: a part takes max(bytes / mem_gbps, FLOPs / peak), not the sum: a matmul kernel
 streams its weights while the ALUs work on what has arrived, so the slower of the two bounds it
@@ -102,6 +105,7 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     out = ModeledTime()
     t = disk = 0.0  # device clock; when the disk is next free
     ready: dict[int, float] = {}  # layer -> when its prefetched blocks have landed
+    prefetched_for: dict[int, float] = {}  # layer -> bytes prefetched for it (landing, below)
     demand, issued = _reads_by_layer(fwd.steps)
     T = fwd.positions
     for layer in fwd.layers:
@@ -128,12 +132,15 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         for p in issued.get(layer, ()):  # lookahead reads start once this layer's have landed
             disk = max(done, disk) + _batch(profile, p.prefetched, p.bytes_read)
             ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
+            prefetched_for[p.layer] = prefetched_for.get(p.layer, 0.0) + p.bytes_read
         out.bytes_read += nbytes + sum(p.bytes_read for p in issued.get(layer, ()))
         out.reads += misses + sum(p.prefetched for p in issued.get(layer, ()))
         hidden = mlp * (union - misses) / union if profile.overlap_reads and union else 0.0
         stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
-        out.read_s += stall
-        t += stall + mlp
+        # the blocks just read (and those prefetched for this layer) reach the accelerator first
+        land = profile.land_time(nbytes + prefetched_for.pop(layer, 0.0))
+        out.read_s += stall + land
+        t += stall + land + mlp
     if fwd.head:
         part = roof(profile, shape.head_cost(T))
         out.compute_s += part

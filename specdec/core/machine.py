@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from specdec.core import accelerator
 from specdec.core.blas import active_blas
 from specdec.core.files import write_atomic
 
@@ -51,6 +52,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": package_versions(),
         "blas": active_blas(),
+        **accelerator.describe(),  # the MLX device and backend (cpu, metal, cuda) it ran on
         # other work on the machine shares its disk and cores: read the numbers with this
         "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }

@@ -56,6 +56,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from specdec.core.accelerator import on_cuda
 from specdec.core.errors import StoreError
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout, TensorSpec
 from specdec.store.safetensors import mx_dtype
@@ -257,6 +258,9 @@ class Arena:
         self._regions: list[mx.array] = []  # [rows, ROW] uint8 per segment, cut ALIGN-aligned
         self._np: list[np.ndarray] = []  # [n_slots, nbytes] writable views of the same memory
         fractions, advised, reasons = [], 0, []
+        managed = on_cuda()  # a host view moves the arena into CUDA managed memory
+        # madvise(MADV_COLLAPSE) fails there (EINVAL, seen on an H200): nothing to ask for
+        huge_pages = huge_pages and not managed
         for seg in self.segments_:
             region, host = self._region(seg.nbytes)
             self._regions.append(region)
@@ -280,7 +284,8 @@ class Arena:
             self.pages = HugePages(got / advised if advised else 0.0, advised, reason)
             warn_short(self.pages, f"expert arena of {self.nbytes / 2**30:.2f} GiB")
         else:
-            self.pages = HugePages(0.0, 0, "not asked for")
+            why = "CUDA managed memory (no transparent huge pages)" if managed else "not asked for"
+            self.pages = HugePages(0.0, 0, why)
 
     def _region(self, nbytes: int) -> tuple[mx.array, np.ndarray]:
         """A dense [n_slots, nbytes] region: MLX rows cut at an ALIGN boundary, and its numpy view."""

@@ -78,3 +78,14 @@ def test_the_checker_finds_dead_links_and_anchors(tmp_path):
         "#no-heading",
     ]
     assert docs(tmp_path) == [tmp_path / "README.md", tmp_path / "docs" / "a.md"]
+
+
+def test_the_readme_is_a_front_door():
+    """≤ 250 lines, opening with exactly its two commands: set up and run the main job; the tests."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    first = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in first] == [
+        "bash scripts/setup.sh && .venv/bin/specdec-exp",
+        "bash scripts/setup.sh && .venv/bin/python -m pytest",
+    ]

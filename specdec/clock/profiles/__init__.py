@@ -71,6 +71,10 @@ class DeviceProfile:
     read_latency_s: float = ASSUMED_LATENCY_S  # per read, on top of bytes / bandwidth
     reads_in_flight: int = 8  # most reads the runtime keeps in flight (its reader threads)
     overlap_reads: bool = False  # a layer's resident experts compute while its misses land
+    # GB/s at which the accelerator takes a block just read into host memory before it can compute
+    # on it: CUDA managed memory migrates on first touch (specdec.store.arena); None where the
+    # accelerator reads that memory where it lies (a CPU; Apple's unified memory)
+    land_gbps: float | None = None
     description: str = ""
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
@@ -87,6 +91,9 @@ class DeviceProfile:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
                 raise SpecdecError(f"profile {self.name!r}: {name} must be ≥ 0, got {v}")
+        land = self.land_gbps
+        if land is not None and not (isinstance(land, (int, float)) and land > 0):
+            raise SpecdecError(f"profile {self.name!r}: land_gbps must be > 0 or null, got {land}")
         if self.compute not in ("roofline", "measured"):
             raise SpecdecError(
                 f"profile {self.name!r}: compute must be 'roofline' or 'measured', got "
@@ -114,6 +121,10 @@ class DeviceProfile:
             if in_flight <= n1:
                 return g0 + (g1 - g0) * (in_flight - n0) / (n1 - n0)
         return pts[-1][1]
+
+    def land_time(self, nbytes: float) -> float:
+        """Seconds the accelerator spends taking `nbytes` just read before computing on them."""
+        return nbytes / (self.land_gbps * 1e9) if self.land_gbps else 0.0
 
     def read_time(self, reads: int, block_bytes: float) -> float:
         """Seconds for `reads` reads of `block_bytes`, up to `reads_in_flight` at a time."""

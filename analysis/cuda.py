@@ -1,0 +1,355 @@
+"""docs/results/cuda.md: the streamed path measured on an NVIDIA H200, and the device model against it.
+
+    python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
+    python -m analysis.cuda spec         # speculation in measured seconds, break-even α
+    python -m analysis.cuda model        # modeled vs measured time per token, every run
+    python -m analysis.cuda auto | lookahead | exact | overhead
+    python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
+    python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
+
+Reads benchmarks/results/cuda/ (what `python benchmarks/bench_cuda.py ...` wrote on the H200:
+STEP.json with each run's summary, STEP.jsonl with its pass records). Modeled times come from the
+records through the device model (specdec.clock.passes `remodel`) on two profiles: `h200.yaml` as
+`specdec bench device` measured it, and the same with `land_gbps` (what landing a read in the GPU's
+memory costs: CUDA managed memory migrates on first touch), `h200-landing.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from analysis._runs import md_table
+from specdec.checkpoint.presets import like_config
+from specdec.clock.passes import PassClock
+from specdec.clock.profiles import load_profile
+from specdec.clock.shapes import ModelShape
+from specdec.decode.records import PassRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "cuda"
+FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
+RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")
+LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
+
+
+def profiles() -> dict:
+    return {p: load_profile(RESULTS / f"{p}.yaml") for p in ("h200", "h200-landing")}
+
+
+def _clock(drafter: str) -> PassClock:
+    cfg = like_config("minimax-m2.5", LAYERS)
+    cfg["quantization"] = {"group_size": 64, "bits": 4}  # as make-random writes it
+    shape = ModelShape.from_config(cfg, moe_layers=list(range(LAYERS)))
+    kind = "main" if drafter == "self" else "none"  # oracle and lookup draft nothing on device
+    return PassClock(shape, tuple(range(LAYERS)), kind, None, None)
+
+
+def runs(step: str) -> list[dict]:
+    """The step's runs, each with its records (matched by order: one JSONL line per run)."""
+    rows = json.loads((RESULTS / f"{step}.json").read_text())["runs"]
+    lines = (RESULTS / f"{step}.jsonl").read_text().splitlines()
+    for row, line in zip(rows, lines, strict=True):
+        row["records"] = [PassRecord.from_row(r, step) for r in json.loads(line)["records"]]
+    return rows
+
+
+def modeled_tps(row: dict, profile) -> float:
+    clock = _clock(row["drafter"])
+    seconds = sum(clock.remodel(profile, r).total_s for r in row["records"])
+    return row["committed"] / seconds
+
+
+def measured_tps(row: dict) -> float:
+    """Committed tokens per second of decode (the passes' wall time, prefill excluded)."""
+    return row["committed"] / sum(r.wall_s for r in row["records"])
+
+
+def _label(row: dict) -> str:
+    return row["drafter"] if row["drafter"] != "none" else "plain"
+
+
+def _f(x: float | None, fmt: str = ".2f") -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def scale_table() -> str:
+    prof = profiles()["h200"]
+    body = []
+    for row in runs("scale"):
+        recs = row["records"]
+        n = row["committed"]
+        wall = sum(r.wall_s for r in recs)
+        blocked = sum(r.blocked_s for r in recs)
+        miss = sum(r.bytes_read for r in recs)
+        misses_per_layer = max(1.0, sum(r.reads for r in recs) / len(recs) / LAYERS)
+        bench = prof.read_gbps(min(misses_per_layer, prof.reads_in_flight))
+        achieved = miss / max(sum(r.read_s for r in recs), 1e-9) / 1e9
+        compute = 1 / modeled_tps({**row, "records": [_no_reads(r) for r in recs]}, prof) * n
+        limit = max(compute, miss / (bench * 1e9))
+        body.append([
+            row["budget"], row["routing"], _f(measured_tps(row)), f"{1e3 * wall / n:.0f}",
+            f"{1e3 * blocked / n:.0f}", f"{miss / n / 1e6:.0f}", f"{row['hit_rate']:.2f}",
+            f"{achieved:.2f}", f"{bench:.2f}", f"{wall / limit:.2f}",
+        ])  # fmt: skip
+    heads = ["budget", "routing", "tok/s", "ms/token", "blocked ms/token", "MB read/token",
+             "hit rate", "read GB/s", "bench GB/s", "time / limit"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def _no_reads(r: PassRecord) -> PassRecord:
+    """The pass with its reads taken away: what its compute alone costs on the device model."""
+    steps = {ph: [[s[0], s[1], 0, 0, 0, s[5]] for s in group] for ph, group in r.steps.items()}
+    return PassRecord(**{**r.__dict__, "steps": steps})
+
+
+def spec_rows() -> list[dict]:
+    """Every speculative run with the plain run of its step, budget and routing (run minutes
+    apart on the same loaded model: the disk's drift between steps stays out of the ratio)."""
+    out, plain = [], {}
+    for step in ("spec", "drafters", "auto"):
+        for row in runs(step):
+            key = (step, row["budget"], row["routing"])
+            if row["drafter"] == "none":
+                plain.setdefault(key, row)
+                continue
+            out.append((row, key))
+    return [{**row, "plain": plain[key]} for row, key in out if key in plain]
+
+
+def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
+    measured = measured_tps(row) / measured_tps(row["plain"])
+    modeled = {n: modeled_tps(row, p) / modeled_tps(row["plain"], p) for n, p in profs.items()}
+    return measured, modeled
+
+
+def spec_table() -> str:
+    profs = profiles()
+    body = []
+    for row in spec_rows():
+        if row["gamma"] == "auto":
+            continue
+        measured, modeled = _speedups(row, profs)
+        bytes_ratio = row["bytes_per_token"] / row["plain"]["bytes_per_token"]
+        body.append([
+            row["budget"], row["drafter"], row["gamma"], _f(row.get("acceptance")),
+            _f(measured_tps(row)), f"{measured:.2f}x", f"{modeled['h200']:.2f}x",
+            f"{modeled['h200-landing']:.2f}x", f"{bytes_ratio:.2f}x",
+        ])  # fmt: skip
+    heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured",
+             "modeled (profile)", "modeled (+landing)", "bytes/token vs plain"]  # fmt: skip
+    return md_table(heads, body) + "\n" + break_even_text(profs)
+
+
+def break_even_text(profs: dict) -> str:
+    """Measured and modeled break-even α per γ (oracle runs), where the speed-up crosses 1."""
+    lines = []
+    by: dict = {}
+    for row in spec_rows():
+        if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
+            alpha = float(row["drafter"].split(":")[1])
+            by.setdefault((row["budget"], row["gamma"]), []).append((alpha, *_speedups(row, profs)))
+    for (budget, gamma), pts in sorted(by.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
+        pts.sort()
+        meas = _crossing([(a, m) for a, m, _ in pts])
+        mod = _crossing([(a, d["h200-landing"]) for a, _, d in pts])
+        lo, hi = pts[0][0], pts[-1][0]
+        lines.append(
+            f"- {budget}, γ = {gamma}: measured break-even α {_crossing_text(meas, lo, hi)}; "
+            f"modeled (+landing) {_crossing_text(mod, lo, hi)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _crossing(pts: list[tuple[float, float]]) -> float | None:
+    for (a0, s0), (a1, s1) in zip(pts, pts[1:], strict=False):
+        if s0 < 1 <= s1:
+            return a0 + (1 - s0) * (a1 - a0) / (s1 - s0)
+    return pts[0][0] if pts and pts[0][1] >= 1 else None
+
+
+def _crossing_text(x: float | None, lo: float, hi: float) -> str:
+    return f"{x:.2f}" if x is not None else f"above {hi:g} (below 1x over α {lo:g}-{hi:g})"
+
+
+def model_table() -> str:
+    """Modeled vs measured time per token over every run: the device model's error."""
+    profs = profiles()
+    errors: dict[str, dict[str, list[float]]] = {n: {} for n in profs}
+    for step in RUN_STEPS:
+        for row in runs(step):
+            for n, p in profs.items():
+                err = measured_tps(row) / modeled_tps(row, p) - 1  # time modeled / measured - 1
+                errors[n].setdefault(step, []).append(err)
+    body = []
+    for n in profs:
+        allerr = [e for es in errors[n].values() for e in es]
+        for step in (*RUN_STEPS, "all"):
+            es = allerr if step == "all" else errors[n][step]
+            body.append([
+                n, step, len(es), f"{statistics.median(es):+.1%}",
+                f"{statistics.median(abs(e) for e in es):.1%}", f"{max(es, key=abs):+.1%}",
+            ])  # fmt: skip
+    heads = ["profile", "runs", "n", "median error", "median |error|", "worst"]
+    return md_table(heads, body)
+
+
+def auto_table() -> str:
+    body = []
+    for row in spec_rows():
+        if row["gamma"] != "auto":
+            continue
+        ratio = measured_tps(row) / measured_tps(row["plain"])
+        hist = row.get("gamma_chosen_hist") or []
+        drafting = sum(hist[2:]) if len(hist) > 2 else 0
+        body.append([row["budget"], row["drafter"], f"{ratio:.2f}x", drafting, row["passes"]])
+    return md_table(["budget", "drafter", "auto / plain, measured", "passes with γ > 1", "passes"],
+                    body)  # fmt: skip
+
+
+def lookahead_table() -> str:
+    body, base = [], {}
+    prof = profiles()["h200-landing"]
+    for row in runs("lookahead"):
+        key = row["budget"]
+        if row["lookahead"] == 0:
+            base[key] = row
+        b = base[key]
+        body.append([
+            key, row["lookahead"], _f(measured_tps(row)),
+            f"{measured_tps(row) / measured_tps(b):.2f}x",
+            f"{modeled_tps(row, prof) / modeled_tps(b, prof):.2f}x",
+            f"{row['bytes_per_token'] / 1e6:.0f}", f"{row['hit_rate']:.2f}",
+        ])  # fmt: skip
+    heads = ["budget", "lookahead", "tok/s", "vs none, measured", "vs none, modeled",
+             "MB read/token", "hit rate"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def exact_table() -> str:
+    data = json.loads((RESULTS / "exact.json").read_text())
+    body = []
+    for model in ("qwen3", "minimax", "deepseek"):
+        for case, r in data[model].items():
+            if case == "reference":
+                continue
+            what = "vs mlx-lm resident greedy" if case.startswith("plain") else "vs streamed plain"
+            first = "—" if r["first_departure"] is None else r["first_departure"]
+            body.append([model, case, what, "equal" if r["equal"] else "departs", first])
+    return md_table(["shape", "run", "compared with", "16 greedy tokens", "first departure"], body)
+
+
+def overhead_table() -> str:
+    data = json.loads((RESULTS / "overhead.json").read_text())
+    body = []
+    for model in ("qwen3", "minimax"):
+        r = data[model]
+        ours, peer = r["specdec_tokens_per_s"]["median"], r["mlx_lm_tokens_per_s"]["median"]
+        layers = r["moe_layers"]
+        extra = (1 / ours - 1 / peer) / layers * 1e6
+        body.append([
+            model, layers, f"{ours:.0f}", f"{peer:.0f}", f"{r['ratio']['median']:.2f}x",
+            f"{r['ratio']['min']:.2f}-{r['ratio']['max']:.2f}", len(r["ratio"]["all"]),
+            f"{extra:.0f}",
+        ])  # fmt: skip
+    heads = ["shape", "MoE layers", "specdec tok/s", "mlx-lm tok/s", "ratio (median)",
+             "per pair", "pairs", "added µs per MoE layer"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def landing(write: bool = False) -> str:
+    """land_gbps from the scale runs with the model's own routing: the slope of time not blocked
+    on reads per token against bytes read per token (the GPU takes each block just read; the
+    microbenchmark `specdec bench device` now has for it came after the device time was spent).
+    The runs with the trace's routing, and every speculative run, are left out of the fit: the
+    model check on them is out of sample."""
+    import numpy as np
+
+    from specdec.clock.profiles import profile_yaml
+    from specdec.core.files import write_atomic
+
+    rows = [r for r in runs("scale") if r["routing"] == "model"]
+    x = [sum(rec.bytes_read for rec in r["records"]) / r["committed"] for r in rows]
+    y = [sum(rec.wall_s - rec.blocked_s for rec in r["records"]) / r["committed"] for r in rows]
+    slope, fixed = np.polyfit(np.array(x), np.array(y), 1)
+    gbps = float(f"{1 / slope / 1e9:.4g}")
+    text = (f"land_gbps {gbps} (slope {slope * 1e9:.3f} ms per MB over {len(rows)} runs, "
+            f"intercept {fixed * 1e3:.1f} ms per token)\n")  # fmt: skip
+    if write:
+        base = load_profile(RESULTS / "h200.yaml")
+        from dataclasses import replace
+
+        prof = replace(
+            base, name="h200-landing", land_gbps=gbps,
+            description=base.description + "; land_gbps fitted (analysis/cuda.py landing)",
+            sources={**base.sources, "land_gbps": f"fitted: {text.strip()}: the scale runs with "
+                     "the model's own routing (benchmarks/results/cuda/scale.json)"},
+        )  # fmt: skip
+        header = "h200-landing: h200.yaml with land_gbps, `python -m analysis.cuda landing --write`"
+        write_atomic(RESULTS / "h200-landing.yaml", profile_yaml(prof, header))
+    return text
+
+
+def figure() -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    profs = profiles()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by: dict = {}
+    for row in spec_rows():
+        if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
+            meas, mod = _speedups(row, profs)
+            alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
+            by.setdefault((row["budget"], int(row["gamma"])), []).append(
+                (alpha, meas, mod["h200-landing"])
+            )
+    for i, ((budget, gamma), pts) in enumerate(sorted(by.items())):
+        pts.sort()
+        color = f"C{i}"
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], "-", color=color, alpha=0.6)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=color,
+                label=f"{budget}, γ = {gamma}")  # fmt: skip
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("acceptance α of the oracle drafter (as set; 20 tokens a run)")
+    ax.set_ylabel("speed-up over plain decoding")
+    ax.set_title("H200, 16-layer MiniMax-M2.5 shape, trace routing:\n"
+                 "measured (points) and modeled (lines, device model + landing)")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = FIGURE.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(FIGURE)
+    return f"wrote {FIGURE.relative_to(ROOT)}\n"
+
+
+TABLES = {
+    "scale": scale_table,
+    "spec": spec_table,
+    "model": model_table,
+    "auto": auto_table,
+    "lookahead": lookahead_table,
+    "exact": exact_table,
+    "overhead": overhead_table,
+    "figure": figure,
+    "landing": landing,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("table", choices=list(TABLES))
+    p.add_argument("--write", action="store_true", help="landing: write h200-landing.yaml")
+    args = p.parse_args(argv)
+    out = TABLES[args.table](args.write) if args.table == "landing" else TABLES[args.table]()
+    print(out, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
