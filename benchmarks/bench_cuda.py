@@ -92,6 +92,7 @@ def save(out: Path, step: str, result: dict, t0: float) -> None:
 def check(args) -> dict:
     from mlx_lm.models.mla import MultiLinear
 
+    from specdec.bench.device import slot_row_views
     from specdec.checkpoint.backend import fit_for_backends
     from specdec.store.arena import Arena
     from specdec.store.layout import ALIGN, TensorSpec
@@ -126,14 +127,7 @@ def check(args) -> dict:
     want = mx.gather_qmm(x, wq, sc, bi, rhs_indices=idx, **kw)
     got = mx.gather_qmm(x, *views, rhs_indices=idx, **kw)
     out["dense_views_equal"] = bool(mx.array_equal(got, want).item())
-    rows = mx.zeros((n, slot), dtype=mx.uint8)
-    mx.eval(rows)
-    strided = []
-    for spec in specs:
-        dt = mx.uint32 if spec.dtype == "U32" else mx.bfloat16
-        a, k = spec.offset // spec.itemsize, spec.nbytes // spec.itemsize
-        strided.append(rows.view(dt)[:, a : a + k].reshape(n, *spec.shape))
-    mx.eval(strided)
+    strided = slot_row_views(mx.zeros((n, slot), dtype=mx.uint8), specs)
     try:
         mx.eval(mx.gather_qmm(x, *strided, rhs_indices=idx, **kw))
         out["strided_views"] = "accepted"
@@ -341,31 +335,25 @@ def scale(args) -> dict:
     return {"runs": _runs(args, packed, plan, "direct", "scale")}
 
 
-def spec(args) -> dict:
-    packed = Path(args.disk) / "mm16.packed"
+def _against_plain(name: str, args, runs_at) -> dict:
+    """At each speculation budget, trace routing: the plain run first (the oracle's reference and
+    the speed-ups' base), then `runs_at` [(drafter, γ)]."""
     plan = []
     for b in SPEC_BUDGETS:
-        plan.append((b, "none", 1, "trace", 0))
-        plan += [(b, f"oracle:{a:g}", g, "trace", 0) for a in ALPHAS for g in GAMMAS]
-    return {"runs": _runs(args, packed, plan, "direct", "spec")}
+        plan += [(b, d, g, "trace", 0) for d, g in [("none", 1), *runs_at]]
+    return {"runs": _runs(args, Path(args.disk) / "mm16.packed", plan, "direct", name)}
+
+
+def spec(args) -> dict:
+    return _against_plain("spec", args, [(f"oracle:{a:g}", g) for a in ALPHAS for g in GAMMAS])
 
 
 def auto(args) -> dict:
-    packed = Path(args.disk) / "mm16.packed"
-    plan = []
-    for b in SPEC_BUDGETS:
-        plan.append((b, "none", 1, "trace", 0))
-        plan += [(b, f"oracle:{a:g}", "auto", "trace", 0) for a in (0.5, 0.7, 0.9)]
-    return {"runs": _runs(args, packed, plan, "direct", "auto")}
+    return _against_plain("auto", args, [(f"oracle:{a:g}", "auto") for a in (0.5, 0.7, 0.9)])
 
 
 def drafters(args) -> dict:
-    packed = Path(args.disk) / "mm16.packed"
-    plan = []
-    for b in SPEC_BUDGETS:
-        plan.append((b, "none", 1, "trace", 0))
-        plan += [(b, d, g, "trace", 0) for d in ("self", "lookup") for g in (2, 4)]
-    return {"runs": _runs(args, packed, plan, "direct", "drafters")}
+    return _against_plain("drafters", args, [(d, g) for d in ("self", "lookup") for g in (2, 4)])
 
 
 def lookahead(args) -> dict:

@@ -164,6 +164,7 @@ def view_cost(repeats: int = 7, calls: int = 10) -> dict:
     same bytes, interleaved: one MiniMax gate projection, 8 of 32 slots."""
     import mlx.core as mx
 
+    from specdec.bench.device import slot_row_views
     from specdec.store.arena import Arena
     from specdec.store.layout import ALIGN, TensorSpec
 
@@ -178,12 +179,7 @@ def view_cost(repeats: int = 7, calls: int = 10) -> dict:
     dense = [arena.tensor_view(t) for t in specs]
     rows_buf = mx.zeros((n, slot), dtype=mx.uint8)  # [slots, block]: the array of slots
     mx.eval(rows_buf)
-    strided = []
-    for t in specs:
-        dt = mx.uint32 if t.dtype == "U32" else mx.bfloat16
-        first, k = t.offset // t.itemsize, t.nbytes // t.itemsize
-        strided.append(rows_buf.view(dt)[:, first : first + k].reshape(n, *t.shape))
-    mx.eval(strided)
+    strided = slot_row_views(rows_buf, specs)
     rng = np.random.default_rng(0)
     scale = np.array(mx.full((i * h // 64,), 0.01, mx.bfloat16).view(mx.uint8))
     bias = np.array(mx.full((i * h // 64,), -0.08, mx.bfloat16).view(mx.uint8))

@@ -168,6 +168,18 @@ def landing(hidden: int, inter: int, n: int = 16, rounds: int = 5, bits: int = 4
             "gbps": gbps if gbps is not None and gbps < 200 else None}  # fmt: skip
 
 
+def slot_row_views(rows: mx.array, specs) -> list[mx.array]:
+    """Each tensor as a strided column view of an array of slots [n, slot] (uint8): the arena's
+    layout before dense regions, for comparisons (refused by MLX's CUDA quantized kernels)."""
+    out = []
+    for spec in specs:
+        dt = mx.uint32 if spec.dtype == "U32" else mx.bfloat16
+        first, k = spec.offset // spec.itemsize, spec.nbytes // spec.itemsize
+        out.append(rows.view(dt)[:, first : first + k].reshape(rows.shape[0], *spec.shape))
+    mx.eval(out)
+    return out
+
+
 def read_latency(directory: Path, reads: int = 256) -> dict:
     """O_DIRECT 4 KiB reads at random offsets of a 1 GiB file, one at a time."""
     import os
