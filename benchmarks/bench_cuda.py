@@ -1,6 +1,6 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
-    python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk /root/sd --out DIR STEP [STEP ...]
+    python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check models exact overhead profile big scale spec auto drafters lookahead shm
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
