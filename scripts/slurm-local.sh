@@ -153,7 +153,7 @@ sweep() {
     gamma=1,2 drafter=self,mtp max_tokens=32 logger=disabled progress=false "$@"
   local wall=$SECONDS
   # the controller's own record of each job (no accounting database, so its log is the record)
-  grep -E "Allocate JobId|backfill: Started JobId|_job_complete: JobId=\S+ done" "$DIR/log/slurmctld.log" >&2 || true
+  grep -E "Allocate JobId|Started JobId|_job_complete: JobId=\S+ done" "$DIR/log/slurmctld.log" >&2 || true
   printf 'slurm-local: sweep done in %s s; %s jobs finished; report %s\n' "$wall" \
     "$(ls "$out"/*/result.json | wc -l)" "$out/report/report.md" >&2
 }
