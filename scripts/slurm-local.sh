@@ -5,8 +5,9 @@
 #   sudo bash scripts/slurm-local.sh start     # install (apt: slurm-wlm, munge) if missing, start
 #   eval "$(bash scripts/slurm-local.sh env)"  # SLURM_CONF for sbatch/squeue/sinfo and submitit
 #   .venv/bin/specdec-exp -m hydra/launcher=submitit_slurm hydra.launcher.partition=local \
-#       hydra.launcher.timeout_min=10 hydra.launcher.cpus_per_task=1 gamma=1,2 drafter=self,mtp
-#   bash scripts/slurm-local.sh sweep          # start, the 4-job sweep above, its wall time, stop
+#       hydra.launcher.timeout_min=10 hydra.launcher.cpus_per_task=1 gamma=1,2 drafter=self,mtp \
+#       max_tokens=32
+#   sudo bash scripts/slurm-local.sh sweep [OVERRIDES]  # start, the sweep above (+ OVERRIDES), stop
 #   bash scripts/slurm-local.sh status | stop  # sinfo/squeue | stop the daemons, delete the state
 #
 # Root only (apt-get, munged and slurmd as root). Everything the daemons write (munge key and
@@ -146,7 +147,9 @@ sweep() {
   start
   trap stop EXIT
   export SLURM_CONF=$CONF
-  local out=$ROOT/runs/sweeps/slurm-local
+  local name=slurm-local a
+  for a in "$@"; do case $a in sweep=*) name=${a#sweep=} ;; esac; done
+  local out=$ROOT/runs/sweeps/$name
   SECONDS=0
   "$ROOT/.venv/bin/specdec-exp" -m hydra/launcher=submitit_slurm hydra.launcher.partition=local \
     hydra.launcher.timeout_min=10 hydra.launcher.cpus_per_task=1 sweep=slurm-local \
