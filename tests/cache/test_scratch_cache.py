@@ -97,5 +97,7 @@ def test_decoding_with_scratch_stays_lossless(policy):
             assert res.tokens == ref, (policy, drafter)
             c = sm.streamer.cache
             assert c.scratch_reads > 0 and c.scratch_admitted > 0, (policy, drafter)
+            held = res.summary["cache_counters"]["n_scratch"]  # the summary says the size
+            assert held == res.summary["cache_slots"] // 8 == c.n_scratch > 0
     finally:
         sm.close()
