@@ -24,7 +24,11 @@ routing, the decode loop reports the pass's `verdict`; with `demote`, keys only 
 positions selected leave the policy for a queue evicted right after unhit prefetches (a demand
 hit hands one back to the policy as an admission followed by a hit, like a prefetch); with
 `protect`, the last committed position's keys are evicted during the next pass only when
-nothing else can go. Without options `note` is never called and `verdict` returns at once.
+nothing else can go; with `scratch`, a noted verify step's misses that only its drafted
+positions select go to scratch slots (ids n_slots .. n_slots + n_scratch - 1, outside the
+policy; a later hit serves them, the policy unaware) and the verdict admits the committed
+positions' ones by trading the scratch slot for a cache slot, dropping the rest. Without
+options `note` is never called and `verdict` returns at once.
 
 Failed reads: `forget(keys)` drops keys whose read failed, so a slot holding a partial or stale
 block is never handed out as a hit; the next access reads the block again.
@@ -45,7 +49,7 @@ from itertools import filterfalse
 import numpy as np
 
 from specdec.cache.policies import Policy, _pop_oldest
-from specdec.cache.speculative import NO_SPEC, SpecOptions, verdict_keys
+from specdec.cache.speculative import NO_SPEC, SpecOptions, committed_keys, verdict_keys
 from specdec.core.errors import BudgetError, SpecdecError
 
 
@@ -57,8 +61,15 @@ class PassNotes:
     _routing: list[tuple[int, np.ndarray]]
 
     def note(self, base: int, idx: np.ndarray) -> None:
-        """A verify call's routing idx [..., positions, k] (keys base + expert), for `verdict`."""
+        """A verify call's routing idx [..., positions, k] (keys base + expert), for `verdict`;
+        with +scratch its next access learns the keys of the call's first position."""
         self._routing.append((base, idx))
+        rows = idx.reshape(-1, idx.shape[-1])  # [γ, k]
+        self.speculative(rows[0] + base if len(rows) > 1 else None)
+
+    def speculative(self, certain) -> None:
+        """The next access is a verify step whose first position selected `certain` (keys; the
+        rest are drafted positions' only); None: an ordinary step. Only +scratch acts on it."""
 
     def verdict(self, accepted: int) -> None:
         """The noted pass's verdict: its first 1 + accepted positions were committed."""
@@ -78,7 +89,7 @@ class StepResult:
 class ExpertCache(PassNotes):
     """Fixed slots, one eviction policy; counters for accesses, hits, misses, evictions."""
 
-    def __init__(self, n_slots: int, policy: Policy, spec: SpecOptions = NO_SPEC):
+    def __init__(self, n_slots: int, policy: Policy, spec: SpecOptions = NO_SPEC, n_scratch=0):
         if spec.demote and not policy.demotable:
             raise SpecdecError(
                 f"policy {policy.name} cannot demote (its keys are pinned): drop +demote"
@@ -105,6 +116,12 @@ class ExpertCache(PassNotes):
         self._demoted: OrderedDict[int, None] = OrderedDict()  # resident, out of the policy
         self._protected: set[int] = set()
         self.demoted = self.demoted_hits = self.demoted_evicted = 0
+        # +scratch: slots after the policy's; key -> scratch slot until the pass's verdict
+        self.n_scratch = n_scratch
+        self._scratch_free = list(range(n_slots + n_scratch - 1, n_slots - 1, -1))
+        self._scratch: dict[int, int] = {}
+        self._certain: set[int] | None = None  # the next access: a verify step's first position
+        self.scratch_reads = self.scratch_admitted = self.scratch_dropped = 0
         # the policy's hooks, bound once: the hot path calls them for every step
         self._uses_select = policy.uses_select
         self._select, self._hit = policy.select, policy.hit
@@ -129,6 +146,7 @@ class ExpertCache(PassNotes):
         n = len(ks)
         if n > self.max_step:
             raise BudgetError(self._too_wide(n))
+        certain, self._certain = self._certain, None
         slot_of = self._slot_of
         if self._transient:
             self._free.extend(map(slot_of.pop, self._transient))
@@ -141,6 +159,8 @@ class ExpertCache(PassNotes):
         m = len(missed)
         if m < n:
             hit_keys = list(filter(slot_of.__contains__, ks)) if m else ks
+            if self._scratch:  # scratch copies serve the hit; the verdict decides on them
+                hit_keys = [k for k in hit_keys if k not in self._scratch]
             if self._prefetched or self._demoted:
                 self._claim(hit_keys)
             self._hit(hit_keys)
@@ -148,6 +168,14 @@ class ExpertCache(PassNotes):
                 return missed
         self.misses += m
         self.version += 1
+        scratch: list[tuple[int, int]] = []
+        if certain is not None and self._scratch_free:
+            scratch = self._to_scratch(missed, certain)
+            if scratch:
+                missed = [k for k in missed if k not in self._scratch]
+                m = len(missed)
+                if not m:
+                    return scratch
         free = self._free
         if m > len(free):
             self._evict(m - len(free), ks, True)
@@ -158,7 +186,7 @@ class ExpertCache(PassNotes):
         dropped = self._admit(missed)
         if dropped:
             self._transient = dropped
-        return out
+        return out + scratch if scratch else out
 
     @property
     def hits(self) -> int:
@@ -171,15 +199,63 @@ class ExpertCache(PassNotes):
     def new_sequence(self) -> None:
         """A prefill from position 0 begins: policies with per-sequence state reset it."""
         self._routing, self._protected = [], set()
+        self.resolve_scratch(set())
         self.policy.new_sequence()
 
     # -- speculation-aware options -----------------------------------------------------------
+
+    def verdict(self, accepted: int) -> None:
+        """The noted pass's verdict (PassNotes); +scratch: then its scratch keys resolved."""
+        committed = committed_keys(self._routing, accepted + 1) if self._scratch else None
+        super().verdict(accepted)
+        if committed is not None:
+            self.resolve_scratch(committed)
+
+    def speculative(self, certain) -> None:
+        if self.n_scratch:
+            self._certain = None if certain is None else set(np.asarray(certain).tolist())
+
+    def _to_scratch(self, missed: list[int], certain: set[int]) -> list[tuple[int, int]]:
+        """Scratch slots for the misses no committed position selected, while slots last."""
+        free, out = self._scratch_free, []
+        for k in missed:
+            if not free:
+                break
+            if k not in certain:
+                out.append((k, free.pop()))
+        self._scratch.update(out)
+        self._slot_of.update(out)
+        self.scratch_reads += len(out)
+        return out
+
+    def resolve_scratch(self, committed: set[int]) -> None:
+        """Admit the scratch keys in `committed` from their scratch copy (the scratch slot becomes
+        the cache's, a free or evicted cache slot becomes scratch), drop the others."""
+        if not self._scratch:
+            return
+        held, self._scratch = self._scratch, {}
+        admitted = []
+        for k, slot in sorted(held.items()):
+            if k in committed and (self._free or self._evict(1, (), False)):
+                self._scratch_free.append(self._free.pop())
+                admitted.append(k)
+            else:
+                del self._slot_of[k]
+                self._scratch_free.append(slot)
+        self.scratch_admitted += len(admitted)
+        self.scratch_dropped += len(held) - len(admitted)
+        self.version += 1
+        if admitted:
+            dropped = self._admit(admitted)
+            if dropped:
+                self._transient = [*self._transient, *dropped]
 
     def judge(self, demote: list[int], protect: list[int]) -> None:
         """Demote and protect these keys (as the options say) until the next verdict."""
         if self.spec.demote:
             held = self._slot_of
             skip = self._prefetched.keys() | self._demoted.keys() | set(self._transient)
+            skip |= self._scratch.keys()  # not the policy's: the verdict resolves them next
             keys = [k for k in demote if k in held and k not in skip]
             if keys:
                 self.policy.remove(keys)
@@ -235,8 +311,12 @@ class ExpertCache(PassNotes):
             slot = self._slot_of.pop(k, None)
             if slot is None:
                 continue
-            self._free.append(slot)
             n += 1
+            if k in self._scratch:
+                del self._scratch[k]
+                self._scratch_free.append(slot)
+                continue
+            self._free.append(slot)
             if k in self._prefetched:
                 del self._prefetched[k]
             elif k in self._demoted:
@@ -265,7 +345,7 @@ class ExpertCache(PassNotes):
         """[n] int32 slots of keys base..base+n-1 if every one is resident and none is a
         transient (static scratch) read freed at the next step; else None."""
         slots = list(map(self._slot_of.get, range(base, base + n)))  # C-level: ~3 µs for 256
-        if None in slots or any(base <= k < base + n for k in self._transient):
+        if None in slots or any(base <= k < base + n for k in (*self._transient, *self._scratch)):
             return None
         return np.array(slots, dtype=np.int32)
 
@@ -276,6 +356,8 @@ class ExpertCache(PassNotes):
     def stats(self) -> dict[str, int]:
         names = ("accesses", "hits", "misses", "evictions", "preload_reads", "forgotten")
         names += ("prefetch_reads", "prefetch_hits", "prefetch_wasted")
+        if self.n_scratch:
+            names += ("n_scratch", "scratch_reads", "scratch_admitted", "scratch_dropped")
         return {n: getattr(self, n) for n in names}
 
     # -- internals ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache, PassNotes, StepResult
+from specdec.core.errors import SpecdecError
 
 UNBOUNDED = 1 << 30  # a pool holding all of its experts limits no step
 
@@ -23,6 +24,11 @@ class PooledCache(PassNotes):
     """Two ExpertCaches behind one key and slot space."""
 
     def __init__(self, hot: ExpertCache, cold: ExpertCache, is_cold: np.ndarray, sizes=(0, 0)):
+        if hot.n_scratch or cold.n_scratch:
+            raise SpecdecError(
+                "+scratch does not run on a mixed-precision pack (two slot pools): drop +scratch, "
+                "or pack the model with one precision"
+            )
         self.hot, self.cold = hot, cold
         self.is_cold = is_cold  # [n_keys] bool
         self.n_hot = hot.n_slots

@@ -1,6 +1,7 @@
 """`PolicySpec`: a cache policy as the user names it, parsed once where it enters.
 
     spec = PolicySpec.parse("lru+demote+protect")   # at the edge: --policy, Hydra's cache.policy
+    spec = PolicySpec.parse("s3fifo+scratch")       # an eighth of the slots as verify scratch
     cache = spec.cache(96, hotlist=keys)            # an ExpertCache of that policy and options
     str(spec)                                       # "lru+demote+protect": its one label
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import REGISTRY, make_policy, policy_names
-from specdec.cache.speculative import NO_SPEC, OPTIONS, SpecOptions
+from specdec.cache.speculative import NO_SPEC, OPTIONS, SpecOptions, scratch_slots
 from specdec.core.errors import SpecdecError
 
 OFFLINE = ("belady", "opt_bypass", "knapsack_bound")  # offline bounds: the simulator's only
@@ -61,7 +62,7 @@ class PolicySpec:
             raise SpecdecError(
                 f"unknown cache policy {name!r}: use one of {', '.join(policy_names())}"
             )
-        return cls(name, SpecOptions(demote="demote" in opts, protect="protect" in opts))
+        return cls(name, SpecOptions(*(o in opts for o in OPTIONS)))
 
     def __str__(self) -> str:
         return self.name + self.options.suffix()
@@ -76,5 +77,8 @@ class PolicySpec:
         return self.runtime and REGISTRY[self.name].needs_hotlist
 
     def cache(self, n_slots: int, **opts) -> ExpertCache:
-        """An empty ExpertCache of this policy; `opts` as make_policy takes them."""
-        return ExpertCache(n_slots, make_policy(self.name, n_slots, **opts), self.options)
+        """An empty ExpertCache of this policy over n_slots slots (+scratch: its scratch
+        slots, the last ones, held back from the policy's); `opts` as make_policy takes them."""
+        n_scratch = scratch_slots(n_slots, self.options)
+        n = n_slots - n_scratch
+        return ExpertCache(n, make_policy(self.name, n, **opts), self.options, n_scratch)

@@ -18,6 +18,15 @@ Layouts, by config.json's model_type:
   Qwen3-Next's sanitize stacks the experts and adds 1 to the zero-centred layer norms; the same
   1 is added here to the module's own three norms (GemmaRMSNorm in vLLM's qwen3_next_mtp.py).
 
+- deepseek_v41 (DeepSeek-V4's layout, specdec/checkpoint/mtp/deepseek_v4.py): `mtp.0.*` under
+  either naming. ds4's GGUF names (`attn_q_a.weight`, `hc_attn_fn.weight`, `exp_probs_b.bias`,
+  stacked `ffn_gate_exps.weight`, ...; `*.gguf` files are read too where MLX reads their tensor
+  types) map to the HF names by ds4's own gguf-tools table (deepseek4-quantize.c `layer_map`),
+  the HF names (`attn.wq_a.weight`, `hc_attn_fn`, `ffn.experts.{e}.w1.weight`, ...) go through
+  mlx-lm's deepseek_v41 sanitize as layer 0 (rename, stack, split `wo_a` by group), FP8 / FP4
+  weights come back to bfloat16; `e_proj`, `h_proj`, `enorm`, `hnorm`, `norm` and
+  `hc_head_{fn,base,scale}` keep their names (ds4's `mtp_weights_bind`).
+
 The shared `embed_tokens` copy is dropped (the main model's is used). Only the first MTP depth is
 extracted where a checkpoint has several (the drafter chains one module, as DeepSeek-V3 does).
 """
@@ -28,7 +37,7 @@ import json
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
+from mlx_lm.models import deepseek_v3, deepseek_v41, glm4_moe, qwen3_next
 
 from specdec.checkpoint.mtp import load_mtp, quantize_mtp
 from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
@@ -37,17 +46,26 @@ from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors
 
 
-def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
-    """Every tensor under `prefix`, loaded lazily from whichever shard holds it."""
+def _mtp_tensors(hf_dir: Path, prefix: str, gguf: bool = False) -> dict[str, mx.array]:
+    """Every tensor under `prefix`, loaded lazily from whichever shard holds it (gguf: the
+    directory's `*.gguf` files too, as ds4 ships V4's MTP layer)."""
     index = hf_dir / "model.safetensors.index.json"
     if index.exists():
         weight_map = json.loads(index.read_text())["weight_map"]
         files = sorted({f for k, f in weight_map.items() if k.startswith(prefix)})
     else:
         files = sorted(p.name for p in hf_dir.glob("*.safetensors"))
+    files += sorted(p.name for p in hf_dir.glob("*.gguf")) if gguf else []
     out: dict[str, mx.array] = {}
     for name in files:
-        shard = mx.load(str(hf_dir / name))
+        try:
+            shard = mx.load(str(hf_dir / name))
+        except (RuntimeError, ValueError):
+            raise SpecdecError(
+                f"{hf_dir / name}: MLX cannot read this file's tensors (it reads F32, F16, BF16, "
+                "Q4_0, Q4_1, Q8_0; ds4's experts are IQ2_XXS / Q2_K): use the Hugging Face "
+                "checkpoint's safetensors"
+            ) from None
         out.update({k: v for k, v in shard.items() if k.startswith(prefix)})
     return out
 
@@ -98,6 +116,84 @@ def _qwen3_next_layout(hf_dir: Path, config: dict, module, n: int) -> dict[str, 
     return out
 
 
+# ds4's GGUF names of a V4 layer -> the Hugging Face names (ds4's gguf-tools/deepseek4-quantize.c
+# `layer_map`, read there in the GGUF -> HF direction), for the tensors the MTP block has.
+_GGUF_TO_HF = {
+    "hc_attn_base.weight": "hc_attn_base",
+    "hc_attn_fn.weight": "hc_attn_fn",
+    "hc_attn_scale.weight": "hc_attn_scale",
+    "hc_ffn_base.weight": "hc_ffn_base",
+    "hc_ffn_fn.weight": "hc_ffn_fn",
+    "hc_ffn_scale.weight": "hc_ffn_scale",
+    "attn_sinks.weight": "attn.attn_sink",
+    "attn_q_a.weight": "attn.wq_a.weight",
+    "attn_q_b.weight": "attn.wq_b.weight",
+    "attn_q_a_norm.weight": "attn.q_norm.weight",
+    "attn_kv.weight": "attn.wkv.weight",
+    "attn_kv_a_norm.weight": "attn.kv_norm.weight",
+    "attn_output_a.weight": "attn.wo_a.weight",
+    "attn_output_b.weight": "attn.wo_b.weight",
+    "attn_norm.weight": "attn_norm.weight",
+    "ffn_norm.weight": "ffn_norm.weight",
+    "ffn_gate_shexp.weight": "ffn.shared_experts.w1.weight",
+    "ffn_up_shexp.weight": "ffn.shared_experts.w3.weight",
+    "ffn_down_shexp.weight": "ffn.shared_experts.w2.weight",
+    "ffn_gate_inp.weight": "ffn.gate.weight",
+    "exp_probs_b.bias": "ffn.gate.bias",
+}
+# ds4's stacked GGUF experts -> our stacked names (HF stores them per expert, `ffn.experts.E.wN`)
+_GGUF_EXPERTS = {
+    "ffn_gate_exps": "gate_proj",
+    "ffn_up_exps": "up_proj",
+    "ffn_down_exps": "down_proj",
+}
+# The MTP's own parts: ds4's GGUF name (HF: the same without `.weight` for hc_head_*) -> ours
+_V4_OWN = {
+    "hc_head_fn": "hc_head.fn",
+    "hc_head_base": "hc_head.base",
+    "hc_head_scale": "hc_head.scale",
+    **{f"{p}.weight": f"{p}.weight" for p in ("e_proj", "h_proj", "enorm", "hnorm", "norm")},
+}
+
+
+def _dequantize_mx(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """mlx-lm's deepseek_v41 sanitize keeps FP8 / FP4 weights packed (`.scales`, ue8m0 per 32);
+    our module loads float or affine weights, so these come back to bfloat16 here."""
+    out = {}
+    for k, v in weights.items():
+        if k.endswith(".scales"):
+            continue
+        scales = weights.get(k.removesuffix("weight") + "scales")
+        if scales is not None:
+            bits = v.shape[-1] * 32 // (scales.shape[-1] * 32)
+            v = mx.dequantize(v, scales, mode="mxfp8" if bits == 8 else "mxfp4")
+            v = v.astype(mx.bfloat16)
+        out[k] = v
+    return out
+
+
+def _deepseek_v4_layout(hf_dir: Path, config: dict, module, n: int) -> dict[str, mx.array]:
+    """DeepSeek-V4's `mtp.0.*` (ds4's MTP GGUF names or the HF names): the block through
+    mlx-lm's deepseek_v41 sanitize as layer 0, the module's own parts renamed."""
+    raw = {k[len("mtp.0.") :]: v for k, v in _mtp_tensors(hf_dir, "mtp.0.", gguf=True).items()}
+    if not raw:
+        raise SpecdecError(f"{hf_dir}: no tensors under mtp.0.*: this checkpoint has no MTP layer")
+    prefix = f"model.layers.{n}."
+    out, layer = {}, {}
+    for k, v in raw.items():
+        own = _V4_OWN.get(k) or _V4_OWN.get(k.removesuffix(".weight"))
+        stacked = k.removesuffix(".weight")
+        if own is not None:
+            out[prefix + own] = v
+        elif stacked in _GGUF_EXPERTS:
+            out[f"{prefix}mlp.experts.switch_mlp.{_GGUF_EXPERTS[stacked]}.weight"] = v
+        else:
+            layer["layers.0." + _GGUF_TO_HF.get(k, k)] = v
+    for k, v in _dequantize_mx(_sanitize_as_layer0(module, config, layer)).items():
+        out[prefix + k[len("model.layers.0.") :]] = v
+    return out
+
+
 # Each MTP-bearing family: the mlx-lm module whose ModelArgs and sanitize its checkpoint goes
 # through, and the function that reads its MTP tensors under our names.
 _LAYOUTS = {
@@ -106,6 +202,7 @@ _LAYOUTS = {
     "kimi_k2": (deepseek_v3, _deepseek_layout),
     "glm4_moe": (glm4_moe, _deepseek_layout),
     "qwen3_next": (qwen3_next, _qwen3_next_layout),
+    "deepseek_v41": (deepseek_v41, _deepseek_v4_layout),
 }
 
 
@@ -119,7 +216,7 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     if model_type not in _LAYOUTS:
         raise SpecdecError(
             f"{hf_dir}: model_type {model_type!r} has no MTP layout specdec reads; extract-mtp "
-            "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe and qwen3_next checkpoints"
+            "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe, qwen3_next and deepseek_v41 checkpoints"
         )
     module, layout = _LAYOUTS[model_type]
     weights = layout(hf_dir, config, module, n)

@@ -185,7 +185,7 @@ FAMILIES: dict[str, Family] = {
         _row("kimi_k2", None, mtp="deepseek_v3"),  # mlx-lm runs it as deepseek_v3
         _row("deepseek", _gate),
         _row("deepseek_v2", _gate),
-        _row("deepseek_v41", _route_deepseek_v41),
+        _row("deepseek_v41", _route_deepseek_v41, mtp="deepseek_v4"),  # ds4's V4 Flash layout
         _row("glm4_moe", _gate, mtp="deepseek_v3"),
         _row("glm4_moe_lite", _gate),
         _row("dots1", _gate),

@@ -9,7 +9,8 @@ varies across tokens), optionally quantizes the whole model the way `mlx_lm.conv
 `mlx_lm.load(OUT_DIR)` opens it. The tokenizer is a byte-level BPE trained here with `tokenizers`
 on a few stdlib sources; nothing comes from a hub.
 
-DeepSeek-V3, GLM-4.5 (glm4_moe) and Qwen3-Next checkpoints also get `mtp.safetensors`: a random
+DeepSeek-V3, GLM-4.5 (glm4_moe), Qwen3-Next and DeepSeek-V4.1 (deepseek_v41, ds4's V4 MTP layout)
+checkpoints also get `mtp.safetensors`: a random
 MTP layer of the family's layout (model/mtp.py) stored as `model.layers.{num_hidden_layers}.*` (for
 DeepSeek-V3's layout enorm, hnorm, eh_proj, shared_head.norm and a full MoE decoder layer with
 stacked `mlp.switch_mlp` experts), as in the Hugging Face checkpoint.
@@ -45,7 +46,12 @@ from specdec.store.layout import MTP_FILE
 GROUP_SIZE = 64
 EOS = "<|endoftext|>"
 RANDOM_KIND = "random"  # the ownership marker's kind (store/files.py)
-MTP_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next")  # random checkpoints with MTP
+MTP_FAMILIES = (
+    "deepseek_v3",
+    "glm4_moe",
+    "qwen3_next",
+    "deepseek_v41",
+)  # random checkpoints with MTP
 
 
 # ----------------------------------------------------------------------------- tokenizer

@@ -100,9 +100,10 @@ TINY: dict[str, dict[str, Any]] = {
     "deepseek_v41": {
         "moe_intermediate_size": 64,
         "n_routed_experts": 16,
-        "head_dim": 64,
+        # 64 non-RoPE values: the one E4M3 block of the KV row the V4 MTP layer rounds (ds4)
+        "head_dim": 128,
         "q_lora_rank": 64,
-        "qk_rope_head_dim": 16,
+        "qk_rope_head_dim": 64,
         "o_groups": 2,
         "o_lora_rank": 64,
         "sliding_window": 16,

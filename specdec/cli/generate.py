@@ -62,7 +62,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy",
         default=str(PolicySpec()),
-        help=f"{policy_list()}; +demote, +protect: speculation-aware options (lru+demote+protect)",
+        help=f"{policy_list()}; +demote, +protect, +scratch: speculation-aware options "
+        "(lru+demote+protect)",
     )
     p.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"

@@ -22,7 +22,7 @@ class DecodeState:
     n_prompt: int
     temp: float
     rng: np.random.Generator
-    hidden: mx.array | None = None  # [1, T, H] final hidden of the last main forward
+    hidden: mx.array | None = None  # [1, T, ...] the MTP's state from the last main forward
 
     @property
     def generated(self) -> list[int]:
@@ -48,9 +48,9 @@ def forward(
     begin_routing(st, len(tokens))
     x = mx.array([tokens])  # [1, T]
     model = st.sm.model
-    if want_hidden:
-        st.hidden = model.model(x, st.cache)  # [1, T, H], after the final norm
-        logits = model.lm_head(st.hidden)
+    if want_hidden:  # the MTP module's starting state ([1, T, H]; V4: its streams [1, T, hc, H])
+        st.hidden, out = st.sm.mtp.main_hidden(model, x, st.cache)
+        logits = model.lm_head(out)
     else:
         logits = model(x, cache=st.cache)
     return np.array(logits[0].astype(mx.float32))  # [T, V]

@@ -4,10 +4,12 @@
     hit, preloaded = drive_hits("sieve+demote+protect", acc, n_slots=1130)
 
 The path for policies without a compiled loop (specdec.sim.kernels): sieve, s3fifo, and any
-policy with speculation-aware options (+demote, +protect; specdec.cache.speculative). After each
-pass's last step (its tick) the cache hears the pass's verdict, computed by the runtime's
-`verdict_keys` from the pass's routing in `acc.routes`: the first 1 + accepted positions are the
-committed ones. Python speed (about 1 M accesses/s): fine for the studies in analysis/.
+policy with speculation-aware options (+demote, +protect, +scratch; specdec.cache.speculative).
+After each pass's last step (its tick) the cache hears the pass's verdict, computed by the
+runtime's `verdict_keys` from the pass's routing in `acc.routes`: the first 1 + accepted
+positions are the committed ones; with +scratch each verify step first names its first
+position's keys, and the pass's scratch keys are resolved after its verdict. Python speed
+(about 1 M accesses/s): fine for the studies in analysis/.
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ def drive_hits(
     counts, ticks, new_seq = acc.counts, acc.tick.tolist(), acc.new_seq.tolist()
     hit = np.ones(len(keys), bool)
     judge = bool(spec.options) and acc.routes is not None
+    scratch = judge and spec.options.scratch
+    n_layers = acc.routes.shape[2] if judge else 0
     p = 0
     for s in range(len(ptr) - 1):
         a, b = ptr[s], ptr[s + 1]
         if new_seq[s]:
             cache.new_sequence()
+        if scratch and acc.plan[p, 1] > 1:  # a verify step: its first position's keys
+            cache.speculative(acc.routes[p, 0, s % n_layers])
         ks = keys[a:b]
         missed = cache.access(ks.tolist(), counts[a:b].tolist())
         if missed:
@@ -42,6 +48,8 @@ def drive_hits(
             cache.tick(ticks[s])
             if judge:
                 cache.judge(*pass_verdict(acc, p))
+            if scratch:
+                cache.resolve_scratch(committed(acc, p))
             p += 1
     return hit, pre
 
@@ -51,3 +59,10 @@ def pass_verdict(acc, p: int) -> tuple[list[int], list[int]]:
     _, live, accepted = acc.plan[p].tolist()
     rows = acc.routes[p, :live]  # [live, L, k]
     return verdict_keys([(0, rows.reshape(live, -1))], accepted + 1)
+
+
+def committed(acc, p: int) -> set[int]:
+    """The keys pass p's committed positions (its first 1 + accepted) selected."""
+    _, _, accepted = acc.plan[p].tolist()
+    rows = acc.routes[p, : accepted + 1]  # [1 + accepted, L, k]
+    return set(rows[rows >= 0].tolist())

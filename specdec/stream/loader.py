@@ -404,7 +404,8 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
         raise SpecdecError(
             f"{packed}: mtp.safetensors present but its experts are not packed; re-pack"
         )
-    block = mtp.layer.mlp
-    _check_experts(packed, n_main, block.switch_mlp, index)
-    block.switch_mlp = StreamedSwitchGLU(streamer, n_main, block.switch_mlp, block, family.route)
+    owner, attr, block = mtp.switch_site()
+    switch = getattr(owner, attr)
+    _check_experts(packed, n_main, switch, index)
+    setattr(owner, attr, StreamedSwitchGLU(streamer, n_main, switch, block, family.route))
     return mtp

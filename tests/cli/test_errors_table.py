@@ -195,6 +195,13 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "extract-mtp: a checkpoint without its MTP layer": lambda c: (
         c["packed"] / "mtp.safetensors"
     ).unlink(),
+    "+scratch on a mixed-precision pack": lambda c: pack(
+        c["model"], c["tmp"] / "mixed", cold_bits=2, hotlist=[(1, 0)]
+    ),
+    "extract-mtp: a GGUF MLX cannot read": lambda c: (
+        edit_config(c["packed"], model_type="deepseek_v41"),
+        (c["packed"] / "mtp.gguf").write_bytes(b"not a gguf"),
+    ),
     "model_type mlx-lm does not know": lambda c: edit_config(c["packed"], model_type="not_a_model"),
     "a dense checkpoint (generate)": lambda c: edit_config(c["packed"], model_type="llama"),
     "a dense checkpoint (pack)": lambda c: edit_config(c["packed"], model_type="llama"),

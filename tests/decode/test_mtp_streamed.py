@@ -1,8 +1,10 @@
-"""MTP beyond DeepSeek-V3: GLM-4.5's and Qwen3-Next's MTP layers streamed, lossless, recorded.
+"""MTP beyond DeepSeek-V3: GLM-4.5's, Qwen3-Next's and DeepSeek-V4's MTP layers streamed,
+lossless, recorded.
 
-A random glm4_moe / qwen3_next checkpoint (mlx-lm's own classes, 4-bit) carries a random MTP
-layer of the family's layout (mtp.safetensors); Qwen3-Next's rejected drafts are rolled back
-(decode/rollback.py). Loaded with a budget that forces reads: its streamed MTP logits equal
+A random glm4_moe / qwen3_next / deepseek_v41 checkpoint (mlx-lm's own classes, 4-bit) carries a
+random MTP layer of the family's layout (mtp.safetensors; deepseek_v41: ds4's V4 layout, which
+starts from the main model's HC streams, `main_hidden`); Qwen3-Next's and deepseek_v41's
+rejected drafts are rolled back (decode/rollback.py). Loaded with a budget that forces reads: its streamed MTP logits equal
 the resident module's, greedy speculation with the MTP drafter at γ 2 and 4 equals mlx-lm's
 plain greedy, the drafts equal a full recomputation, and the MTP layer's expert reads land in
 the records' draft phase.
@@ -24,9 +26,15 @@ N_TOKENS = 48
 BITS = 4
 
 
-# the fast loop streams glm4_moe's MTP layer; qwen3_next's (rolled back) runs in the full suite
+# the fast loop streams glm4_moe's MTP layer; qwen3_next's and deepseek_v41's (rolled back) run
+# in the full suite
 @pytest.fixture(
-    scope="module", params=["glm4_moe", pytest.param("qwen3_next", marks=pytest.mark.slow)]
+    scope="module",
+    params=[
+        "glm4_moe",
+        pytest.param("qwen3_next", marks=pytest.mark.slow),
+        pytest.param("deepseek_v41", marks=pytest.mark.slow),
+    ],
 )
 def target(request, tmp_path_factory):
     yield from streamed_target(
@@ -45,7 +53,7 @@ def test_streamed_mtp_equals_the_resident_module(target):
     sm, src, ref_model, prompt, _ = target
     assert type(sm.mtp) is mtp_class(sm.config["model_type"])
     resident = load_mtp(src, ref_model)
-    hidden = ref_model.model(mx.array([prompt]))  # [1, P, H]
+    hidden, _ = resident.main_hidden(ref_model, mx.array([prompt]), None)  # [1, P, (hc,) H]
     tokens = mx.array([prompt[1:] + [7]])
     want, _ = resident(hidden, tokens, None, *target_io(ref_model))
     with sm.streamer.serving(Call("check")):
@@ -86,7 +94,7 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
         MTPDrafter.propose = original
     tokens = prompt + res.tokens
     with sm.streamer.serving(Call("check")):
-        hidden = sm.model.model(mx.array([tokens]))  # [1, T, H], fresh cache
+        hidden, _ = sm.mtp.main_hidden(sm.model, mx.array([tokens]), None)  # fresh cache
         logits, _ = sm.mtp(hidden[:, :-1], mx.array([tokens[1:]]), None, *target_io(sm.model))
     full = np.array(logits[0].argmax(-1))  # full[i] predicts tokens[i + 2]
     assert proposed

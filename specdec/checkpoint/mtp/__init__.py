@@ -1,8 +1,9 @@
 """Multi-token-prediction (MTP) modules, in MLX, loadable from checkpoint weights; which layout
 each model family uses (`mtp_class`, from the family's row in specdec.checkpoint.families).
 
-Layouts, one file each: DeepSeek-V3's (`deepseek_v3.py`: `MTPModule`; also GLM-4.5's) and
-Qwen3-Next's (`qwen3_next.py`); what they share is `base.py`. Every layout stores its weights in
+Layouts, one file each: DeepSeek-V3's (`deepseek_v3.py`: `MTPModule`; also GLM-4.5's),
+Qwen3-Next's (`qwen3_next.py`) and DeepSeek-V4's (`deepseek_v4.py`, from antirez/ds4; run on
+mlx-lm's deepseek_v41); what they share is `base.py`. Every layout stores its weights in
 `mtp.safetensors` under `model.layers.{num_hidden_layers}.` (the decoder layer's names directly
 under it), so pack, the loader and the drafter treat them alike; `specdec extract-mtp` renames a
 checkpoint's layout. mlx-lm's loader refuses unknown keys in `model*.safetensors`, so our
@@ -23,14 +24,27 @@ from mlx.utils import tree_flatten
 from specdec.checkpoint.families import get_family
 from specdec.checkpoint.mtp.base import MTPBase
 from specdec.checkpoint.mtp.deepseek_v3 import MTPModule
+from specdec.checkpoint.mtp.deepseek_v4 import DeepseekV4MTP
 from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
 from specdec.core.errors import SpecdecError
 from specdec.core.files import write_atomic
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors
 
-LAYOUTS: dict[str, type[MTPBase]] = {"deepseek_v3": MTPModule, "qwen3_next": Qwen3NextMTP}
-__all__ = ["LAYOUTS", "MTPBase", "MTPModule", "Qwen3NextMTP", "load_mtp", "mtp_class"]
+LAYOUTS: dict[str, type[MTPBase]] = {
+    "deepseek_v3": MTPModule,
+    "qwen3_next": Qwen3NextMTP,
+    "deepseek_v4": DeepseekV4MTP,
+}
+__all__ = [
+    "LAYOUTS",
+    "DeepseekV4MTP",
+    "MTPBase",
+    "MTPModule",
+    "Qwen3NextMTP",
+    "load_mtp",
+    "mtp_class",
+]
 
 
 def mtp_class(model_type: str) -> type[MTPBase] | None:
@@ -100,7 +114,7 @@ def load_mtp(
         nn.quantize(mtp, class_predicate=lambda p, m: _quant_params(p, m, weights))
     missing = {k for k, _ in tree_flatten(mtp.parameters())} - set(weights)
     if not with_experts:
-        missing = {k for k in missing if not k.startswith("layer.mlp.switch_mlp.")}
+        missing = {k for k in missing if not k.startswith(cls.switch_prefix)}
     if missing:
         raise SpecdecError(
             f"MTP weights under {prefix}* lack {sorted(missing)[:3]}...: "

@@ -1,6 +1,6 @@
 """What every MTP layout shares: its decoder layer, its own KV cache, its stored names.
 
-Each layout (deepseek_v3.py, qwen3_next.py) subclasses MTPBase; specdec.checkpoint.mtp says which
+Each layout (deepseek_v3.py, qwen3_next.py, deepseek_v4.py) subclasses MTPBase; specdec.checkpoint.mtp says which
 family uses which.
 """
 
@@ -19,7 +19,19 @@ class MTPBase(nn.Module):
 
     own_parts: tuple[str, ...] = ()  # parameter prefixes outside the decoder layer
     own_head_key = ""  # the parameter that, when stored, replaces the shared head
+    switch_prefix = "layer.mlp.switch_mlp."  # the routed experts' parameters (streamed)
     layer_idx: int
+
+    def switch_site(self) -> tuple[nn.Module, str, nn.Module]:
+        """(owner, attribute, MoE block) of the routed experts the streamed loader swaps."""
+        return self.layer.mlp, "switch_mlp", self.layer.mlp
+
+    @staticmethod
+    def main_hidden(model: nn.Module, inputs: mx.array, cache: list) -> tuple[mx.array, mx.array]:
+        """(the state the module starts from, the normed output the head takes) of one main
+        forward: both mlx-lm's `model.model(...)` here; DeepSeek-V4 starts from its streams."""
+        out = model.model(inputs, cache)  # [B, T, H]
+        return out, out
 
     def make_cache(self) -> KVCache:
         """A trimmable KV cache for the module's attention (one per decode stream)."""
