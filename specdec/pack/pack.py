@@ -63,6 +63,7 @@ from specdec.store.layout import (
     ExpertIndex,
     LayerLayout,
     Quant,
+    ResidentTensor,
     TensorSpec,
     round_up,
 )
@@ -218,30 +219,40 @@ def _what(t: SafeTensor) -> str:
 
 
 def _resident_chunks(tensors: list[SafeTensor], header: bytes, src: _Sources) -> Iterator[Chunk]:
-    """model.safetensors as CHUNK-sized chunks: the header, then each tensor's bytes in turn."""
+    """model.safetensors as CHUNK-sized chunks: the header, then each tensor's bytes in turn;
+    each chunk checksums its part of each tensor (crc key: the tensor's position)."""
     pieces, pos = [Piece(0, len(header), data=header)], len(header)
     for t in tensors:
         pieces.append(Piece(pos, t.nbytes, src.fd(t.path), t.offset, _what(t)))
         pos += t.nbytes
     for start in range(0, pos, CHUNK):
         end = min(start + CHUNK, pos)
-        inside = []
-        for p in pieces:  # the part of each piece inside [start, end), chunk-relative
+        inside, crcs = [], []
+        for i, p in enumerate(pieces):  # the part of each piece inside [start, end), chunk-relative
             a, b = max(p.dst, start), min(p.dst + p.nbytes, end)
             if a < b:
                 cut = a - p.dst
                 data = None if p.data is None else p.data[cut : cut + b - a]
                 inside.append(Piece(a - start, b - a, p.fd, p.src + cut, p.what, data))
-        yield Chunk(start, end - start, inside)
+                if i:  # piece 0 is the header
+                    crcs.append((a - start, b - a, i - 1))
+        yield Chunk(start, end - start, inside, crcs)
 
 
-def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> None:
+def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> list[ResidentTensor]:
+    """Write the tensors' bytes as one safetensors file; returns what it holds, checksummed."""
     tensors = sorted(tensors, key=lambda t: t.name)
     header = safetensors_header_bytes(
         [(t.name, t.dtype, t.shape, t.nbytes) for t in tensors], {"format": "mlx"}
     )
-    chunks = _resident_chunks(tensors, header, src)
-    write_chunks(path, chunks, lambda c, crcs: None, CHUNK, direct=True)
+    crc = [0] * len(tensors)  # a tensor of 0 bytes is in no chunk: crc32 of nothing
+
+    def done(chunk: Chunk, crcs: list[int]) -> None:
+        for (_, _, i), value in zip(chunk.crc_ranges, crcs, strict=True):
+            crc[i] = value  # the running crc32: the last chunk's is the whole tensor's
+
+    write_chunks(path, _resident_chunks(tensors, header, src), done, CHUNK, direct=True)
+    return [ResidentTensor(t.name, t.dtype, t.shape, c) for t, c in zip(tensors, crc, strict=True)]
 
 
 def _expert_chunks(layers: dict[int, tuple[LayerLayout, dict]], src: _Sources) -> Iterator[Chunk]:
@@ -369,9 +380,10 @@ def _pack(
         # Resident tensors keep the source's file split: mlx-lm's loader globs model*.safetensors,
         # and the MTP layer (not a parameter of mlx-lm's model) stays in mtp.safetensors.
         mtp = [t for t in resident if Path(t.path).name == MTP_FILE]
-        _write_resident([t for t in resident if Path(t.path).name != MTP_FILE], tmp / RESIDENT, src)
+        main = [t for t in resident if Path(t.path).name != MTP_FILE]
+        written = {RESIDENT: _write_resident(main, tmp / RESIDENT, src)}
         if mtp:
-            _write_resident(mtp, tmp / MTP_FILE, src)
+            written[MTP_FILE] = _write_resident(mtp, tmp / MTP_FILE, src)
         _stall("resident")
         _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
         if cold:
@@ -381,6 +393,7 @@ def _pack(
             slot_bytes=max(layout.block_bytes for layout, _ in layers.values()),
             layers={lid: layout for lid, (layout, _) in layers.items()},
             source=fingerprint,
+            resident=written,
         )
         index.validate()
         _stall("experts")

@@ -25,7 +25,6 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
@@ -36,14 +35,15 @@ from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
 from specdec.core.files import cache_root
+from specdec.pack.agree import check_experts, check_layers
 from specdec.pack.pack import pack
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
+from specdec.pack.verify import verify_resident
 from specdec.store.arena import Arena, block_layout
 from specdec.store.budget import SlotPlan, plan_slots
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, MTP_FILE, ExpertIndex
 from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
 from specdec.store.reader import ExpertReader
-from specdec.store.safetensors import read_safetensors_header
 from specdec.stream.config import StreamConfig
 from specdec.stream.mixed import pooled_cache
 from specdec.stream.source import ExpertSource
@@ -199,8 +199,9 @@ def _load_packed(
 ) -> StreamedModel:
     budget, policy, lookahead = stream.budget, stream.policy, stream.lookahead
     index = ExpertIndex.load(packed)
-    for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
-        read_safetensors_header(f)
+    # the recorded resident files, headers as packed (a truncated or edited one: one line, not
+    # MLX's error); their checksums are `specdec verify`'s
+    verify_resident(packed, index, crc=False)
     model, config = load_model(packed, lazy=True, strict=False)
     tokenizer = _load_tokenizer(packed)
     sites = switch_sites(model)
@@ -213,7 +214,7 @@ def _load_packed(
     if lookahead:
         family.require_route(f"--lookahead {lookahead}")
     n_main = len(model.layers)
-    _check_layers(packed, sorted(blocks), n_main, index)
+    check_layers(packed, sorted(blocks), n_main, index)
 
     k = _top_k(config)
     resident = [*packed.glob("model*.safetensors"), *([packed / MTP_FILE] if with_mtp else [])]
@@ -253,7 +254,7 @@ def _load_packed(
         warm=tuple(streamed) if stream.warm else (),
     )
     for lid, site in sites.items():
-        _check_experts(packed, lid, site.switch, index)
+        check_experts(packed, lid, site.switch, index)
         streamed_switch = StreamedSwitchGLU(streamer, lid, site.switch, site.block, family.route)
         setattr(site.owner, site.attr, streamed_switch)
     streamer.preload()
@@ -267,27 +268,6 @@ def _load_packed(
     return StreamedModel(
         model, tokenizer, streamer, mtp, config, family, packed, plan, policy, policy_options
     )
-
-
-def _check_layers(packed: Path, moe: list[int], n_main: int, index: ExpertIndex) -> None:
-    """config.json's MoE layers (and MTP layer, packed as layer n_main) must be the packed ones.
-
-    An edited num_hidden_layers would otherwise run another model: fewer layers take the last
-    main MoE layer for the MTP layer; more find the MTP layer's experts at a main layer.
-    """
-    if moe != [lid for lid in index.layer_ids if lid < n_main]:
-        raise SpecdecError(
-            f"{packed}: config.json has MoE layers {moe} but experts.json packs "
-            f"{index.layer_ids}; re-pack the model (specdec pack MODEL_DIR OUT_DIR --force)"
-        )
-    extra = [lid for lid in index.layer_ids if lid >= n_main]
-    mtp = (packed / MTP_FILE).exists()
-    if extra != ([n_main] if mtp else []):
-        raise SpecdecError(
-            f"{packed}: config.json has num_hidden_layers {n_main} but experts.json packs "
-            f"layers {index.layer_ids} (an MTP layer is packed as layer num_hidden_layers); "
-            "restore the config.json the model was packed with, or re-pack it"
-        )
 
 
 def _load_tokenizer(packed: Path):
@@ -362,34 +342,6 @@ def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None
         ) from None
 
 
-def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertIndex) -> None:
-    """config.json must describe the experts experts.json packed: count and matrix shapes.
-
-    `original` is the family's switch module that mlx-lm built from config.json, never evaluated.
-    A config edited after packing (expert count, MoE width, hidden size) would otherwise compute
-    garbage or fail deep inside a matmul.
-    """
-    layout = index.layers[layer]
-    for proj in layout.projections:
-        spec, q = layout.tensor(f"{proj}.weight"), layout.quant.get(proj)
-        out_dim, cols = spec.shape
-        module = getattr(original, proj, None)
-        # mlx-lm quantizes a switch projection at load only where config.json names its path
-        # (mixed-precision recipes); else it is dense [E, out, in] and the packed one may not be
-        as_built = isinstance(module, QuantizedSwitchLinear) or q is None
-        in_dim = cols if as_built else cols * 32 // q.bits  # packed uint32 columns
-        want = [layout.n_experts, out_dim, in_dim]
-        weight = getattr(module, "weight", None)
-        got = None if weight is None else list(weight.shape)
-        if got != want:
-            raise SpecdecError(
-                f"{packed}: config.json does not match experts.json: layer {layer} {proj} is "
-                f"{got} [experts, out, in] by config.json but {want} packed; restore the "
-                "config.json the model was packed with, or re-pack (specdec pack MODEL_DIR "
-                "OUT_DIR --force)"
-            )
-
-
 def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Module | None:
     """The family's MTP module (model.mtp_class), its experts streamed as layer `n_main`, if
     the packed directory has one."""
@@ -405,6 +357,6 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
             f"{packed}: mtp.safetensors present but its experts are not packed; re-pack"
         )
     block = mtp.layer.mlp
-    _check_experts(packed, n_main, block.switch_mlp, index)
+    check_experts(packed, n_main, block.switch_mlp, index)
     block.switch_mlp = StreamedSwitchGLU(streamer, n_main, block.switch_mlp, block, family.route)
     return mtp

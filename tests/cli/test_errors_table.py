@@ -174,7 +174,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "missing experts.json (generate)": lambda c: (c["packed"] / EXPERTS_JSON).unlink(),
     "experts.json is not JSON": lambda c: (c["packed"] / EXPERTS_JSON).write_text('{"version": 1,'),
     "experts.json lacks fields": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
-        '{"version": 1, "layers": {}}'
+        '{"version": 2, "layers": {}}'
     ),
     "experts.json from another format version": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
         '{"version": 0}'
