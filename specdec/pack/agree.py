@@ -23,7 +23,7 @@ from specdec.store.layout import MTP_FILE, ExpertIndex
 
 def check_against_config(packed: Path, config: dict, index: ExpertIndex) -> None:
     """config.json's model has the packed MoE layers, with the packed expert shapes."""
-    model = skeleton(config)
+    model = skeleton(config, f"{packed}/config.json")
     sites = switch_sites(model)
     check_layers(packed, sorted(sites), len(model.layers), index)
     for lid, site in sites.items():

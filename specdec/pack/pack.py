@@ -56,6 +56,7 @@ from specdec.pack.requantize import ColdSpec, requantize_cold
 from specdec.store.layout import (
     ALIGN,
     EXPERTS_BIN,
+    EXPERTS_JSON,
     INDEX_VERSION,
     MTP_FILE,
     RESIDENT,
@@ -135,7 +136,9 @@ def plan(model_dir: Path) -> tuple[list[SafeTensor], dict[int, tuple[LayerLayout
     Layout offsets are laid out layer-major, expert-minor; crc32s are filled in while packing.
     """
     config = _config(model_dir)
-    match = expert_matcher(config)  # from the family's mlx-lm module tree, not from its name
+    match = expert_matcher(
+        config, f"{model_dir}/config.json"
+    )  # from the family's mlx-lm module tree, not from its name
     resident: list[SafeTensor] = []
     experts: dict[int, dict[str, SafeTensor]] = {}
     prefixes: dict[int, str] = {}
@@ -347,6 +350,14 @@ def pack(
             f"{model_dir}: no such model directory; give an mlx-lm model directory "
             "(made by `mlx_lm.convert` or `specdec make-random`)"
         )
+    if any(
+        (model_dir / f).exists() or (model_dir / f).is_symlink()
+        for f in (EXPERTS_JSON, EXPERTS_BIN)
+    ):
+        raise StoreError(
+            f"{model_dir} is already a packed directory: use it directly (--model {model_dir}), "
+            "or pack the mlx-lm model directory it was packed from"
+        )
     # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
     # the lock, as another process may have written OUT_DIR meanwhile
     mixed = ColdSpec.of(cold_bits, hotlist, hot_access_share)
@@ -395,7 +406,11 @@ def _pack(
             source=fingerprint,
             resident=written,
         )
-        index.validate()
+        # what pack built from the headers: a problem here is the checkpoint's, not a pack's
+        index.validate(
+            f"{model_dir}: the experts its safetensors headers describe",
+            "the headers disagree with the model (edited?); copy or convert the model again",
+        )
         _stall("experts")
         index.save(tmp)  # last: its presence marks a complete pack
         _stall("index")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.checkpoint.config_check import check_quantized
 from specdec.core.errors import SpecdecError, StoreError
 from specdec.pack.agree import check_against_config
 from specdec.store.arena import Arena
@@ -64,7 +65,10 @@ def verify(
         raise StoreError(f"{packed_dir}/config.json missing; re-pack with `specdec pack`")
     resident = verify_resident(packed_dir, index, crc=sample is None)
     try:
-        check_against_config(packed_dir, _read_config(packed_dir), index)
+        config = _read_config(packed_dir)
+        names = [t.name for ts in index.resident.values() for t in ts]
+        check_quantized(config, names, f"{packed_dir}/config.json")
+        check_against_config(packed_dir, config, index)
     except SpecdecError as e:
         raise StoreError(str(e)) from None
     total = 0

@@ -357,11 +357,11 @@ class ExpertIndex:
         index.validate(where)
         return index
 
-    def validate(self, where: str = EXPERTS_JSON) -> None:
-        """Raise StoreError if the index is internally inconsistent."""
+    def validate(self, where: str = EXPERTS_JSON, fix: str = "re-pack with `specdec pack`") -> None:
+        """Raise StoreError if the index is internally inconsistent ("where: problem; fix")."""
 
         def bad(msg: str) -> StoreError:
-            return StoreError(f"{where}: {msg}; re-pack with `specdec pack`")
+            return StoreError(f"{where}: {msg}; {fix}")
 
         if self.slot_bytes % ALIGN or self.slot_bytes <= 0:
             raise bad(f"slot_bytes {self.slot_bytes} is not a positive multiple of {ALIGN}")

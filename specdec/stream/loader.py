@@ -31,6 +31,7 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.backend import fit_for_backends
 from specdec.checkpoint.bundled import DEFAULT_MODEL
+from specdec.checkpoint.config_check import check_config, check_quantized
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
@@ -172,12 +173,14 @@ def load(
     if not (src / "config.json").is_file():
         raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
     try:
-        model_type = json.loads((src / "config.json").read_text()).get("model_type", "?")
+        config = json.loads((src / "config.json").read_text())
+        model_type = config.get("model_type", "?")
     except (ValueError, AttributeError) as e:
         raise SpecdecError(
             f"{src}/config.json is not a JSON object ({e}); restore it from the original model"
         ) from None
-    model_classes({"model_type": model_type})  # one line for a type mlx-lm does not know
+    # one line for a type mlx-lm does not know, or a key it could not build the model from
+    check_config(config, model_classes(config)[1], f"{src}/config.json")
     family = get_family(model_type)
     packed = ensure_packed(src)
     in_use = hold_in_use(packed) if packed != src else None  # a cached copy: not to be removed
@@ -202,6 +205,10 @@ def _load_packed(
     # the recorded resident files, headers as packed (a truncated or edited one: one line, not
     # MLX's error); their checksums are `specdec verify`'s
     verify_resident(packed, index, crc=False)
+    names = [t.name for ts in index.resident.values() for t in ts]
+    check_quantized(
+        json.loads((packed / "config.json").read_text()), names, f"{packed}/config.json"
+    )
     model, config = load_model(packed, lazy=True, strict=False)
     tokenizer = _load_tokenizer(packed)
     sites = switch_sites(model)
