@@ -197,7 +197,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     ).unlink(),
     "model_type mlx-lm does not know": lambda c: edit_config(c["packed"], model_type="not_a_model"),
     "a dense checkpoint (generate)": lambda c: edit_config(c["packed"], model_type="llama"),
-    "a dense checkpoint (pack)": lambda c: edit_config(c["packed"], model_type="llama"),
+    "a dense checkpoint (pack)": lambda c: edit_config(model_copy(c), model_type="llama"),
     "self drafter without a router adapter": lambda c: no_router(c),
     "lookahead without a router adapter": lambda c: no_router(c),
     "trace record without a router adapter": lambda c: no_router(c),
@@ -288,6 +288,12 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "make-random into a non-empty folder": non_empty_dir,
     "make-random --force into a folder it did not write": non_empty_dir,
 }
+
+
+def model_copy(c: dict) -> Path:
+    """{model} becomes a copy of the checkpoint, for a case that damages the model itself."""
+    c["model"] = Path(shutil.copytree(c["model"], c["tmp"] / "model"))
+    return c["model"]
 
 
 def no_router(c) -> None:
