@@ -116,11 +116,15 @@ def verify_resident(packed_dir: Path, index: ExpertIndex, crc: bool) -> int:
     for name, record in sorted(index.resident.items()):
         path = packed_dir / name
         tensors = read_safetensors_header(path)[0]
-        got = [(t.name, t.dtype, t.shape) for t in tensors]
-        want = [(t.name, t.dtype, t.shape) for t in record]
+        got = [(t.name, t.dtype, list(t.shape)) for t in tensors]
+        want = [(t.name, t.dtype, list(t.shape)) for t in record]
         if got != want:
             diff = next(
-                (f"{g} where pack wrote {w}" for g, w in zip(got, want, strict=False) if g != w),
+                (
+                    f"tensor {g[0]} is {g[1]} {g[2]} where pack wrote {w[0]} {w[1]} {w[2]}"
+                    for g, w in zip(got, want, strict=False)
+                    if g != w
+                ),
                 f"{len(got)} tensors where pack wrote {len(want)}",
             )
             raise StoreError(
