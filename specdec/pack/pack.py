@@ -89,9 +89,16 @@ def weight_files(model_dir: Path) -> list[Path]:
     return files
 
 
+def source_files(model_dir: Path) -> list[Path]:
+    """Every file a pack is made from: the weights, and what it copies as is (config.json, the
+    tokenizer files, chat templates, special_tokens_map.json, ...)."""
+    return [*weight_files(model_dir), *(f for f in sorted(model_dir.iterdir()) if _copied(f))]
+
+
 def source_fingerprint(model_dir: Path) -> dict[str, Any]:
-    """What a pack was made from: re-running pack on unchanged files is a no-op."""
-    files = [*weight_files(model_dir), model_dir / "config.json"]
+    """What a pack was made from: re-running pack on unchanged files is a no-op, and a changed
+    tokenizer or chat template is re-packed like a changed weight."""
+    files = source_files(model_dir)
     return {
         "model_dir": str(model_dir.resolve()),
         "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
@@ -385,7 +392,7 @@ def _pack(
     tmp = fresh_dir(out_dir, PACK_KIND)
     src = _Sources()
     try:
-        for f in sorted(model_dir.iterdir()):
+        for f in source_files(model_dir):
             if _copied(f):
                 shutil.copy2(f, tmp / f.name)
         # Resident tensors keep the source's file split: mlx-lm's loader globs model*.safetensors,

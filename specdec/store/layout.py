@@ -25,6 +25,7 @@ of model families. Try it:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,6 +268,21 @@ class ExpertIndex:
     @property
     def n_blocks(self) -> int:
         return sum(ly.n_experts for ly in self.layers.values())
+
+    def content_hash(self, config: bytes) -> str:
+        """sha256 (hex, 16 digits) of the model's content without reading a weight: config.json's
+        bytes and the checksums pack recorded, of every resident tensor (name, dtype, shape,
+        crc32) and every expert block (layout, crc32). Two packs of the same weights and config
+        share it wherever they were packed; any changed weight or config key changes it."""
+        h = hashlib.sha256(config)
+        h.update(json.dumps(_resident_json(self.resident), sort_keys=True).encode())
+        for lid in self.layer_ids:
+            ly = self.layers[lid]
+            h.update(
+                json.dumps([lid, ly.n_experts, [_tensor_json(t) for t in ly.tensors]]).encode()
+            )
+            h.update(ly.crc32.astype("<u4").tobytes())
+        return h.hexdigest()[:16]
 
     # ------------------------------------------------------------------ json
 

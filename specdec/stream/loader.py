@@ -30,19 +30,19 @@ from mlx_lm.utils import load_model, load_tokenizer
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.backend import fit_for_backends
-from specdec.checkpoint.bundled import DEFAULT_MODEL
+from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL, resolve_model
 from specdec.checkpoint.config_check import check_config, check_quantized
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
 from specdec.core.files import cache_root
 from specdec.pack.agree import check_experts, check_layers
-from specdec.pack.pack import pack
+from specdec.pack.pack import pack, source_files
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
 from specdec.pack.verify import verify_resident
 from specdec.store.arena import Arena, block_layout
 from specdec.store.budget import SlotPlan, plan_slots
-from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, MTP_FILE, ExpertIndex
+from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, INDEX_VERSION, MTP_FILE, ExpertIndex
 from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
 from specdec.store.reader import ExpertReader
 from specdec.stream.config import StreamConfig
@@ -70,6 +70,8 @@ class StreamedModel:
     policy: PolicySpec = PolicySpec()
     policy_options: dict | None = None
     in_use_lock: int | None = None  # fd of the shared lock on a cached pack (packed_cache.py)
+    source: Path | None = None  # the model directory `path` argument resolved to (absolute)
+    model_hash: str = ""  # ExpertIndex.content_hash: config.json + the pack's checksums
 
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
@@ -114,8 +116,10 @@ def ensure_packed(model_dir: Path) -> Path:
             f"index; re-pack it from the model directory (specdec pack MODEL_DIR {model_dir} "
             "--force), then run `specdec verify`"
         )
-    stamp = hashlib.sha1(str(model_dir.resolve()).encode())
-    for f in sorted(model_dir.glob("*.safetensors")) + [model_dir / "config.json"]:
+    # the stamp covers every file the pack is made from (tokenizer files and chat templates
+    # too: a changed chat template is a new pack) and the index format
+    stamp = hashlib.sha1(f"{model_dir.resolve()}:{INDEX_VERSION}".encode())
+    for f in source_files(model_dir):
         st = f.stat()
         stamp.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     out = cache_root() / "packed" / f"{model_dir.name}-{stamp.hexdigest()[:12]}"
@@ -126,17 +130,9 @@ def ensure_packed(model_dir: Path) -> Path:
 
 
 def resolve(path: str | Path) -> Path:
-    """An existing directory as is; otherwise a bundled model's name."""
-    if Path(path).is_dir():
-        return Path(path)
-    if "/" in str(path) or Path(path).exists():
-        raise SpecdecError(
-            f"model path {path} does not exist (or is not a directory): give an mlx-lm model "
-            "directory, a packed directory or a bundled model name"
-        )
-    from specdec.checkpoint.bundled import resolve_model
-
-    return resolve_model(str(path))
+    """The model directory `--model` names (checkpoint/bundled.py: a bare bundled name is the
+    bundled model, even with a folder of that name in the working directory)."""
+    return resolve_model(path)
 
 
 def _top_k(config: dict) -> int:
@@ -171,7 +167,11 @@ def load(
     )
     src = resolve(path)
     if not (src / "config.json").is_file():
-        raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
+        bundled = f" (the bundled model is `--model {src.name}`)" if src.name in BUNDLED else ""
+        raise SpecdecError(
+            f"{src.resolve()}: no config.json; give an mlx-lm model directory or a packed "
+            f"one{bundled}"
+        )
     try:
         config = json.loads((src / "config.json").read_text())
         model_type = config.get("model_type", "?")
@@ -191,6 +191,7 @@ def load(
             os.close(in_use)
         raise
     sm.in_use_lock = in_use
+    sm.source = src.resolve()
     return sm
 
 
@@ -272,9 +273,11 @@ def _load_packed(
         if m is not None:
             fit_for_backends(m)
     mx.eval(model.parameters())
-    return StreamedModel(
+    sm = StreamedModel(
         model, tokenizer, streamer, mtp, config, family, packed, plan, policy, policy_options
     )
+    sm.model_hash = index.content_hash((packed / "config.json").read_bytes())
+    return sm
 
 
 def _load_tokenizer(packed: Path):
