@@ -336,6 +336,12 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
         c, lambda t: t.update(data_offsets=t["data_offsets"][::-1])
     ),
     "pack: a source dtype that lies": lambda c: source_tensor(c, lambda t: t.update(dtype="F32")),
+    "simulate --gamma auto: a config of another model": lambda c: edit_meta(
+        c["trace"], n_experts=256
+    ),
+    "probe eviction: traces of two models": lambda c: save_trace(
+        Trace(np.zeros((10, 3, 4), np.int32), 16, [8192] * 3, model="other"), c["tmp"] / "other"
+    ),
 }
 
 
