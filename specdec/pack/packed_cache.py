@@ -1,7 +1,8 @@
 """Packed copies in the specdec cache ($SPECDEC_CACHE/packed): in-use locks and old copies.
 
 An mlx-lm model directory given to `load` is packed once into `packed/<name>-<stamp>`, where the
-stamp hashes the source's path, sizes and mtimes; touching the model's config.json makes a new
+stamp hashes the source's path, the index version and the sizes and mtimes of every file the pack
+is made from (weights, config, tokenizer files, chat templates); touching any of them makes a new
 stamp and a new copy. After packing one, `remove_old_copies` deletes the older copies of the same
 source, but only directories `specdec pack` wrote (their marker), packed from that very model
 directory (their index says so), and not in use: a loaded model holds a shared lock on
