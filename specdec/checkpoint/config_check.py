@@ -86,8 +86,8 @@ def check_config(config: dict, args_class: type, where: str = "config.json") -> 
                 "the config.json of the original model"
             )
     for key, (kind, default) in declared.items():
-        if key not in cfg or (cfg[key] is None and key not in POSITIVE):
-            continue
+        if key not in cfg or (cfg[key] is None and key not in ESSENTIAL):
+            continue  # None: the family's own default (head_dim, q_lora_rank, ...)
         v = cfg[key]
         integral = isinstance(v, float) and v.is_integer() and key not in POSITIVE
         if kind is int and not (_is_int(v) or integral):  # a size must be an int: 64.0 breaks
