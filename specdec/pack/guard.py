@@ -63,7 +63,7 @@ def check_out_dir(model_dir: Path, out_dir: Path, force: bool, fingerprint: dict
     check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
     if not out_dir.is_dir() or not any(out_dir.iterdir()) or force:
         return False
-    same = _packed_source(out_dir) == fingerprint
+    same = packed_source(out_dir) == fingerprint
     if same:
         problem = pack_problem(out_dir)
         if problem is None:
@@ -76,7 +76,7 @@ def check_out_dir(model_dir: Path, out_dir: Path, force: bool, fingerprint: dict
     )
 
 
-def _packed_source(out_dir: Path) -> Any:
+def packed_source(out_dir: Path) -> Any:
     """What the pack in out_dir was packed from, read from its index even where the index is
     damaged or of an older format (then the pack is repaired without --force); None if unknown."""
     path = out_dir / EXPERTS_JSON

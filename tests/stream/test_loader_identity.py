@@ -60,3 +60,14 @@ def test_loaded_model_records_its_path_and_content_hash(model):
         assert sm.model_hash != first  # another config is another model
     finally:
         sm.close()
+
+
+def test_a_cached_copy_of_an_older_index_format_is_removed(model):
+    """After an upgrade the stamp changes (it holds the index version): the new copy is packed
+    and the old one, whose index this specdec no longer reads, is deleted, not left behind."""
+    old = ensure_packed(model)
+    index = json.loads((old / "experts.json").read_text())
+    (old / "experts.json").write_text(json.dumps({**index, "version": 1}))
+    touch_later(model / "config.json", (model / "config.json").read_text())
+    new = ensure_packed(model)
+    assert new != old and not old.exists()
