@@ -67,7 +67,7 @@ def test_a_cached_copy_of_an_older_index_format_is_removed(model):
     and the old one, whose index this specdec no longer reads, is deleted, not left behind."""
     old = ensure_packed(model)
     index = json.loads((old / "experts.json").read_text())
-    (old / "experts.json").write_text(json.dumps({**index, "version": 1}))
+    (old / "experts.json").write_text(json.dumps({**index, "version": 0}))
     touch_later(model / "config.json", (model / "config.json").read_text())
     new = ensure_packed(model)
     assert new != old and not old.exists()
