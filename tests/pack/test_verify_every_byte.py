@@ -120,6 +120,6 @@ def test_force_repairs_a_block_the_quick_check_does_not_sample(model, packed):
 
 def test_pack_of_the_same_files_repairs_an_old_format_index(model, packed):
     """An index of another version, from these very files, is re-packed without --force."""
-    edit_index(packed, lambda i: i.update(version=1))
+    edit_index(packed, lambda i: i.update(version=0))
     pack(model, packed)
     verify(packed, io="buffered")
