@@ -63,6 +63,8 @@ def model_info(sm: StreamedModel) -> dict:
     main_layers = sm.main_moe_layers
     return {
         "model_type": sm.config["model_type"],
+        "path": str(sm.source or sm.path),  # resolved: `model=tiny` is always the bundled one
+        "hash": sm.model_hash,  # config.json + the pack's checksums (ExpertIndex.content_hash)
         "top_k": sm.top_k,
         "n_experts": int(index.layers[main_layers[0]].n_experts),
         "moe_layers": main_layers,

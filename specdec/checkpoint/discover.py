@@ -30,6 +30,7 @@ from mlx_lm.models.switch_layers import (
     SwitchMLP,
 )
 
+from specdec.checkpoint.config_check import check_config
 from specdec.core.errors import SpecdecError
 
 SWITCH_TYPES = (SwitchGLU, SwitchMLP)
@@ -107,9 +108,11 @@ def model_classes(config: dict) -> tuple[type, type]:
         ) from None
 
 
-def skeleton(config: dict) -> nn.Module:
-    """The family's mlx-lm Model built from config.json; no weight is ever evaluated."""
+def skeleton(config: dict, where: str = "config.json") -> nn.Module:
+    """The family's mlx-lm Model built from config.json (checked first: config_check.py,
+    `where` names it in errors); no weight is ever evaluated."""
     model_class, args_class = model_classes(config)
+    check_config(config, args_class, where)
     try:
         return model_class(args_class.from_dict(config))
     except Exception as e:  # a config.json whose fields the family's ModelArgs cannot take
@@ -120,9 +123,9 @@ def skeleton(config: dict) -> nn.Module:
         ) from None
 
 
-def expert_matcher(config: dict) -> Matcher:
+def expert_matcher(config: dict, where: str = "config.json") -> Matcher:
     """Recognise routed-expert tensor names of this config's model (see module doc)."""
-    sites = switch_sites(skeleton(config))
+    sites = switch_sites(skeleton(config, where))
     if not sites:
         raise SpecdecError(
             f"model_type {config.get('model_type', '?')!r} has no routed experts: mlx-lm builds "

@@ -145,6 +145,9 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
             writer.close()
     summary = summarize(records, [p.name for p in profiles])
     summary["drafter"] = str(spec)
+    # which model ran, whatever its name: a path of the same name is not the bundled model
+    summary["model_path"] = str(sm.source or sm.path)
+    summary["model_hash"] = sm.model_hash
     summary["prefill_s"] = run.prefill_s
     summary.update(sm.plan.stats())
     summary["peak_rss_bytes"] = peak_rss_bytes()  # prefill and load included

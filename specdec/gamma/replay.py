@@ -42,6 +42,7 @@ from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed
 from specdec.gamma.shadows import Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import prompt_starts, rejected_routing, routing_model, trace_routes
+from specdec.trace.agree import check_trace_config
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
 
@@ -233,6 +234,7 @@ def auto_setup(
             model_config = json.loads(open(config).read())
         except (OSError, ValueError) as e:
             raise SpecdecError(f"--config {config}: not a readable config.json ({e})") from None
+        check_trace_config(trace, model_config, "the trace", f"--config {config}")
     chosen, note = auto_profile((get_profile(profile),))
     if note:
         print(f"specdec: note: {note}", file=sys.stderr, flush=True)

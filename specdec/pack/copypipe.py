@@ -70,7 +70,9 @@ class Chunk:
     offset: int
     nbytes: int
     pieces: list[Piece]
-    crc_ranges: list[tuple[int, int]] = field(default_factory=list)  # (start, len) in the chunk
+    # (start, len) in the chunk; (start, len, key): the crc32 continues the one of the ranges
+    # of earlier chunks with that key (a tensor cut over several chunks)
+    crc_ranges: list[tuple] = field(default_factory=list)
     tag: object = None  # the caller's, handed back to on_written
 
 
@@ -258,12 +260,20 @@ def write_chunks(
     failed: list[BaseException] = []
     stop = threading.Event()
 
+    running: dict = {}  # key -> crc32 so far (chunks are written in order, on one thread)
+
+    def crc(data: np.ndarray, start: int, n: int, *key) -> int:
+        value = zlib.crc32(data[start : start + n], running.get(key[0], 0) if key else 0)
+        if key:
+            running[key[0]] = value
+        return value
+
     def writer() -> None:
         try:
             while (item := full.get()) is not None and not stop.is_set():
                 chunk, buf = item
                 data = buf[: chunk.nbytes]
-                crcs = [zlib.crc32(data[a : a + n]) for a, n in chunk.crc_ranges]
+                crcs = [crc(data, *r) for r in chunk.crc_ranges]
                 if direct and (chunk.offset % ALIGN or chunk.nbytes % ALIGN):
                     # the file's unaligned tail: O_DIRECT off from here on (Linux F_SETFL)
                     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)

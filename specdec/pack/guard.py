@@ -8,13 +8,16 @@
         swap_dir(tmp, out_dir, PACK_KIND, stall)               # durable rename, old pack goes
 
 A pack is ours if it holds the `.specdec-pack` marker (store/files.py). An existing pack of the
-very same source files is kept only if a quick check passes (index, file sizes, crc32 of 8 blocks
-per layer); a damaged one is re-packed without `--force`; another pack needs `--force`; a folder
-pack did not write, or one holding the model, is never replaced. tests/pack/test_ownership.py.
+very same source files is kept only if a quick check passes (index, agreement with config.json,
+resident headers, file sizes, crc32 of 8 blocks per layer); a damaged one is re-packed without
+`--force`; `--force` always re-packs (so it repairs whatever `specdec verify` rejects, even a
+block the quick check did not sample); another pack needs `--force`; a folder pack did not
+write, or one holding the model, is never replaced. tests/pack/test_ownership.py.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import Any
 from specdec.core.errors import StoreError
 from specdec.core.files import check_replaceable, locked, remove_leftover
 from specdec.pack.verify import verify
-from specdec.store.layout import ExpertIndex
+from specdec.store.layout import EXPERTS_JSON
 
 PACK_KIND = "pack"  # the ownership marker's kind (store/files.py)
 SAMPLED_BLOCKS = 8  # per layer, checked before an existing pack is kept
@@ -58,24 +61,31 @@ def check_out_dir(model_dir: Path, out_dir: Path, force: bool, fingerprint: dict
     without --force. A pack of these very files (`fingerprint`) is kept only if sound.
     """
     check_replaceable(out_dir, PACK_KIND, model_dir, "`specdec pack`", "--force")
-    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+    if not out_dir.is_dir() or not any(out_dir.iterdir()) or force:
         return False
-    try:
-        same = ExpertIndex.load(out_dir).source == fingerprint
-    except StoreError:
-        same = False
+    same = packed_source(out_dir) == fingerprint
     if same:
         problem = pack_problem(out_dir)
         if problem is None:
             return True
         print(f"specdec: note: re-packing {out_dir}: {problem}", file=sys.stderr, flush=True)
         return False  # our own pack of the same files, damaged: repairing it needs no --force
-    if not force:
-        raise StoreError(
-            f"{out_dir} holds another pack (not of {model_dir}'s current files); "
-            "pass --force to replace it or choose another OUT_DIR"
-        )
-    return False
+    raise StoreError(
+        f"{out_dir} holds another pack (not of {model_dir}'s current files); "
+        "pass --force to replace it or choose another OUT_DIR"
+    )
+
+
+def packed_source(out_dir: Path) -> Any:
+    """What the pack in out_dir was packed from, read from its index even where the index is
+    damaged or of an older format (then the pack is repaired without --force); None if unknown."""
+    path = out_dir / EXPERTS_JSON
+    if not path.is_file():  # a device or FIFO is never read: it may not end
+        return None
+    try:
+        return json.loads(path.read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def pack_problem(out_dir: Path) -> str | None:

@@ -56,6 +56,7 @@ from specdec.pack.requantize import ColdSpec, requantize_cold
 from specdec.store.layout import (
     ALIGN,
     EXPERTS_BIN,
+    EXPERTS_JSON,
     INDEX_VERSION,
     MTP_FILE,
     RESIDENT,
@@ -63,6 +64,7 @@ from specdec.store.layout import (
     ExpertIndex,
     LayerLayout,
     Quant,
+    ResidentTensor,
     TensorSpec,
     round_up,
 )
@@ -87,9 +89,16 @@ def weight_files(model_dir: Path) -> list[Path]:
     return files
 
 
+def source_files(model_dir: Path) -> list[Path]:
+    """Every file a pack is made from: the weights, and what it copies as is (config.json, the
+    tokenizer files, chat templates, special_tokens_map.json, ...)."""
+    return [*weight_files(model_dir), *(f for f in sorted(model_dir.iterdir()) if _copied(f))]
+
+
 def source_fingerprint(model_dir: Path) -> dict[str, Any]:
-    """What a pack was made from: re-running pack on unchanged files is a no-op."""
-    files = [*weight_files(model_dir), model_dir / "config.json"]
+    """What a pack was made from: re-running pack on unchanged files is a no-op, and a changed
+    tokenizer or chat template is re-packed like a changed weight."""
+    files = source_files(model_dir)
     return {
         "model_dir": str(model_dir.resolve()),
         "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
@@ -134,7 +143,9 @@ def plan(model_dir: Path) -> tuple[list[SafeTensor], dict[int, tuple[LayerLayout
     Layout offsets are laid out layer-major, expert-minor; crc32s are filled in while packing.
     """
     config = _config(model_dir)
-    match = expert_matcher(config)  # from the family's mlx-lm module tree, not from its name
+    match = expert_matcher(
+        config, f"{model_dir}/config.json"
+    )  # from the family's mlx-lm module tree, not from its name
     resident: list[SafeTensor] = []
     experts: dict[int, dict[str, SafeTensor]] = {}
     prefixes: dict[int, str] = {}
@@ -218,30 +229,40 @@ def _what(t: SafeTensor) -> str:
 
 
 def _resident_chunks(tensors: list[SafeTensor], header: bytes, src: _Sources) -> Iterator[Chunk]:
-    """model.safetensors as CHUNK-sized chunks: the header, then each tensor's bytes in turn."""
+    """model.safetensors as CHUNK-sized chunks: the header, then each tensor's bytes in turn;
+    each chunk checksums its part of each tensor (crc key: the tensor's position)."""
     pieces, pos = [Piece(0, len(header), data=header)], len(header)
     for t in tensors:
         pieces.append(Piece(pos, t.nbytes, src.fd(t.path), t.offset, _what(t)))
         pos += t.nbytes
     for start in range(0, pos, CHUNK):
         end = min(start + CHUNK, pos)
-        inside = []
-        for p in pieces:  # the part of each piece inside [start, end), chunk-relative
+        inside, crcs = [], []
+        for i, p in enumerate(pieces):  # the part of each piece inside [start, end), chunk-relative
             a, b = max(p.dst, start), min(p.dst + p.nbytes, end)
             if a < b:
                 cut = a - p.dst
                 data = None if p.data is None else p.data[cut : cut + b - a]
                 inside.append(Piece(a - start, b - a, p.fd, p.src + cut, p.what, data))
-        yield Chunk(start, end - start, inside)
+                if i:  # piece 0 is the header
+                    crcs.append((a - start, b - a, i - 1))
+        yield Chunk(start, end - start, inside, crcs)
 
 
-def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> None:
+def _write_resident(tensors: list[SafeTensor], path: Path, src: _Sources) -> list[ResidentTensor]:
+    """Write the tensors' bytes as one safetensors file; returns what it holds, checksummed."""
     tensors = sorted(tensors, key=lambda t: t.name)
     header = safetensors_header_bytes(
         [(t.name, t.dtype, t.shape, t.nbytes) for t in tensors], {"format": "mlx"}
     )
-    chunks = _resident_chunks(tensors, header, src)
-    write_chunks(path, chunks, lambda c, crcs: None, CHUNK, direct=True)
+    crc = [0] * len(tensors)  # a tensor of 0 bytes is in no chunk: crc32 of nothing
+
+    def done(chunk: Chunk, crcs: list[int]) -> None:
+        for (_, _, i), value in zip(chunk.crc_ranges, crcs, strict=True):
+            crc[i] = value  # the running crc32: the last chunk's is the whole tensor's
+
+    write_chunks(path, _resident_chunks(tensors, header, src), done, CHUNK, direct=True)
+    return [ResidentTensor(t.name, t.dtype, t.shape, c) for t, c in zip(tensors, crc, strict=True)]
 
 
 def _expert_chunks(layers: dict[int, tuple[LayerLayout, dict]], src: _Sources) -> Iterator[Chunk]:
@@ -336,6 +357,14 @@ def pack(
             f"{model_dir}: no such model directory; give an mlx-lm model directory "
             "(made by `mlx_lm.convert` or `specdec make-random`)"
         )
+    if any(
+        (model_dir / f).exists() or (model_dir / f).is_symlink()
+        for f in (EXPERTS_JSON, EXPERTS_BIN)
+    ):
+        raise StoreError(
+            f"{model_dir} is already a packed directory: use it directly (--model {model_dir}), "
+            "or pack the mlx-lm model directory it was packed from"
+        )
     # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
     # the lock, as another process may have written OUT_DIR meanwhile
     mixed = ColdSpec.of(cold_bits, hotlist, hot_access_share)
@@ -363,15 +392,16 @@ def _pack(
     tmp = fresh_dir(out_dir, PACK_KIND)
     src = _Sources()
     try:
-        for f in sorted(model_dir.iterdir()):
+        for f in source_files(model_dir):
             if _copied(f):
                 shutil.copy2(f, tmp / f.name)
         # Resident tensors keep the source's file split: mlx-lm's loader globs model*.safetensors,
         # and the MTP layer (not a parameter of mlx-lm's model) stays in mtp.safetensors.
         mtp = [t for t in resident if Path(t.path).name == MTP_FILE]
-        _write_resident([t for t in resident if Path(t.path).name != MTP_FILE], tmp / RESIDENT, src)
+        main = [t for t in resident if Path(t.path).name != MTP_FILE]
+        written = {RESIDENT: _write_resident(main, tmp / RESIDENT, src)}
         if mtp:
-            _write_resident(mtp, tmp / MTP_FILE, src)
+            written[MTP_FILE] = _write_resident(mtp, tmp / MTP_FILE, src)
         _stall("resident")
         _write_experts(layers, tmp / EXPERTS_BIN, src, on_block)
         if cold:
@@ -381,8 +411,13 @@ def _pack(
             slot_bytes=max(layout.block_bytes for layout, _ in layers.values()),
             layers={lid: layout for lid, (layout, _) in layers.items()},
             source=fingerprint,
+            resident=written,
         )
-        index.validate()
+        # what pack built from the headers: a problem here is the checkpoint's, not a pack's
+        index.validate(
+            f"{model_dir}: the experts its safetensors headers describe",
+            "the headers disagree with the model (edited?); copy or convert the model again",
+        )
         _stall("experts")
         index.save(tmp)  # last: its presence marks a complete pack
         _stall("index")

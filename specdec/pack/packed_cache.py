@@ -1,7 +1,8 @@
 """Packed copies in the specdec cache ($SPECDEC_CACHE/packed): in-use locks and old copies.
 
 An mlx-lm model directory given to `load` is packed once into `packed/<name>-<stamp>`, where the
-stamp hashes the source's path, sizes and mtimes; touching the model's config.json makes a new
+stamp hashes the source's path, the index version and the sizes and mtimes of every file the pack
+is made from (weights, config, tokenizer files, chat templates); touching any of them makes a new
 stamp and a new copy. After packing one, `remove_old_copies` deletes the older copies of the same
 source, but only directories `specdec pack` wrote (their marker), packed from that very model
 directory (their index says so), and not in use: a loaded model holds a shared lock on
@@ -15,10 +16,9 @@ import os
 import shutil
 from pathlib import Path
 
-from specdec.core.errors import SpecdecError, StoreError
+from specdec.core.errors import SpecdecError
 from specdec.core.files import acquire, owner
-from specdec.pack.guard import PACK_KIND, pack_lock_path
-from specdec.store.layout import ExpertIndex
+from specdec.pack.guard import PACK_KIND, pack_lock_path, packed_source
 
 
 def use_lock_path(packed: Path) -> Path:
@@ -37,11 +37,9 @@ def remove_old_copies(model_dir: Path, keep: Path) -> list[Path]:
     for p in sorted(keep.parent.glob(f"{model_dir.name}-*")):
         if p == keep or not p.is_dir() or p.is_symlink() or owner(p) != PACK_KIND:
             continue
-        try:
-            if ExpertIndex.load(p).source.get("model_dir") != source:
-                continue
-        except StoreError:
-            continue  # not a readable pack of ours: leave it to the user
+        packed_from = packed_source(p)  # read raw: a copy of an older index format goes too
+        if not isinstance(packed_from, dict) or packed_from.get("model_dir") != source:
+            continue  # not a pack of this model we can read: leave it to the user
         if _remove_unused(p):
             removed.append(p)
     return removed

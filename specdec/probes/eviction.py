@@ -34,6 +34,7 @@ from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget
 from specdec.probes.registry import Probe, ProbeOutput, register, trace_budget_slots
 from specdec.sim.simulate import simulate
+from specdec.trace.agree import check_traces_agree
 from specdec.trace.format import Trace, hotlist_keys, profile_hotlist
 
 POLICIES = ["lru", "slru", "lfu", "hotness", "static", "knapsack_bound", "belady", "opt_bypass"]
@@ -86,6 +87,7 @@ def eviction_table(
     """Rows of (policy, budget): hit rate, bytes/token, slots, budget share."""
     if positions not in ("decode", "prefill", "all"):
         raise SpecdecError(f"positions={positions!r}: use 'decode', 'prefill' or 'all'")
+    check_traces_agree(eval_trace, profile_trace, "the evaluated trace", "the profile trace")
     loops = repeated_ngrams(eval_trace) if positions == "decode" else None
     if positions != "all" and eval_trace.phase is not None:
         eval_trace = select_positions(eval_trace, eval_trace.phase == (positions == "decode"))

@@ -78,7 +78,8 @@ def record_trace(
         n_experts=streamer.key_stride,
         expert_bytes=[index.expert_bytes(lid) for lid in lids],
         model=model_name,
-        source="specdec trace record",
+        # the resolved model and its content hash: a name alone may mean another model
+        source=f"specdec trace record: {sm.source or sm.path} (model hash {sm.model_hash})",
         layer_ids=lids,
         gates=cat["gates"].astype(np.float32),
         tokens=cat["tokens"],

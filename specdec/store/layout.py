@@ -13,7 +13,9 @@ A packed directory (written by `specdec pack`, read by `store.reader`) holds:
                                    block offset and crc32; a mixed-precision pack (`--cold-bits`)
                                    adds per layer `cold`: the requantized blocks' layout (size,
                                    tensors, bits) and the experts that have one (the rest keep
-                                   the layer's own layout)
+                                   the layer's own layout); `resident`: per resident
+                                   safetensors file, each tensor's name, dtype, shape and
+                                   crc32, so `specdec verify` checks every byte of the pack
 
 Routed-expert tensors are mlx-lm's stacked switch projections (leading dim = number of experts),
 found by `specdec.checkpoint.discover` from the family's module tree; the format itself knows nothing
@@ -23,6 +25,7 @@ of model families. Try it:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +35,9 @@ import numpy as np
 
 from specdec.core.errors import StoreError
 from specdec.core.files import write_atomic
-from specdec.store.safetensors import dtype_itemsize
+from specdec.store.safetensors import ST_DTYPES, dtype_itemsize
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: resident tensors' checksums recorded
 ALIGN = 4096  # block alignment: O_DIRECT needs logical-block alignment; 4 KiB covers NVMe and APFS
 TENSOR_ALIGN = 64  # tensors inside a block: keeps every dtype's element offset whole
 
@@ -71,6 +74,8 @@ def _quant_problem(ly: LayerLayout, proj: str, q: Quant) -> str | None:
     weight, scales = names.get(f"{proj}.weight"), names.get(f"{proj}.scales")
     if weight is None or scales is None or len(weight.shape) != 2 or len(scales.shape) != 2:
         return "is quantized but lacks a 2-d weight and scales"
+    if weight.dtype != "U32":
+        return f"is quantized but its weight is {weight.dtype}, not U32 (packed integers)"
     in_dim = weight.shape[1] * 32 // q.bits
     if in_dim % q.group_size or scales.shape[1] != in_dim // q.group_size:
         return (
@@ -90,6 +95,26 @@ def _validate_tensors(ly: LayerLayout, lid: int, bad) -> None:
     for proj, q in ly.quant.items():
         if q is not None and (problem := _quant_problem(ly, proj, q)):
             raise bad(f"layer {lid}: {proj} {problem}")
+
+
+def _validate_regions(index: ExpertIndex, bad) -> None:
+    """No two blocks of experts.bin overlap: each expert owns its own bytes."""
+    starts, ends, who = [], [], []
+    for lid, ly in index.layers.items():
+        starts.append(ly.offsets)
+        ends.append(ly.offsets + ly.sizes())
+        who += [(lid, e) for e in range(ly.n_experts)]
+    if not who:
+        return
+    start, end = np.concatenate(starts), np.concatenate(ends)
+    order = np.argsort(start, kind="stable")
+    clash = np.flatnonzero(start[order][1:] < end[order][:-1])
+    if clash.size:
+        a, b = who[order[clash[0]]], who[order[clash[0] + 1]]
+        raise bad(
+            f"the blocks of layer {a[0]} expert {a[1]} and layer {b[0]} expert {b[1]} overlap "
+            "in experts.bin"
+        )
 
 
 def _tensor_json(t: TensorSpec) -> dict[str, Any]:
@@ -179,6 +204,37 @@ class LayerLayout:
         return sorted({t.projection for t in self.tensors})
 
 
+@dataclass(frozen=True)
+class ResidentTensor:
+    """One tensor of model.safetensors or mtp.safetensors as pack wrote it."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    crc32: int  # of the tensor's bytes
+
+
+def _resident_json(files: dict[str, list[ResidentTensor]]) -> dict[str, Any]:
+    return {
+        f: [
+            {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "crc32": t.crc32} for t in ts
+        ]
+        for f, ts in sorted(files.items())
+    }
+
+
+def _resident(data: Any) -> dict[str, list[ResidentTensor]]:
+    if not isinstance(data, dict):
+        raise TypeError("resident is not an object")
+    return {
+        f: [
+            ResidentTensor(str(t["name"]), str(t["dtype"]), tuple(t["shape"]), t["crc32"])
+            for t in ts
+        ]
+        for f, ts in data.items()
+    }
+
+
 @dataclass
 class ExpertIndex:
     """experts.json: where every expert block is and what is inside it."""
@@ -187,6 +243,8 @@ class ExpertIndex:
     slot_bytes: int  # max block_bytes over layers: one arena slot holds any expert
     layers: dict[int, LayerLayout]
     source: dict[str, Any] = field(default_factory=dict)  # what was packed (for re-pack checks)
+    # {file name: its tensors in file order}: model.safetensors, and mtp.safetensors if packed
+    resident: dict[str, list[ResidentTensor]] = field(default_factory=dict)
 
     @property
     def layer_ids(self) -> list[int]:
@@ -210,6 +268,21 @@ class ExpertIndex:
     @property
     def n_blocks(self) -> int:
         return sum(ly.n_experts for ly in self.layers.values())
+
+    def content_hash(self, config: bytes) -> str:
+        """sha256 (hex, 16 digits) of the model's content without reading a weight: config.json's
+        bytes and the checksums pack recorded, of every resident tensor (name, dtype, shape,
+        crc32) and every expert block (layout, crc32). Two packs of the same weights and config
+        share it wherever they were packed; any changed weight or config key changes it."""
+        h = hashlib.sha256(config)
+        h.update(json.dumps(_resident_json(self.resident), sort_keys=True).encode())
+        for lid in self.layer_ids:
+            ly = self.layers[lid]
+            h.update(
+                json.dumps([lid, ly.n_experts, [_tensor_json(t) for t in ly.tensors]]).encode()
+            )
+            h.update(ly.crc32.astype("<u4").tobytes())
+        return h.hexdigest()[:16]
 
     # ------------------------------------------------------------------ json
 
@@ -238,6 +311,7 @@ class ExpertIndex:
             "version": self.version,
             "slot_bytes": self.slot_bytes,
             "source": self.source,
+            "resident": _resident_json(self.resident),
             "layers": layers,
         }
 
@@ -249,10 +323,12 @@ class ExpertIndex:
                 "re-pack with `specdec pack`"
             )
         try:
-            if data.get("version") != INDEX_VERSION:
+            version = data.get("version")
+            if version != INDEX_VERSION or isinstance(version, bool):
+                kind = "" if isinstance(version, int) else f" (a {type(version).__name__})"
                 raise StoreError(
-                    f"{where}: index version {data.get('version')!r}, this specdec reads "
-                    f"version {INDEX_VERSION}; re-pack with `specdec pack`"
+                    f"{where}: index version {version!r}{kind}, this specdec reads version "
+                    f"{INDEX_VERSION} (an integer); re-pack with `specdec pack --force`"
                 )
             layers = {}
             for key, d in data["layers"].items():
@@ -280,9 +356,15 @@ class ExpertIndex:
                         ly.crc32,
                         {p: (Quant(**q) if q else None) for p, q in c["quant"].items()},
                     )
+                if not (key.isascii() and key.isdigit()):  # int() takes '-1', ' 3', '+3' and '٣'
+                    raise ValueError(f"layer key {key!r} is not a layer number")
                 layers[int(key)] = ly
             index = cls(
-                int(data["version"]), int(data["slot_bytes"]), layers, data.get("source", {})
+                int(data["version"]),
+                int(data["slot_bytes"]),
+                layers,
+                data.get("source", {}),
+                _resident(data["resident"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
             raise StoreError(
@@ -291,11 +373,11 @@ class ExpertIndex:
         index.validate(where)
         return index
 
-    def validate(self, where: str = EXPERTS_JSON) -> None:
-        """Raise StoreError if the index is internally inconsistent."""
+    def validate(self, where: str = EXPERTS_JSON, fix: str = "re-pack with `specdec pack`") -> None:
+        """Raise StoreError if the index is internally inconsistent ("where: problem; fix")."""
 
         def bad(msg: str) -> StoreError:
-            return StoreError(f"{where}: {msg}; re-pack with `specdec pack`")
+            return StoreError(f"{where}: {msg}; {fix}")
 
         if self.slot_bytes % ALIGN or self.slot_bytes <= 0:
             raise bad(f"slot_bytes {self.slot_bytes} is not a positive multiple of {ALIGN}")
@@ -315,6 +397,15 @@ class ExpertIndex:
             if (ly.offsets % ALIGN).any() or (ly.offsets < 0).any():
                 raise bad(f"layer {lid}: a block offset is not {ALIGN}-aligned")
             _validate_tensors(ly, lid, bad)
+        _validate_regions(self, bad)
+        for name, tensors in self.resident.items():
+            if name not in (RESIDENT, MTP_FILE):
+                raise bad(f"resident file {name!r} is not {RESIDENT} or {MTP_FILE}")
+            for t in tensors:
+                if t.dtype not in ST_DTYPES or not all(isinstance(d, int) for d in t.shape):
+                    raise bad(f"{name}: tensor {t.name} has dtype {t.dtype!r}, shape {t.shape}")
+                if not isinstance(t.crc32, int) or not 0 <= t.crc32 < 1 << 32:
+                    raise bad(f"{name}: tensor {t.name} has crc32 {t.crc32!r}")
 
     @classmethod
     def load(cls, packed_dir: str | Path) -> ExpertIndex:
@@ -322,6 +413,11 @@ class ExpertIndex:
         if path.is_symlink() and not path.exists():
             raise StoreError(
                 f"{path} is a dangling symlink or a symlink loop; re-pack with `specdec pack`"
+            )
+        if path.exists() and not path.is_file():  # never read a device or FIFO: it may not end
+            raise StoreError(
+                f"{path} is not a regular file (a directory, device or FIFO); re-pack with "
+                "`specdec pack --force`"
             )
         if not path.is_file():
             raise StoreError(

@@ -22,7 +22,7 @@ from specdec.core.errors import StoreError
 from specdec.core.files import durable_replace
 
 # safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
-_ST_DTYPES: dict[str, str] = {
+ST_DTYPES: dict[str, str] = {
     "F64": "float64",
     "F32": "float32",
     "F16": "float16",
@@ -46,9 +46,9 @@ def dtype_itemsize(dtype: str) -> int:
 
 def np_dtype(dtype: str) -> str:
     """numpy dtype that holds a safetensors dtype's bytes ('BF16' -> 'uint16')."""
-    if dtype not in _ST_DTYPES:
-        raise StoreError(f"unsupported tensor dtype {dtype!r}; supported: {sorted(_ST_DTYPES)}")
-    return _ST_DTYPES[dtype]
+    if dtype not in ST_DTYPES:
+        raise StoreError(f"unsupported tensor dtype {dtype!r}; supported: {sorted(ST_DTYPES)}")
+    return ST_DTYPES[dtype]
 
 
 def mx_dtype(dtype: str):
@@ -56,7 +56,7 @@ def mx_dtype(dtype: str):
     import mlx.core as mx
 
     names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-    names.update({k: v for k, v in _ST_DTYPES.items() if k[0] in "IU"})
+    names.update({k: v for k, v in ST_DTYPES.items() if k[0] in "IU"})
     names["BOOL"] = "bool_"
     np_dtype(dtype)  # raises for unknown dtypes
     return getattr(mx, names[dtype])
@@ -64,7 +64,7 @@ def mx_dtype(dtype: str):
 
 def safetensors_dtype(a, name: str) -> str:
     """The safetensors dtype string of MLX array `a`, tensor `name` (mx.bfloat16 -> 'BF16')."""
-    for dtype in _ST_DTYPES:
+    for dtype in ST_DTYPES:
         if mx_dtype(dtype) == a.dtype:
             return dtype
     raise StoreError(
@@ -102,8 +102,18 @@ class SafeTensor:
     nbytes: int
 
 
+MAX_HEADER = 100_000_000  # the reference parser's limit on the header's JSON
+
+
 def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str]]:
-    """Parse a safetensors header without loading any data: (tensors, metadata)."""
+    """Parse a safetensors header without loading any data: (tensors, metadata), in file order.
+
+    As strict as the reference parser (the safetensors crate): the header is a JSON object,
+    every tensor has a known dtype, a shape of non-negative integers and two data offsets whose
+    span is exactly shape x dtype size, and the tensors tile the data buffer in order, from 0
+    to the end of the file, without gaps or overlaps. A file that breaks any of this is refused
+    with one line naming the tensor; nothing reads its bytes as weights.
+    """
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -112,23 +122,66 @@ def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str
                 raise StoreError(f"{path}: not a safetensors file (shorter than 8 bytes)")
             (n,) = struct.unpack("<Q", head)
             size = os.fstat(f.fileno()).st_size
-            if n > size - 8:
+            if n > size - 8 or n > MAX_HEADER:
                 raise StoreError(f"{path}: safetensors header length {n} exceeds the file size")
             header = json.loads(f.read(n))
     except (OSError, ValueError) as e:
         raise StoreError(f"{path}: cannot read safetensors header ({e})") from e
+    if not isinstance(header, dict):
+        raise _bad(path, f"the header is a JSON {type(header).__name__}, not an object")
     meta = header.pop("__metadata__", None) or {}
-    tensors = []
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        t = SafeTensor(name, info["dtype"], tuple(info["shape"]), path, 8 + n + begin, end - begin)
-        if t.offset + t.nbytes > size:
-            raise StoreError(
-                f"{path}: tensor {name} runs past the end of the file (truncated?); copy the "
-                "model again (in a packed directory: re-pack with `specdec pack --force`)"
-            )
-        tensors.append(t)
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise _bad(path, "__metadata__ is not an object of strings")
+    tensors = [_tensor(path, 8 + n, name, info) for name, info in header.items()]
+    tensors.sort(key=lambda t: (t.offset, t.nbytes))
+    pos = 8 + n  # where the next tensor must begin: the buffer is tiled without gaps
+    for t in tensors:
+        if t.offset != pos:
+            what = "overlaps the tensor before it" if t.offset < pos else "leaves a gap before it"
+            raise _bad(path, f"tensor {t.name} {what} (data_offsets out of order)")
+        pos = t.offset + t.nbytes
+    if pos > size:
+        raise StoreError(
+            f"{path}: tensor {tensors[-1].name} runs past the end of the file (truncated?); copy "
+            "the model again (in a packed directory: re-pack with `specdec pack --force`)"
+        )
+    if pos < size:
+        raise _bad(path, f"{size - pos} bytes after the last tensor belong to no tensor")
     return tensors, meta
+
+
+def _bad(path: Path, problem: str) -> StoreError:
+    return StoreError(
+        f"{path}: malformed safetensors header: {problem}; copy the model again (in a packed "
+        "directory: re-pack with `specdec pack --force`)"
+    )
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _tensor(path: Path, base: int, name: str, info: Any) -> SafeTensor:
+    """One header entry, checked: dtype known, shape and offsets non-negative integers whose
+    span is the shape's byte size."""
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+        raise _bad(path, f"tensor {name} lacks dtype, shape or data_offsets")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if dtype not in ST_DTYPES:
+        raise _bad(path, f"tensor {name} has dtype {dtype!r}, not one of {sorted(ST_DTYPES)}")
+    if not isinstance(shape, list) or not all(map(_is_count, shape)):
+        raise _bad(path, f"tensor {name} has shape {shape!r}, not a list of integers >= 0")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_count, offsets)):
+        raise _bad(path, f"tensor {name} has data_offsets {offsets!r}, not [begin, end] >= 0")
+    begin, end = offsets
+    want = int(np.prod(shape, dtype=object)) * dtype_itemsize(dtype)
+    if end - begin != want:
+        raise _bad(
+            path,
+            f"tensor {name} is {dtype} {shape} ({want} bytes) but its data_offsets "
+            f"{offsets} span {end - begin}",
+        )
+    return SafeTensor(name, dtype, tuple(shape), path, base + begin, end - begin)
 
 
 def safetensors_header_bytes(

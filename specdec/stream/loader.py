@@ -25,25 +25,26 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from mlx_lm.models.switch_layers import QuantizedSwitchLinear
 from mlx_lm.utils import load_model, load_tokenizer
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.backend import fit_for_backends
-from specdec.checkpoint.bundled import DEFAULT_MODEL
+from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL, resolve_model
+from specdec.checkpoint.config_check import check_config, check_quantized
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
 from specdec.core.files import cache_root
-from specdec.pack.pack import pack
+from specdec.pack.agree import check_experts, check_layers
+from specdec.pack.pack import pack, source_files
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
+from specdec.pack.verify import verify_resident
 from specdec.store.arena import Arena, block_layout
 from specdec.store.budget import SlotPlan, plan_slots
-from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, MTP_FILE, ExpertIndex
+from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, INDEX_VERSION, MTP_FILE, ExpertIndex
 from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
 from specdec.store.reader import ExpertReader
-from specdec.store.safetensors import read_safetensors_header
 from specdec.stream.config import StreamConfig
 from specdec.stream.mixed import pooled_cache
 from specdec.stream.source import ExpertSource
@@ -69,6 +70,8 @@ class StreamedModel:
     policy: PolicySpec = PolicySpec()
     policy_options: dict | None = None
     in_use_lock: int | None = None  # fd of the shared lock on a cached pack (packed_cache.py)
+    source: Path | None = None  # the model directory `path` argument resolved to (absolute)
+    model_hash: str = ""  # ExpertIndex.content_hash: config.json + the pack's checksums
 
     def reset_cache(self) -> None:
         """Start cold again: an empty cache with the same policy, and zeroed read counters."""
@@ -113,8 +116,10 @@ def ensure_packed(model_dir: Path) -> Path:
             f"index; re-pack it from the model directory (specdec pack MODEL_DIR {model_dir} "
             "--force), then run `specdec verify`"
         )
-    stamp = hashlib.sha1(str(model_dir.resolve()).encode())
-    for f in sorted(model_dir.glob("*.safetensors")) + [model_dir / "config.json"]:
+    # the stamp covers every file the pack is made from (tokenizer files and chat templates
+    # too: a changed chat template is a new pack) and the index format
+    stamp = hashlib.sha1(f"{model_dir.resolve()}:{INDEX_VERSION}".encode())
+    for f in source_files(model_dir):
         st = f.stat()
         stamp.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     out = cache_root() / "packed" / f"{model_dir.name}-{stamp.hexdigest()[:12]}"
@@ -125,17 +130,9 @@ def ensure_packed(model_dir: Path) -> Path:
 
 
 def resolve(path: str | Path) -> Path:
-    """An existing directory as is; otherwise a bundled model's name."""
-    if Path(path).is_dir():
-        return Path(path)
-    if "/" in str(path) or Path(path).exists():
-        raise SpecdecError(
-            f"model path {path} does not exist (or is not a directory): give an mlx-lm model "
-            "directory, a packed directory or a bundled model name"
-        )
-    from specdec.checkpoint.bundled import resolve_model
-
-    return resolve_model(str(path))
+    """The model directory `--model` names (checkpoint/bundled.py: a bare bundled name is the
+    bundled model, even with a folder of that name in the working directory)."""
+    return resolve_model(path)
 
 
 def _top_k(config: dict) -> int:
@@ -170,14 +167,20 @@ def load(
     )
     src = resolve(path)
     if not (src / "config.json").is_file():
-        raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
+        bundled = f" (the bundled model is `--model {src.name}`)" if src.name in BUNDLED else ""
+        raise SpecdecError(
+            f"{src.resolve()}: no config.json; give an mlx-lm model directory or a packed "
+            f"one{bundled}"
+        )
     try:
-        model_type = json.loads((src / "config.json").read_text()).get("model_type", "?")
+        config = json.loads((src / "config.json").read_text())
+        model_type = config.get("model_type", "?")
     except (ValueError, AttributeError) as e:
         raise SpecdecError(
             f"{src}/config.json is not a JSON object ({e}); restore it from the original model"
         ) from None
-    model_classes({"model_type": model_type})  # one line for a type mlx-lm does not know
+    # one line for a type mlx-lm does not know, or a key it could not build the model from
+    check_config(config, model_classes(config)[1], f"{src}/config.json")
     family = get_family(model_type)
     packed = ensure_packed(src)
     in_use = hold_in_use(packed) if packed != src else None  # a cached copy: not to be removed
@@ -188,6 +191,7 @@ def load(
             os.close(in_use)
         raise
     sm.in_use_lock = in_use
+    sm.source = src.resolve()
     return sm
 
 
@@ -199,8 +203,13 @@ def _load_packed(
 ) -> StreamedModel:
     budget, policy, lookahead = stream.budget, stream.policy, stream.lookahead
     index = ExpertIndex.load(packed)
-    for f in sorted(packed.glob("*.safetensors")):  # a truncated file: one line, not MLX's error
-        read_safetensors_header(f)
+    # the recorded resident files, headers as packed (a truncated or edited one: one line, not
+    # MLX's error); their checksums are `specdec verify`'s
+    verify_resident(packed, index, crc=False)
+    names = [t.name for ts in index.resident.values() for t in ts]
+    check_quantized(
+        json.loads((packed / "config.json").read_text()), names, f"{packed}/config.json"
+    )
     model, config = load_model(packed, lazy=True, strict=False)
     tokenizer = _load_tokenizer(packed)
     sites = switch_sites(model)
@@ -213,7 +222,7 @@ def _load_packed(
     if lookahead:
         family.require_route(f"--lookahead {lookahead}")
     n_main = len(model.layers)
-    _check_layers(packed, sorted(blocks), n_main, index)
+    check_layers(packed, sorted(blocks), n_main, index)
 
     k = _top_k(config)
     resident = [*packed.glob("model*.safetensors"), *([packed / MTP_FILE] if with_mtp else [])]
@@ -253,7 +262,7 @@ def _load_packed(
         warm=tuple(streamed) if stream.warm else (),
     )
     for lid, site in sites.items():
-        _check_experts(packed, lid, site.switch, index)
+        check_experts(packed, lid, site.switch, index)
         streamed_switch = StreamedSwitchGLU(streamer, lid, site.switch, site.block, family.route)
         setattr(site.owner, site.attr, streamed_switch)
     streamer.preload()
@@ -264,30 +273,11 @@ def _load_packed(
         if m is not None:
             fit_for_backends(m)
     mx.eval(model.parameters())
-    return StreamedModel(
+    sm = StreamedModel(
         model, tokenizer, streamer, mtp, config, family, packed, plan, policy, policy_options
     )
-
-
-def _check_layers(packed: Path, moe: list[int], n_main: int, index: ExpertIndex) -> None:
-    """config.json's MoE layers (and MTP layer, packed as layer n_main) must be the packed ones.
-
-    An edited num_hidden_layers would otherwise run another model: fewer layers take the last
-    main MoE layer for the MTP layer; more find the MTP layer's experts at a main layer.
-    """
-    if moe != [lid for lid in index.layer_ids if lid < n_main]:
-        raise SpecdecError(
-            f"{packed}: config.json has MoE layers {moe} but experts.json packs "
-            f"{index.layer_ids}; re-pack the model (specdec pack MODEL_DIR OUT_DIR --force)"
-        )
-    extra = [lid for lid in index.layer_ids if lid >= n_main]
-    mtp = (packed / MTP_FILE).exists()
-    if extra != ([n_main] if mtp else []):
-        raise SpecdecError(
-            f"{packed}: config.json has num_hidden_layers {n_main} but experts.json packs "
-            f"layers {index.layer_ids} (an MTP layer is packed as layer num_hidden_layers); "
-            "restore the config.json the model was packed with, or re-pack it"
-        )
+    sm.model_hash = index.content_hash((packed / "config.json").read_bytes())
+    return sm
 
 
 def _load_tokenizer(packed: Path):
@@ -362,34 +352,6 @@ def _load_resident_strictly(model: nn.Module, packed: Path, n_main: int) -> None
         ) from None
 
 
-def _check_experts(packed: Path, layer: int, original: nn.Module, index: ExpertIndex) -> None:
-    """config.json must describe the experts experts.json packed: count and matrix shapes.
-
-    `original` is the family's switch module that mlx-lm built from config.json, never evaluated.
-    A config edited after packing (expert count, MoE width, hidden size) would otherwise compute
-    garbage or fail deep inside a matmul.
-    """
-    layout = index.layers[layer]
-    for proj in layout.projections:
-        spec, q = layout.tensor(f"{proj}.weight"), layout.quant.get(proj)
-        out_dim, cols = spec.shape
-        module = getattr(original, proj, None)
-        # mlx-lm quantizes a switch projection at load only where config.json names its path
-        # (mixed-precision recipes); else it is dense [E, out, in] and the packed one may not be
-        as_built = isinstance(module, QuantizedSwitchLinear) or q is None
-        in_dim = cols if as_built else cols * 32 // q.bits  # packed uint32 columns
-        want = [layout.n_experts, out_dim, in_dim]
-        weight = getattr(module, "weight", None)
-        got = None if weight is None else list(weight.shape)
-        if got != want:
-            raise SpecdecError(
-                f"{packed}: config.json does not match experts.json: layer {layer} {proj} is "
-                f"{got} [experts, out, in] by config.json but {want} packed; restore the "
-                "config.json the model was packed with, or re-pack (specdec pack MODEL_DIR "
-                "OUT_DIR --force)"
-            )
-
-
 def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Module | None:
     """The family's MTP module (model.mtp_class), its experts streamed as layer `n_main`, if
     the packed directory has one."""
@@ -406,6 +368,6 @@ def _load_streamed_mtp(model, packed, streamer, family, n_main, index) -> nn.Mod
         )
     owner, attr, block = mtp.switch_site()
     switch = getattr(owner, attr)
-    _check_experts(packed, n_main, switch, index)
+    check_experts(packed, n_main, switch, index)
     setattr(owner, attr, StreamedSwitchGLU(streamer, n_main, switch, block, family.route))
     return mtp

@@ -174,7 +174,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "missing experts.json (generate)": lambda c: (c["packed"] / EXPERTS_JSON).unlink(),
     "experts.json is not JSON": lambda c: (c["packed"] / EXPERTS_JSON).write_text('{"version": 1,'),
     "experts.json lacks fields": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
-        '{"version": 1, "layers": {}}'
+        '{"version": 2, "layers": {}}'
     ),
     "experts.json from another format version": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
         '{"version": 0}'
@@ -204,7 +204,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     ),
     "model_type mlx-lm does not know": lambda c: edit_config(c["packed"], model_type="not_a_model"),
     "a dense checkpoint (generate)": lambda c: edit_config(c["packed"], model_type="llama"),
-    "a dense checkpoint (pack)": lambda c: edit_config(c["packed"], model_type="llama"),
+    "a dense checkpoint (pack)": lambda c: edit_config(model_copy(c), model_type="llama"),
     "self drafter without a router adapter": lambda c: no_router(c),
     "lookahead without a router adapter": lambda c: no_router(c),
     "trace record without a router adapter": lambda c: no_router(c),
@@ -294,7 +294,115 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "pack --force into a folder pack did not write": non_empty_dir,
     "make-random into a non-empty folder": non_empty_dir,
     "make-random --force into a folder it did not write": non_empty_dir,
+    "config.json: top-k 0": lambda c: edit_config(c["packed"], num_experts_per_tok=0),
+    "config.json: top-k above the expert count": lambda c: edit_config(
+        c["packed"], num_experts_per_tok=99
+    ),
+    "config.json: negative hidden_size": lambda c: edit_config(c["packed"], hidden_size=-64),
+    "config.json: fractional hidden_size": lambda c: edit_config(c["packed"], hidden_size=64.5),
+    "config.json: hidden_size missing": lambda c: edit_config_drop(c["packed"], "hidden_size"),
+    "config.json: quantization removed": lambda c: drop_quantization(c["packed"]),
+    "config.json: quantization a string (pack)": lambda c: edit_config(
+        model_copy(c), quantization="4bit"
+    ),
+    "config.json: negative expert count": lambda c: edit_config(c["packed"], n_routed_experts=-16),
+    "config.json: rope_theta not a number": lambda c: edit_config(c["packed"], rope_theta="abc"),
+    "config.json: top-k a string": lambda c: edit_config(c["packed"], num_experts_per_tok="4"),
+    "config.json: max_position_embeddings a string": lambda c: edit_config(
+        c["packed"], max_position_embeddings="big"
+    ),
+    "experts.json: quantized weight as F32": lambda c: edit_index(c["packed"], quantized_as_f32),
+    "experts.json: layer key -1": lambda c: edit_index(
+        c["packed"], lambda i: i["layers"].__setitem__("-1", i["layers"].pop("1"))
+    ),
+    "experts.json: two experts on one block": lambda c: edit_index(
+        c["packed"], two_experts_one_block
+    ),
+    "experts.json: version a string": lambda c: (c["packed"] / EXPERTS_JSON).write_text(
+        '{"version": "1"}'
+    ),
+    "experts.json: a symlink to /dev/zero": lambda c: symlink_to(
+        c["packed"] / EXPERTS_JSON, "/dev/zero"
+    ),
+    "model.safetensors: header edited after packing": lambda c: edit_header(
+        c["packed"] / "model.safetensors", lambda h: h["model.norm.weight"].update(dtype="I32")
+    ),
+    "model.safetensors: a flipped byte (verify)": lambda c: flip_byte(
+        c["packed"] / "model.safetensors", 100
+    ),
+    "mtp.safetensors: a flipped byte (verify)": lambda c: flip_byte(
+        c["packed"] / "mtp.safetensors", 100
+    ),
+    "mtp.safetensors deleted (generate)": lambda c: (c["packed"] / "mtp.safetensors").unlink(),
+    "mtp.safetensors deleted (verify)": lambda c: (c["packed"] / "mtp.safetensors").unlink(),
+    "pack: a packed directory as the model": nothing,
+    "pack: a source header that is a JSON list": lambda c: edit_header(
+        model_copy(c) / "model.safetensors", lambda h: b"[1,2,3]"
+    ),
+    "pack: reversed data_offsets in a source header": lambda c: source_tensor(
+        c, lambda t: t.update(data_offsets=t["data_offsets"][::-1])
+    ),
+    "pack: a source dtype that lies": lambda c: source_tensor(c, lambda t: t.update(dtype="F32")),
+    "simulate --gamma auto: a config of another model": lambda c: edit_meta(
+        c["trace"], n_experts=256
+    ),
+    "probe eviction: traces of two models": lambda c: save_trace(
+        Trace(np.zeros((10, 3, 4), np.int32), 16, [8192] * 3, model="other"), c["tmp"] / "other"
+    ),
 }
+
+
+def symlink_to(path: Path, target: str) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+def model_copy(c: dict) -> Path:
+    """{model} becomes a copy of the checkpoint, for a case that damages the model itself."""
+    c["model"] = Path(shutil.copytree(c["model"], c["tmp"] / "model"))
+    return c["model"]
+
+
+def edit_header(path: Path, edit: Callable[[dict], object]) -> None:
+    """Edit a safetensors header in place (same length, padded with spaces); edit() may return
+    bytes to write instead of the edited JSON."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    new = edit(header)
+    body = new if isinstance(new, bytes) else json.dumps(header, separators=(",", ":")).encode()
+    assert len(body) <= n
+    path.write_bytes(raw[:8] + body + b" " * (n - len(body)) + raw[8 + n :])
+
+
+def source_tensor(c: dict, edit: Callable[[dict], object]) -> None:
+    """Edit the down_proj experts' header entry in a copy of {model}'s model.safetensors."""
+    name = "model.layers.1.mlp.switch_mlp.down_proj.weight"
+    edit_header(model_copy(c) / "model.safetensors", lambda h: edit(h[name]))
+
+
+def flip_byte(path: Path, from_end: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size - from_end)
+        b = f.read(1)
+        f.seek(path.stat().st_size - from_end)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def quantized_as_f32(index: dict) -> None:
+    for t in first_layer(index)["tensors"]:
+        if t["dtype"] == "U32":
+            t["dtype"] = "F32"
+
+
+def two_experts_one_block(index: dict) -> None:
+    ly = first_layer(index)
+    ly["offsets"][1], ly["crc32"][1] = ly["offsets"][0], ly["crc32"][0]
+
+
+def drop_quantization(path: Path) -> None:
+    edit_config_drop(path, "quantization")
+    edit_config_drop(path, "quantization_config")
 
 
 def no_router(c) -> None:
