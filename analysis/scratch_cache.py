@@ -58,7 +58,7 @@ def runtime_rows(tokens: int) -> list[dict]:
     lru_jobs: dict[tuple, tuple] = {}
     for share in SHARES:
         for policy in POLICIES:
-            sm = load("tiny", budget=f"{share:.0%}", io="buffered", policy=policy)
+            sm = load("tiny", budget=f"{share:.0%}", io="buffered", policy=policy, threads=1)
             prompt = sm.tokenizer.encode(PROMPT)
             for g in GAMMAS:
                 for alpha in RUNTIME_ALPHA:
@@ -126,8 +126,8 @@ def render(rows: list[dict], unit: float, unit_name: str) -> str:
         best = min(POLICIES, key=lambda p: c[p][0])
         cells = []
         for p in cols:
-            b, t = c[p]
-            text = f"{b / unit:.3g}" + ("" if t is None else f" / {t:.3g}")
+            b, t = c[p]  # b None: the bound's replay is below the widest step
+            text = "—" if b is None else f"{b / unit:.3g}" + ("" if t is None else f" / {t:.3g}")
             cells.append(f"**{text}**" if p == best else text)
         ratio = f"{best} {c[best][0] / c['lru'][0]:.2f}x"
         lines.append(
