@@ -10,7 +10,7 @@ the default device profile (m4-24gb):
 - runtime: the bundled model (`tiny`), oracle drafter, one in-process load per (budget, policy),
   64 tokens per γ; decoding is lossless and the oracle's drafts do not depend on the cache, so
   every policy decodes the same passes (checked: same tokens) and opt_bypass is the replay of
-  the LRU job's own verify passes (cold start; bytes only).
+  the LRU job's own verify passes (bytes only; its warm start is free).
 - replay: the calibrated MiniMax-M2.5 trace (`specdec trace synth --like minimax-m2.5
   --positions 1000 --seed 0`, into a temporary directory), replayed at acceptance α; modeled time
   as analysis/speculation_at_scale.py models a pass (verify forwards, misses spread evenly).
