@@ -49,7 +49,8 @@ from itertools import filterfalse
 import numpy as np
 
 from specdec.cache.policies import Policy, _pop_oldest
-from specdec.cache.speculative import NO_SPEC, SpecOptions, committed_keys, verdict_keys
+from specdec.cache.scratch import VerifyScratch
+from specdec.cache.speculative import NO_SPEC, SpecOptions, verdict_keys
 from specdec.core.errors import BudgetError, SpecdecError
 
 
@@ -86,7 +87,7 @@ class StepResult:
     misses: list[tuple[int, int]]  # (key, slot) to fill from disk before computing
 
 
-class ExpertCache(PassNotes):
+class ExpertCache(VerifyScratch, PassNotes):
     """Fixed slots, one eviction policy; counters for accesses, hits, misses, evictions."""
 
     def __init__(self, n_slots: int, policy: Policy, spec: SpecOptions = NO_SPEC, n_scratch=0):
@@ -116,12 +117,7 @@ class ExpertCache(PassNotes):
         self._demoted: OrderedDict[int, None] = OrderedDict()  # resident, out of the policy
         self._protected: set[int] = set()
         self.demoted = self.demoted_hits = self.demoted_evicted = 0
-        # +scratch: slots after the policy's; key -> scratch slot until the pass's verdict
-        self.n_scratch = n_scratch
-        self._scratch_free = list(range(n_slots + n_scratch - 1, n_slots - 1, -1))
-        self._scratch: dict[int, int] = {}
-        self._certain: set[int] | None = None  # the next access: a verify step's first position
-        self.scratch_reads = self.scratch_admitted = self.scratch_dropped = 0
+        self._init_scratch(n_slots, n_scratch)
         # the policy's hooks, bound once: the hot path calls them for every step
         self._uses_select = policy.uses_select
         self._select, self._hit = policy.select, policy.hit
@@ -146,7 +142,7 @@ class ExpertCache(PassNotes):
         n = len(ks)
         if n > self.max_step:
             raise BudgetError(self._too_wide(n))
-        certain, self._certain = self._certain, None
+        certain, self._certain = self._certain, None  # a chunked verify step: its first chunk
         slot_of = self._slot_of
         if self._transient:
             self._free.extend(map(slot_of.pop, self._transient))
@@ -203,52 +199,6 @@ class ExpertCache(PassNotes):
         self.policy.new_sequence()
 
     # -- speculation-aware options -----------------------------------------------------------
-
-    def verdict(self, accepted: int) -> None:
-        """The noted pass's verdict (PassNotes); +scratch: then its scratch keys resolved."""
-        committed = committed_keys(self._routing, accepted + 1) if self._scratch else None
-        super().verdict(accepted)
-        if committed is not None:
-            self.resolve_scratch(committed)
-
-    def speculative(self, certain) -> None:
-        if self.n_scratch:
-            self._certain = None if certain is None else set(np.asarray(certain).tolist())
-
-    def _to_scratch(self, missed: list[int], certain: set[int]) -> list[tuple[int, int]]:
-        """Scratch slots for the misses no committed position selected, while slots last."""
-        free, out = self._scratch_free, []
-        for k in missed:
-            if not free:
-                break
-            if k not in certain:
-                out.append((k, free.pop()))
-        self._scratch.update(out)
-        self._slot_of.update(out)
-        self.scratch_reads += len(out)
-        return out
-
-    def resolve_scratch(self, committed: set[int]) -> None:
-        """Admit the scratch keys in `committed` from their scratch copy (the scratch slot becomes
-        the cache's, a free or evicted cache slot becomes scratch), drop the others."""
-        if not self._scratch:
-            return
-        held, self._scratch = self._scratch, {}
-        admitted = []
-        for k, slot in sorted(held.items()):
-            if k in committed and (self._free or self._evict(1, (), False)):
-                self._scratch_free.append(self._free.pop())
-                admitted.append(k)
-            else:
-                del self._slot_of[k]
-                self._scratch_free.append(slot)
-        self.scratch_admitted += len(admitted)
-        self.scratch_dropped += len(held) - len(admitted)
-        self.version += 1
-        if admitted:
-            dropped = self._admit(admitted)
-            if dropped:
-                self._transient = [*self._transient, *dropped]
 
     def judge(self, demote: list[int], protect: list[int]) -> None:
         """Demote and protect these keys (as the options say) until the next verdict."""

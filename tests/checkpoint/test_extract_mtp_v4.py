@@ -112,3 +112,29 @@ def test_extract_v4_mtp_under_both_namings(tmp_path, naming):
     got, _ = loaded(streams, tokens, None, *target_io(target))
     ref, _ = mtp(streams, tokens, None, *target_io(target))
     assert np.array_equal(np.array(got), np.array(ref))
+
+
+def test_extract_v4_fp8_weight_comes_back_to_bfloat16(tmp_path):
+    """An HF FP8 (E4M3) weight with ue8m0 scales per 32x32 tile, as mlx-lm's deepseek_v41
+    sanitize reads them: extraction gives fp8 value x 2^(scale - 127), in bfloat16."""
+    args = deepseek_v41.ModelArgs.from_dict(CONFIG)
+    mtp = DeepseekV4MTP(args)
+    _randomize(mtp, mx.random.key(1))
+    tensors = _as_checkpoint(mtp, "hf")
+    w = tensors["mtp.0.attn.wq_a.weight"]  # [q_lora_rank, hidden]
+    rng = np.random.default_rng(0)
+    exps = rng.integers(125, 129, (w.shape[0] // 32, w.shape[1] // 32)).astype(np.uint8)
+    q = mx.to_fp8(w)  # [out, in] uint8 E4M3
+    tensors["mtp.0.attn.wq_a.weight"], tensors["mtp.0.attn.wq_a.scale"] = q, mx.array(exps)
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(CONFIG))
+    mx.save_safetensors(str(src / "model.safetensors"), tensors)
+
+    saved = mx.load(str(extract_mtp(src, tmp_path / "mlx")))
+    got = saved[f"model.layers.{args.num_hidden_layers}.self_attn.q_a_proj.weight"]
+    scale = np.repeat(np.repeat(2.0 ** (exps.astype(np.float64) - 127), 32, 0), 32, 1)
+    want = np.array(mx.from_fp8(q, dtype=mx.float32)) * scale
+    assert got.dtype == mx.bfloat16
+    assert np.array_equal(np.array(got.astype(mx.float32)), want)
+    assert not any(k.endswith(".scales") for k in saved)
