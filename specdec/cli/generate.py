@@ -5,13 +5,17 @@
     specdec generate --drafter self --gamma auto --records steps.jsonl   # γ chosen per pass
 
 `--model` takes a bundled name, an mlx-lm model directory (packed into the cache on first use)
-or a packed directory. With --json the last stdout line is one JSON object:
+or a packed directory. The text streams to stdout as each verify pass commits tokens (as
+mlx-lm's generate); the summary follows on stderr (specdec/cli/generate_summary.py: drafter, γ
+or auto's passes per γ and why, acceptance, bytes per token, hit rate, modeled tok/s per
+--profile). With --json nothing streams, and the last stdout line is one JSON object:
 {"tokens", "text", "stats": {bytes_read, hits, misses, hit_rate, blocked_s, tokens_per_s,
 acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_read,
 cache_slots, holds_all_experts, peak_rss_bytes, per_token_ms {compute, blocked_on_reads,
 reads_overlapped}, miss_gb_per_s, arena_huge_pages (measured share of 2 MiB pages),
 cache_counters (prefill included), ...}} where tokens_per_s is decode speed (prefill excluded).
-With --gamma auto, stats also hold gamma "auto" and gamma_chosen_hist (passes per γ), and each
+With --gamma auto, stats also hold gamma "auto", gamma_chosen_hist (passes per γ) and
+gamma_why (passes per reason, a block's held passes under its first's), and each
 --records line its gamma_choice (γ, why, and at a block's first pass every candidate's expected
 tokens, modeled seconds and bytes; auto costs passes on the first roofline --profile, else
 the default profile, noted on stderr when --profile gave another; stats' gamma_auto_profile names
@@ -24,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from specdec.cache.spec import PolicySpec, policy_list
 from specdec.checkpoint.bundled import DEFAULT_MODEL, DEFAULT_PROMPT
 from specdec.cli import settings
+from specdec.cli.generate_summary import summary_lines
 from specdec.clock.profiles import BUILTIN_NAMES, get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
@@ -140,10 +146,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             prompt = sm.encode(args.prompt)
         cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
+        stream = None if args.json else TextStream(tok, args.prompt)
         res = generate(
             sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append,
-            routing=routing,
+            routing=routing, on_tokens=stream.write if stream else None,
         )  # fmt: skip
+        if stream:
+            stream.close()
     finally:
         sm.close()
     s = res.summary
@@ -158,21 +167,28 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.json:
         print(json.dumps({"tokens": res.tokens, "text": res.text, "stats": stats}))
-    else:
-        print(args.prompt + res.text)
-        print(
-            f"\n[{len(res.tokens)} tokens, {s.get('tokens_per_s') or 0:.1f} tok/s decode, "
-            f"hit rate {s.get('hit_rate') or 0:.3f}, {s.get('bytes_read', 0) / 2**20:.1f} MiB read"
-            + (
-                f", cache holds all {s['cache_slots']} experts"
-                if s.get("holds_all_experts")
-                else ""
-            )
-            + (
-                f", arena huge pages {s['arena_huge_pages']:.0%}"
-                if s.get("arena_huge_pages") is not None
-                else ""
-            )
-            + f", peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB]"
-        )
+    else:  # the text went to stdout as it came; the summary to stderr, as mlx-lm's stats
+        print("=" * 10, *summary_lines(s), sep="\n", file=sys.stderr)
     return 0
+
+
+class TextStream:
+    """Committed tokens to stdout as each verify pass commits them, through mlx-lm's streaming
+    detokenizer (a multi-byte character waits for its last token), after the prompt."""
+
+    def __init__(self, tokenizer, prompt: str):
+        self.detok = tokenizer.detokenizer
+        self.detok.reset()
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+
+    def write(self, tokens: list[int]) -> None:
+        for t in tokens:
+            self.detok.add_token(t)
+        sys.stdout.write(self.detok.last_segment)
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        self.detok.finalize()
+        sys.stdout.write(self.detok.last_segment + "\n")
+        sys.stdout.flush()
