@@ -40,11 +40,9 @@ from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec, drafter_forms
 from specdec.decode.loop import DecodeConfig
-from specdec.decode.run import generate
 from specdec.gamma.spec import Gamma
 from specdec.store.reader import IO_MODES
 from specdec.stream.config import StreamConfig
-from specdec.stream.loader import load
 
 STREAM, DECODE = StreamConfig(), DecodeConfig()  # the library's defaults are the options'
 
@@ -73,7 +71,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hotlist", type=Path, help="a ds4 hotlist: seeds hotness, pins for static (required)"
     )
-    p.add_argument("--io", default=STREAM.io, choices=list(IO_MODES))
+    p.add_argument(
+        "--io",
+        default=STREAM.io,
+        choices=list(IO_MODES),
+        help="how expert blocks are read: direct bypasses the page cache (O_DIRECT), "
+        "buffered goes through it",
+    )
     p.add_argument("--threads", type=int, default=STREAM.threads, help="reader threads")
     p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")
     p.add_argument("--lookahead", type=int, default=0, help="router lookahead distance d (0 = off)")
@@ -100,7 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
     p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
-    p.add_argument("--max-tokens", type=int, default=DECODE.max_tokens)
+    p.add_argument(
+        "--max-tokens", type=int, default=DECODE.max_tokens, help="tokens to generate at most"
+    )
     p.add_argument("--drafter", default=str(DrafterSpec()), help=", ".join(drafter_forms("listed")))
     p.add_argument(
         "--gamma",
@@ -108,7 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="positions per verify pass (1 = plain), or auto: chosen before each pass",
     )
     p.add_argument("--temp", type=float, default=DECODE.temp, help="0 = greedy")
-    p.add_argument("--seed", type=int, default=DECODE.seed)
+    p.add_argument(
+        "--seed", type=int, default=DECODE.seed, help="sampling (--temp > 0) and drafters' seed"
+    )
     p.add_argument(
         "--profile",
         action="append",
@@ -132,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
     drafter = DrafterSpec.parse(args.drafter)
     gamma = Gamma.parse(args.gamma)
     routing = settings.routing(args.routing)
+    from specdec.decode.run import generate  # here: these import mlx-lm (seconds; --help)
+    from specdec.stream.loader import load
+
     sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
     try:
         tok = sm.tokenizer
