@@ -4,8 +4,11 @@
     specdec generate --drafter mtp --gamma 3 --records steps.jsonl --profile m4-24gb
     specdec generate --drafter self --gamma auto --records steps.jsonl   # γ chosen per pass
 
-`--model` takes a bundled name, an mlx-lm model directory (packed into the cache on first use)
-or a packed directory. The text streams to stdout as each verify pass commits tokens (as
+`--model` takes a bundled name, an mlx-lm model directory (packed into the cache on first use),
+a packed directory, or a Hugging Face repo id fetched as mlx-lm fetches it (`--revision`; the hub
+cache, HF_HUB_OFFLINE). mlx-lm's flags work as aliases: -p, -m (max tokens), --draft-model PATH
+(--drafter draft:PATH), --num-draft-tokens N (--gamma N+1), --ignore-chat-template; the chat
+template is applied by default when the tokenizer has one, as mlx-lm applies it. The text streams to stdout as each verify pass commits tokens (as
 mlx-lm's generate); the summary follows on stderr (specdec/cli/generate_summary.py: drafter, γ
 or auto's passes per γ and why, acceptance, bytes per token, hit rate, modeled tok/s per
 --profile). With --json nothing streams, and the last stdout line is one JSON object:
@@ -57,7 +60,13 @@ def check_text(option: str, text: str) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that loads a streamed model."""
-    p.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, mlx-lm dir or packed dir")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="bundled name, mlx-lm dir, packed dir, or a Hugging Face repo id (ORG/NAME: the hub "
+        "cache as mlx-lm uses it; HF_HUB_OFFLINE, HF_HUB_CACHE honoured)",
+    )
+    p.add_argument("--revision", help="of a Hugging Face repo id: branch, tag or commit")
     p.add_argument(
         "--budget",
         default=DEFAULT_BUDGET,
@@ -102,16 +111,42 @@ def stream_config(args: argparse.Namespace) -> StreamConfig:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
-    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
-    p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+    p.add_argument("--prompt", "-p", default=DEFAULT_PROMPT, help="prompt text")
+    # the chat template as mlx-lm applies it: by default when the tokenizer has one
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat",
+        action="store_const",
+        const=True,
+        dest="chat",
+        help="apply the tokenizer's chat template, an error if it has none (default: applied "
+        "when it has one, as mlx-lm does)",
+    )
+    chat.add_argument(
+        "--ignore-chat-template",
+        "--no-chat",
+        action="store_const",
+        const=False,
+        dest="chat",
+        help="the raw prompt, without the chat template (mlx-lm's flag)",
+    )
     p.add_argument(
-        "--max-tokens", type=int, default=DECODE.max_tokens, help="tokens to generate at most"
+        "--max-tokens", "-m", type=int, default=DECODE.max_tokens, help="tokens to generate at most"
     )
     p.add_argument("--drafter", default=str(DrafterSpec()), help=", ".join(drafter_forms("listed")))
+    p.add_argument(
+        "--draft-model", metavar="PATH", help="mlx-lm's flag: the same as --drafter draft:PATH"
+    )
     p.add_argument(
         "--gamma",
         default=str(DECODE.gamma),
         help="positions per verify pass (1 = plain), or auto: chosen before each pass",
+    )
+    p.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        metavar="N",
+        help="mlx-lm's flag: N drafted tokens per pass, the same as --gamma N+1",
     )
     p.add_argument("--temp", type=float, default=DECODE.temp, help="0 = greedy")
     p.add_argument(
@@ -134,23 +169,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
+def drafter_and_gamma(args: argparse.Namespace) -> tuple[DrafterSpec, Gamma]:
+    """--drafter and --gamma, or mlx-lm's spellings of them (--draft-model, --num-draft-tokens)."""
+    drafter = DrafterSpec.parse(args.drafter)
+    if args.draft_model is not None:
+        if args.drafter != str(DrafterSpec()):
+            raise SpecdecError("give --drafter or --draft-model (mlx-lm's spelling), not both")
+        drafter = DrafterSpec.from_fields({"name": "draft", "path": args.draft_model})
+    if args.num_draft_tokens is None:
+        return drafter, Gamma.parse(args.gamma)
+    if args.gamma != str(DECODE.gamma):
+        raise SpecdecError("give --gamma or --num-draft-tokens (mlx-lm's spelling), not both")
+    if args.num_draft_tokens < 0:
+        raise SpecdecError(f"--num-draft-tokens {args.num_draft_tokens}: give 0 or more")
+    return drafter, Gamma(args.num_draft_tokens + 1)
+
+
 def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
-    drafter = DrafterSpec.parse(args.drafter)
-    gamma = Gamma.parse(args.gamma)
+    drafter, gamma = drafter_and_gamma(args)
     routing = settings.routing(args.routing)
     from specdec.decode.run import generate  # here: these import mlx-lm (seconds; --help)
     from specdec.stream.loader import load
 
-    sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp)
+    sm = load(args.model, stream_config(args), with_mtp=drafter.needs_mtp, revision=args.revision)
     try:
         tok = sm.tokenizer
-        if args.chat:
-            if not getattr(tok, "chat_template", None):
-                raise SpecdecError(
-                    f"--chat: {sm.path}'s tokenizer has no chat template; drop --chat"
-                )
+        has_template = bool(getattr(tok, "chat_template", None))
+        if args.chat and not has_template:
+            raise SpecdecError(f"--chat: {sm.path}'s tokenizer has no chat template; drop --chat")
+        if has_template and args.chat is not False:
             prompt = tok.apply_chat_template(
                 [{"role": "user", "content": args.prompt}], add_generation_prompt=True
             )

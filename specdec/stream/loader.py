@@ -124,18 +124,42 @@ def ensure_packed(model_dir: Path) -> Path:
     return out
 
 
-def resolve(path: str | Path) -> Path:
-    """An existing directory as is; otherwise a bundled model's name."""
-    if Path(path).is_dir():
-        return Path(path)
-    if "/" in str(path) or Path(path).exists():
-        raise SpecdecError(
-            f"model path {path} does not exist (or is not a directory): give an mlx-lm model "
-            "directory, a packed directory or a bundled model name"
-        )
-    from specdec.checkpoint.bundled import resolve_model
+def resolve(path: str | Path, revision: str | None = None) -> Path:
+    """The model directory `--model` names, in this order: a bundled model's name, an existing
+    directory, a Hugging Face repo id (ORG/NAME that is no local path) fetched as mlx-lm fetches
+    it (mlx_lm.utils._download: the hub cache, HF_HUB_CACHE, HF_HUB_OFFLINE, `revision`)."""
+    from specdec.checkpoint.bundled import BUNDLED
 
-    return resolve_model(str(path))
+    text = str(path)
+    if text in BUNDLED:
+        return BUNDLED[text]
+    local = Path(text).expanduser()
+    if local.is_dir():
+        return local
+    if not local.exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", text) and text[0] not in ".~":
+        return _from_hub(text, revision)
+    raise SpecdecError(
+        f"model path {path} does not exist (or is not a directory): give an mlx-lm model "
+        f"directory, a packed directory, a Hugging Face repo id (ORG/NAME) or a bundled model "
+        f"name ({', '.join(sorted(BUNDLED))})"
+    )
+
+
+def _from_hub(repo: str, revision: str | None) -> Path:
+    from mlx_lm.utils import _download  # mlx-lm's own: `mlx_lm.generate --model ORG/NAME`
+
+    try:
+        return Path(_download(repo, revision=revision))
+    except (OSError, ValueError) as e:  # huggingface_hub's errors: not found, offline, HTTP
+        at = f" at revision {revision}" if revision else ""
+        if isinstance(e, FileNotFoundError):  # LocalEntryNotFoundError: offline, not cached
+            why = "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE) or out of reach"
+        else:
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SpecdecError(
+            f"model {repo!r}{at}: {why}; check the repo id and revision, download it online once, "
+            "or pass a model directory"
+        ) from None
 
 
 def _top_k(config: dict) -> int:
@@ -154,6 +178,7 @@ def load(
     stream: StreamConfig | None = None,
     *,
     with_mtp: bool = True,
+    revision: str | None = None,
     **settings,
 ) -> StreamedModel:
     """Build the streamed model; `stream` says how its experts stream (budget, policy, io, ...).
@@ -168,7 +193,7 @@ def load(
     stream = stream or StreamConfig(
         **{k: v for k, v in settings.items() if k != "policy_options" or v is not None}
     )
-    src = resolve(path)
+    src = resolve(path, revision)  # revision: of a Hugging Face repo id
     if not (src / "config.json").is_file():
         raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
     try:

@@ -81,6 +81,14 @@ def save_experts(trace: Path, array: np.ndarray) -> None:
     np.save(trace / "experts.npy", array)
 
 
+def hub_offline(ctx: dict) -> None:
+    """huggingface_hub offline with an empty cache (HF_HUB_OFFLINE=1, HF_HUB_CACHE=...)."""
+    import huggingface_hub.constants as hub
+
+    ctx["monkeypatch"].setattr(hub, "HF_HUB_OFFLINE", True)
+    ctx["monkeypatch"].setattr(hub, "HF_HUB_CACHE", str(ctx["tmp"] / "hub"))
+
+
 def nothing(ctx: dict[str, Path]) -> None:
     pass
 
@@ -161,6 +169,7 @@ def non_empty_dir(ctx: dict) -> None:
 # case name (first column of docs/errors.md) -> how to make its bad input
 SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "model path does not exist": nothing,
+    "Hugging Face repo not cached, offline": hub_offline,
     "pack: model directory does not exist": nothing,
     "verify: directory does not exist": nothing,
     "pack: --cold-bits not an MLX width": lambda c: hotlist(c, b"1 0 5 1.0\n"),
@@ -225,6 +234,9 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "negative lookahead": nothing,
     "prompt not UTF-8": nothing,
     "--chat without a chat template": nothing,
+    "--drafter with mlx-lm's --draft-model": nothing,
+    "--gamma with mlx-lm's --num-draft-tokens": nothing,
+    "--num-draft-tokens negative": nothing,
     "negative seed": nothing,
     "temperature NaN": nothing,
     "temperature inf": nothing,
