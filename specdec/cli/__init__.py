@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
 from specdec.core.blas import ensure_fast_blas
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import QUIET_ENV
 from specdec.core.registry import load_plugins
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -80,6 +82,9 @@ def command(target: str) -> tuple[Callable[[argparse.ArgumentParser], None], Cal
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
 
 
+QUIET_HELP = f"no progress bars on stderr (also {QUIET_ENV}=1; off anyway without a terminal)"
+
+
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     out = []
     for action in parser._actions:
@@ -115,9 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         prog=f"specdec {name}", description=COMMANDS[name][1], formatter_class=HelpFormatter
     )
     add_arguments(parser)
+    parser.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
     for sub in _subparsers(parser):  # `trace record`, `bench read`, ...: the same help format
         sub.formatter_class = HelpFormatter
+        sub.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                         help=QUIET_HELP)  # fmt: skip
     args = parser.parse_args(rest)
+    if args.quiet:  # the environment, so the processes a command starts are quiet too
+        os.environ[QUIET_ENV] = "1"
     try:
         return int(run(args) or 0)
     except SpecdecError as e:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec.core.errors import StoreError
+from specdec.core.progress import progress
 from specdec.store.arena import Arena
 from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex
 from specdec.store.pools import members, pool_index
@@ -70,7 +71,7 @@ def _verify_blocks(packed_dir, index, io, threads, sample, mask: dict) -> int:
     batch = max(1, min(BATCH, BATCH_BYTES // index.slot_bytes, widest))
     arena = Arena(batch, index.slot_bytes)
     with ExpertReader(packed_dir, index, arena, io=io, threads=threads) as reader:
-        for lid in index.layer_ids:
+        for lid in progress(index.layer_ids, desc="verify", unit="layer"):
             layout = index.layers[lid]
             chosen = np.flatnonzero(mask[lid]).tolist()
             chosen = [chosen[i] for i in _sampled(len(chosen), sample)]
