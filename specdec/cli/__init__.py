@@ -85,6 +85,28 @@ def command(target: str) -> tuple[Callable[[argparse.ArgumentParser], None], Cal
 QUIET_HELP = f"no progress bars on stderr (also {QUIET_ENV}=1; off anyway without a terminal)"
 
 
+# the modules of pyproject.toml's extras: `pip install specdec` alone decodes
+EXTRA_OF = {
+    **dict.fromkeys(("scipy", "numba", "libcachesim"), "sim"),
+    **dict.fromkeys(("hydra", "omegaconf", "wandb", "matplotlib", "submitit"), "sweeps"),
+    "datasets": "data",
+}
+
+
+def missing_extra(name: str, e: ModuleNotFoundError) -> int:
+    """One line for a module of an extra not installed; anything else is a bug (re-raised)."""
+    top = (e.name or "").split(".")[0]
+    if top not in EXTRA_OF:
+        raise e
+    extra = EXTRA_OF[top]
+    print(
+        f"specdec: error: specdec {name} needs {top}, of the {extra!r} extra: "
+        f"pip install 'specdec[{extra}]' (or 'specdec[all]')",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     out = []
     for action in parser._actions:
@@ -115,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specdec: error: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    add_arguments, run = command(COMMANDS[name][0])
+    try:
+        add_arguments, run = command(COMMANDS[name][0])
+    except ModuleNotFoundError as e:
+        return missing_extra(name, e)
     parser = argparse.ArgumentParser(
         prog=f"specdec {name}", description=COMMANDS[name][1], formatter_class=HelpFormatter
     )
@@ -133,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecdecError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        return missing_extra(name, e)
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130

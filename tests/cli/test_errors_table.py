@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +88,11 @@ def hub_offline(ctx: dict) -> None:
 
     ctx["monkeypatch"].setattr(hub, "HF_HUB_OFFLINE", True)
     ctx["monkeypatch"].setattr(hub, "HF_HUB_CACHE", str(ctx["tmp"] / "hub"))
+
+
+def without_scipy(ctx: dict) -> None:
+    """`pip install specdec` without its sim extra: importing scipy fails."""
+    ctx["monkeypatch"].setitem(sys.modules, "scipy.optimize", None)
 
 
 def nothing(ctx: dict[str, Path]) -> None:
@@ -284,6 +290,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "probe gates on a trace": nothing,
     "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
     "union-model: union shrinks with gamma": nothing,
+    "union-model without the sim extra": without_scipy,
     "trace synth: more positions than memory": lambda c: c.update(
         memory=f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 1e9:.1f}"
     ),

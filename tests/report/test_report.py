@@ -53,3 +53,30 @@ def test_report_shows_tasks_without_records(tmp_path):
     assert "![eviction](../task.options.budgets=[0.1]/eviction.png)" in md
     assert report.tables == {"task.options.budgets_0.1_eviction": rows}
     assert report.plots == [run_dir / "eviction.png"]
+
+
+def test_a_runs_whole_summary_goes_to_wandb():
+    """Nested dicts, histograms and flags of a decode summary reach wandb's run summary, not
+    only its top-level numbers."""
+    from specdec.report.wandb_sink import summary_items
+
+    summary = {
+        "mean_union": 3.5,
+        "drafter": "mtp",
+        "hit_rate": None,
+        "holds_all_experts": False,
+        "accepted_length_hist": [4, 2, 9],
+        "per_token_ms": {"compute": 1.5, "blocked_on_reads": 0.25},
+        "cache_counters": {"hits": 7, "by_phase": {"verify": 5}},
+        "tokens_per_s": float("nan"),
+    }
+    assert dict(summary_items(summary)) == {
+        "mean_union": 3.5,
+        "drafter": "mtp",
+        "holds_all_experts": False,
+        "accepted_length_hist": [4, 2, 9],
+        "per_token_ms/compute": 1.5,
+        "per_token_ms/blocked_on_reads": 0.25,
+        "cache_counters/hits": 7,
+        "cache_counters/by_phase/verify": 5,
+    }
