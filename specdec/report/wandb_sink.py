@@ -101,6 +101,13 @@ class WandbSink:
         )
         self.run.log({name: plot})
 
+    def log_scatter(self, name: str, rows: list[dict], x: str, y: str, title: str) -> None:
+        """A native wandb scatter of `rows`' columns x and y (zoomable, not an image)."""
+        if not self.run or not rows:
+            return
+        plot = self._wandb.plot.scatter(self.table(rows), x, y, title=title)
+        self.run.log({name: plot})
+
     def log_images(self, paths: Sequence[Path]) -> None:
         if not self.run:
             return
