@@ -60,7 +60,24 @@ def slug(text: str) -> str:
     return safe
 
 
+# an experiment's own sweep axes and where it logs: overriding them keeps the experiment's sweep
+SWEEP_AXES = ("experiment", "sweep", "gamma", "drafter", "progress", "logger")
+
+
+def sweep_name(sweep: str, overrides) -> str:
+    """The sweep's folder under runs/sweeps/: `sweep` for the experiment as it is (its own axes,
+    γ and drafter, may take more values) or when `sweep=` is given; otherwise `sweep+KEYS`, the
+    other keys the command line changes, so an ad-hoc sweep gets its own folder and report
+    instead of merging into the experiment's (keys, not values: the same for every job)."""
+    keys = sorted({str(o).split("=", 1)[0].lstrip("+~") for o in overrides})
+    if "sweep" in keys:
+        return sweep
+    extra = [k for k in keys if k.split(".")[0] not in SWEEP_AXES]
+    return f"{sweep}+{slug(','.join(extra))}" if extra else sweep
+
+
 OmegaConf.register_new_resolver("specdec_slug", slug, replace=True)
+OmegaConf.register_new_resolver("specdec_sweep", sweep_name, replace=True)
 register()
 
 

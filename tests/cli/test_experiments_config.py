@@ -133,3 +133,31 @@ def test_experiment_files_say_what_they_change():
             changed += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
         for name in changed:
             assert name in header, f"{path.name}: sets {name} without saying so in its header"
+
+
+def test_ad_hoc_sweeps_get_their_own_folder():
+    """The main job's axes (γ, drafter) keep runs/sweeps/main; other keys name their own
+    folder, unless `sweep=` names one."""
+    from experiments.run import sweep_name
+
+    register()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        for overrides, want in (
+            ([], "runs/sweeps/main"),
+            (["gamma=8", "drafter=mtp"], "runs/sweeps/main"),
+            (
+                ["cache.budget=5%", "model=random_deepseek_v3"],
+                "runs/sweeps/main+cache.budget,model",
+            ),
+            (["cache.budget=5%", "sweep=mine"], "runs/sweeps/mine"),
+            (
+                ["experiment=speedup_vs_acceptance", "drafter.alpha=0.5"],
+                "runs/sweeps/speedup_vs_acceptance",
+            ),
+        ):
+            cfg = compose("config", overrides, return_hydra_config=True)
+            assert cfg.hydra.sweep.dir == want, overrides
+    # a job sees its own values; the folder depends on the keys only
+    assert sweep_name("main", ["cache.budget=5%", "gamma=2"]) == sweep_name(
+        "main", ["cache.budget=9%"]
+    )
