@@ -40,6 +40,7 @@ from specdec.cli import settings
 from specdec.cli.generate_summary import summary_lines
 from specdec.clock.profiles import BUILTIN_NAMES, get_profile
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import progress
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec, drafter_forms
 from specdec.decode.loop import DecodeConfig
@@ -206,13 +207,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             prompt = sm.encode(args.prompt)
         cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
+        # text streams to stdout; with --json a bar on stderr counts the tokens instead
         stream = None if args.json else TextStream(tok, args.prompt)
+        bar = progress(total=args.max_tokens, desc="generate", unit="tok") if args.json else None
         res = generate(
             sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append,
-            routing=routing, on_tokens=stream.write if stream else None,
+            routing=routing, on_tokens=stream.write if stream else lambda t: bar.update(len(t)),
         )  # fmt: skip
-        if stream:
-            stream.close()
+        (stream or bar).close()
     finally:
         sm.close()
     s = res.summary

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specdec.clock.profiles import DeviceProfile
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import progress
 from specdec.decode.drafters import Drafter, DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, summarize
@@ -72,7 +73,8 @@ def plain_greedy(
         (),
         eos_ids(sm) if stop_at_eos else frozenset(),
     )
-    for _ in run.passes():
+    # the oracle's reference: a whole plain decode before the measured one starts
+    for _ in progress(run.passes(), total=max_tokens - 1, desc="reference (plain)", unit="tok"):
         pass
     sm.reset_cache()
     return list(run.generated)

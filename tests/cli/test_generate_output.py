@@ -12,6 +12,8 @@ import sys
 from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.cli import main
 from specdec.cli.generate_summary import summary_lines
+from specdec.core.progress import QUIET_ENV
+from tests.core.test_progress import Terminal
 
 
 class Writes(io.StringIO):
@@ -28,7 +30,12 @@ class Writes(io.StringIO):
 
 def test_text_streams_and_the_summary_names_drafter_gamma_and_speeds(monkeypatch, capsys):
     args = ["generate", "--max-tokens", "12", "--drafter", "oracle:0.9", "--gamma", "3"]
-    assert main([*args, "--json"]) == 0
+    monkeypatch.delenv(QUIET_ENV, raising=False)
+    with monkeypatch.context() as m:  # at a terminal, --json draws bars instead of text
+        m.setattr(sys, "stderr", Terminal())
+        assert main([*args, "--json"]) == 0
+        bars = sys.stderr.getvalue()
+    assert "reference (plain)" in bars and "generate" in bars  # the oracle's plain run first
     want = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     out = Writes()
     monkeypatch.setattr(sys, "stdout", out)
