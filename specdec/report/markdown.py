@@ -65,6 +65,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "verify_union": ("verify union", "union of a real verify pass (rejected drafts included)"),
     "trace_union": ("trace union", "union of γ consecutive committed tokens' experts"),
     "ratio": ("verify / trace", "verify union / trace union"),
+    "layer_min": ("fewest (layer)", "the smallest mean union of one MoE layer"),
+    "layer_max": ("most (layer)", "the largest mean union of one MoE layer"),
+    "rmse": ("rmse (experts)", "root-mean-square of measured − fit over the γ measured"),
+    "cost": ("cost", "U(γ)/U(1): a verify pass's expert reads in plain passes"),
+    "ceiling (α=1)": ("ceiling (α=1)", "the speed-up if every draft were accepted: γ / cost"),
+    "break-even α": ("break-even α", "the acceptance below which this γ is slower than γ = 1"),
 }
 
 
