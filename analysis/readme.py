@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.core.files import durable_replace
+from specdec.core.progress import progress
 
 BEGIN = re.compile(r"^<!-- table: python -m analysis\.(\w+)(.*?) -->$")
 END = "<!-- /table -->"
@@ -132,11 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     files = args.readme or with_tables(markdown_files(args.root))
     only = set(args.only.split(",")) if args.only else None
     differ, skipped, failed, same = [], [], [], 0
-    for path in files:
+    todo = [(p, blocks(p.read_text().splitlines(), _shown(p))) for p in files]
+    bar = progress(total=sum(len(bs) for _, bs in todo), desc="readme tables", unit="table")
+    for path, found in todo:
         name = _shown(path)
         lines = path.read_text().splitlines()
         here: dict[str, list[str]] = {"differ": [], "skipped": [], "failed": []}
-        for b in reversed(blocks(lines, name)):  # from the end: earlier spans stay valid
+        for b in reversed(found):  # from the end: earlier spans stay valid
+            bar.update()
             if only is not None and b.script not in only:
                 continue
             status, out, err = run(b)
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_text("\n".join(lines) + "\n")
             durable_replace(tmp, path)
+    bar.close()
     verb = "rewritten" if args.write else "differ"
     print(
         f"{same} tables reproduce, {len(differ)} {verb}, {len(skipped)} not checked, "

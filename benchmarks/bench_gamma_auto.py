@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from specdec.clock.profiles import DEFAULT_PROFILE  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
+from specdec.core.progress import progress  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 BUDGETS = (0.05, 0.10, 0.25, 0.50)  # of the routed experts
@@ -138,6 +139,7 @@ def runtime(args) -> int:
 
     profile = get_profile(PROFILE)
     rows = []
+    bar = progress(total=4 * 5 * 4, desc="bench_gamma_auto", unit="run")
     for budget in ("5%", "10%", "25%", "50%"):
         for drafter in ("oracle:0.3", "oracle:0.9", "self", "mtp", "lookup"):
             sm = load("tiny", budget=budget, with_mtp=drafter == "mtp")
@@ -155,7 +157,9 @@ def runtime(args) -> int:
                     "gamma_hist": s.get("gamma_chosen_hist"),
                 })  # fmt: skip
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "tokens"}))
+                bar.update()
             sm.close()
+    bar.close()
     return _write("runtime", rows)
 
 

@@ -42,6 +42,7 @@ from specdec.cache.expert_cache import ExpertCache  # noqa: E402
 from specdec.cache.policies import POLICIES, make_policy  # noqa: E402
 from specdec.core.files import write_atomic  # noqa: E402
 from specdec.core.machine import machine_info  # noqa: E402
+from specdec.core.progress import progress  # noqa: E402
 from specdec.sim.bounds import Belady, lru_curve_steps  # noqa: E402
 from specdec.sim.lcs import lcs_process, write_oracle_trace  # noqa: E402
 from specdec.sim.replay import access_sequence, policy_hits  # noqa: E402
@@ -157,37 +158,37 @@ def best_time(fn, repeats: int) -> tuple[float, float, object]:
 def bench_replays(steps, flat, hot, budgets, repeats) -> list[dict]:
     accesses = sum(map(len, flat))
     rows = []
-    for name in (*POLICIES, "belady"):
-        for n in budgets:
+    runs = [(name, n) for name in (*POLICIES, "belady") for n in budgets]
+    for name, n in progress(runs, desc="bench_policies replays", unit="replay"):
 
-            def run(name=name, n=n):
-                pol = (
-                    Belady(n, flat)
-                    if name == "belady"
-                    else make_policy(name, n, hotlist=hot, scratch=8)
-                )
-                cache = ExpertCache(n, pol)
-                cache.preload()
-                replay(cache, steps)
-                return cache
+        def run(name=name, n=n):
+            pol = (
+                Belady(n, flat)
+                if name == "belady"
+                else make_policy(name, n, hotlist=hot, scratch=8)
+            )
+            cache = ExpertCache(n, pol)
+            cache.preload()
+            replay(cache, steps)
+            return cache
 
-            wall, cpu, cache = best_time(run, repeats)
-            rows.append(
-                {
-                    "policy": name,
-                    "budget_slots": n,
-                    "accesses": accesses,
-                    "hit_rate": round(cache.hits / accesses, 4),
-                    "accesses_per_s_wall": round(accesses / wall),
-                    "accesses_per_s_cpu": round(accesses / cpu),
-                    "meets_target_wall": accesses / wall >= TARGET_ACCESSES_PER_S,
-                    "meets_target_cpu": accesses / cpu >= TARGET_ACCESSES_PER_S,
-                }
-            )
-            print(
-                f"replay {name:8} {n:5} slots {accesses / wall / 1e6:6.2f} M accesses/s wall, "
-                f"{accesses / cpu / 1e6:6.2f} cpu"
-            )
+        wall, cpu, cache = best_time(run, repeats)
+        rows.append(
+            {
+                "policy": name,
+                "budget_slots": n,
+                "accesses": accesses,
+                "hit_rate": round(cache.hits / accesses, 4),
+                "accesses_per_s_wall": round(accesses / wall),
+                "accesses_per_s_cpu": round(accesses / cpu),
+                "meets_target_wall": accesses / wall >= TARGET_ACCESSES_PER_S,
+                "meets_target_cpu": accesses / cpu >= TARGET_ACCESSES_PER_S,
+            }
+        )
+        print(
+            f"replay {name:8} {n:5} slots {accesses / wall / 1e6:6.2f} M accesses/s wall, "
+            f"{accesses / cpu / 1e6:6.2f} cpu"
+        )
     return rows
 
 

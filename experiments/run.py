@@ -40,15 +40,44 @@ from specdec.report.wandb_sink import WandbSink
 log = logging.getLogger("specdec-exp")
 
 
+def _short(item: str) -> str:
+    """One override `key=value`, its value a path's basename plus a hash of the path (two
+    `model.path`s of one basename stay apart), or the value itself."""
+    key, eq, value = item.partition("=")
+    if not eq or "/" not in value:
+        return item
+    base = value.rstrip("/").rsplit("/", 1)[-1] or "root"
+    return f"{key}={base}-{hashlib.sha1(value.encode()).hexdigest()[:6]}"
+
+
 def slug(text: str) -> str:
-    """A job's override string as one safe directory name (paths and odd characters folded)."""
-    safe = re.sub(r"[^A-Za-z0-9._=,:+-]+", "_", text).strip("_") or "default"
-    if len(safe) > 120:  # keep names short and still distinct
-        safe = f"{safe[:100]}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+    """A job's override string as one short, stable directory name: paths as their basename and
+    a hash, odd characters folded, anything past 80 characters cut and hashed."""
+    short = ",".join(_short(item) for item in text.split(",")) if text else ""
+    safe = re.sub(r"[^A-Za-z0-9._=,:+-]+", "_", short).strip("_") or "default"
+    if len(safe) > 80:  # keep names short and still distinct
+        safe = f"{safe[:60]}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
     return safe
 
 
+# an experiment's own sweep axes and where it logs: overriding them keeps the experiment's sweep
+SWEEP_AXES = ("experiment", "sweep", "gamma", "drafter", "progress", "logger")
+
+
+def sweep_name(sweep: str, overrides) -> str:
+    """The sweep's folder under runs/sweeps/: `sweep` for the experiment as it is (its own axes,
+    γ and drafter, may take more values) or when `sweep=` is given; otherwise `sweep+KEYS`, the
+    other keys the command line changes, so an ad-hoc sweep gets its own folder and report
+    instead of merging into the experiment's (keys, not values: the same for every job)."""
+    keys = sorted({str(o).split("=", 1)[0].lstrip("+~") for o in overrides})
+    if "sweep" in keys:
+        return sweep
+    extra = [k for k in keys if k.split(".")[0] not in SWEEP_AXES]
+    return f"{sweep}+{slug(','.join(extra))}" if extra else sweep
+
+
 OmegaConf.register_new_resolver("specdec_slug", slug, replace=True)
+OmegaConf.register_new_resolver("specdec_sweep", sweep_name, replace=True)
 register()
 
 

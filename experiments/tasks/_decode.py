@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from specdec.cli.settings import stream_config
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.files import durable_replace
+from specdec.core.progress import progress
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, generate
@@ -103,10 +103,7 @@ def decode(cfg, sm: StreamedModel, run_dir: Path) -> GenerationResult:
 def _progress(cfg):
     if not cfg.progress:
         return None
-    from tqdm import tqdm
-
-    label = f"{cfg.drafter_spec} γ={cfg.gamma}"
-    return tqdm(total=cfg.max_tokens, desc=label, unit="tok", file=sys.stderr, leave=False)
+    return progress(total=cfg.max_tokens, desc=f"{cfg.drafter_spec} γ={cfg.gamma}", unit="tok")
 
 
 def per_layer_union(records: list[PassRecord]) -> dict[str, float]:

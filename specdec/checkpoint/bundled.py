@@ -38,7 +38,8 @@ def resolve_model(name_or_path: str | Path) -> Path:
     if written_as_path(name_or_path) or path.exists():
         raise SpecdecError(
             f"model path {name_or_path} does not exist (or is not a directory): give an mlx-lm "
-            f"model directory, a packed directory or a bundled model name ({', '.join(sorted(BUNDLED))})"
+            f"model directory, a packed directory, a Hugging Face repo id (ORG/NAME) or a bundled "
+            f"model name ({', '.join(sorted(BUNDLED))})"
         )
     raise SpecdecError(
         f"model {str(name_or_path)!r} does not exist: no such directory and no bundled model of that "

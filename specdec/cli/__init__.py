@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
 
 from specdec.core.blas import ensure_fast_blas
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import QUIET_ENV
 from specdec.core.registry import load_plugins
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("specdec.cli.generate", "generate text with routed experts streamed from disk"),
     "pack": ("specdec.cli.store:pack", "pack an mlx-lm model directory for streaming"),
     "verify": ("specdec.cli.store:verify", "check every expert block of a packed directory"),
-    "make-random": ("specdec.cli.model:make_random", "write a tiny random-weight checkpoint"),
+    "make-random": (
+        "specdec.cli.model:make_random",
+        "write a random-weight checkpoint: a small FAMILY one (a few MB), or --like PRESET at "
+        "a real model's dimensions (hundreds of MB to GB; --layers/--experts shrink it)",
+    ),
     "models": ("specdec.cli.model:models", "list the bundled models"),
     "extract-mtp": (
         "specdec.cli.model:extract_mtp",
-        "take the MTP layer out of a DeepSeek-V3 HF checkpoint",
+        "take the MTP layer out of a Hugging Face checkpoint (DeepSeek-V3/V3.2, Kimi-K2, "
+        "GLM-4.5/4.6, Qwen3-Next) and add it to its mlx-lm model directory",
     ),
     "bench": (
         "specdec.cli.bench",
@@ -53,6 +60,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (none shown for flags and unset options)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == []
+        if "%(default)" in text or unset or action.default == argparse.SUPPRESS:
+            return text
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            return text  # a required positional has no default
+        return f"{text} (default: %(default)s)"
+
+
 def command(target: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable]:
     """(add_arguments, run) of a target `module` or `module:NAME` (see the top of this file)."""
     module_name, _, name = target.partition(":")
@@ -60,6 +80,40 @@ def command(target: str) -> tuple[Callable[[argparse.ArgumentParser], None], Cal
     if not name:
         return module.add_arguments, module.run
     return getattr(module, f"add_{name}_arguments"), getattr(module, f"run_{name}")
+
+
+QUIET_HELP = f"no progress bars on stderr (also {QUIET_ENV}=1; off anyway without a terminal)"
+
+
+# the modules of pyproject.toml's extras: `pip install specdec` alone decodes
+EXTRA_OF = {
+    **dict.fromkeys(("scipy", "numba", "libcachesim"), "sim"),
+    **dict.fromkeys(("hydra", "omegaconf", "wandb", "matplotlib", "submitit"), "sweeps"),
+    "datasets": "data",
+}
+
+
+def missing_extra(name: str, e: ModuleNotFoundError) -> int:
+    """One line for a module of an extra not installed; anything else is a bug (re-raised)."""
+    top = (e.name or "").split(".")[0]
+    if top not in EXTRA_OF:
+        raise e
+    extra = EXTRA_OF[top]
+    print(
+        f"specdec: error: specdec {name} needs {top}, of the {extra!r} extra: "
+        f"pip install 'specdec[{extra}]' (or 'specdec[all]')",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += [sub, *_subparsers(sub)]
+    return out
 
 
 def _usage() -> str:
@@ -83,15 +137,29 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specdec: error: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    add_arguments, run = command(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"specdec {name}", description=COMMANDS[name][1])
+    try:
+        add_arguments, run = command(COMMANDS[name][0])
+    except ModuleNotFoundError as e:
+        return missing_extra(name, e)
+    parser = argparse.ArgumentParser(
+        prog=f"specdec {name}", description=COMMANDS[name][1], formatter_class=HelpFormatter
+    )
     add_arguments(parser)
+    parser.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    for sub in _subparsers(parser):  # `trace record`, `bench read`, ...: the same help format
+        sub.formatter_class = HelpFormatter
+        sub.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                         help=QUIET_HELP)  # fmt: skip
     args = parser.parse_args(rest)
+    if args.quiet:  # the environment, so the processes a command starts are quiet too
+        os.environ[QUIET_ENV] = "1"
     try:
         return int(run(args) or 0)
     except SpecdecError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        return missing_extra(name, e)
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130

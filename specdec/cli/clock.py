@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="a profile's fields and their sources")
     show.add_argument("profile", help=f"one of {', '.join(BUILTIN_NAMES)} or a .yaml/.json file")
     check = sub.add_parser("check", help="the seed question's M4 runs, modeled vs measured")
-    check.add_argument("--profile", default=DEFAULT_PROFILE)
+    check.add_argument("--profile", default=DEFAULT_PROFILE, help="the profile to model them on")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +63,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint whose MoE layers are timed")
     p.add_argument("--dir", type=Path, default=Path.cwd(), help="where the read bench's file goes")
     p.add_argument("--block-bytes", type=int, default=7962624, help="expert block to read")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument(
+        "--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="reader thread counts"
+    )
     p.add_argument("--hidden", type=int, default=3072, help="expert kernel: model width")
     p.add_argument("--inter", type=int, default=1536, help="expert kernel: expert width")
     p.add_argument("--file-bytes", type=int, default=4 << 30, help="the read bench's file")

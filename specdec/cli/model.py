@@ -40,9 +40,16 @@ def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
     from specdec.checkpoint.presets import PRESETS
 
     parser.add_argument("family", nargs="?", help=f"one of: {', '.join(sorted(FAMILIES))}")
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--quantize", type=int, metavar="BITS", default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("out_dir", type=Path, help="the mlx-lm model directory to write")
+    parser.add_argument(
+        "--quantize",
+        type=int,
+        metavar="BITS",
+        default=None,
+        help="affine-quantize to BITS like mlx_lm.convert -q (FAMILY default: float32; "
+        "--like default: 4)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument(
         "--force", action="store_true", help="replace a checkpoint make-random wrote there"
     )
@@ -79,14 +86,17 @@ def run_make_random(args: argparse.Namespace) -> int:
 
 
 def add_extract_mtp_arguments(p: argparse.ArgumentParser) -> None:
+    from specdec.checkpoint.families import FAMILIES
+
+    layouts = ", ".join(sorted(n for n, f in FAMILIES.items() if f.mtp))
     p.add_argument(
-        "hf_dir", type=Path, help="Hugging Face checkpoint (deepseek_v3, glm4_moe, qwen3_next, ...)"
+        "hf_dir", type=Path, help=f"Hugging Face checkpoint whose model_type is one of: {layouts}"
     )
     p.add_argument(
         "out_dir", type=Path, help="the mlx-lm model directory to add mtp.safetensors to"
     )
     p.add_argument("--quantize", type=int, choices=[2, 3, 4, 6, 8], help="affine bits")
-    p.add_argument("--group-size", type=int, default=64)
+    p.add_argument("--group-size", type=int, default=64, help="--quantize's group size")
 
 
 def run_extract_mtp(args: argparse.Namespace) -> int:
@@ -98,12 +108,12 @@ def run_extract_mtp(args: argparse.Namespace) -> int:
 
 
 def add_overhead_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--model", default=DEFAULT_MODEL, help="bundled name, mlx-lm or packed dir")
+    p.add_argument("--tokens", type=int, default=128, help="tokens decoded per run")
     p.add_argument("--pairs", type=int, default=7, help="interleaved pairs (fresh processes)")
     p.add_argument("--repeats", type=int, help="in-process repeats (default: --pairs)")
     p.add_argument("--lookahead-budget", default="50%", help="budget of the lookahead split")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run_overhead(args: argparse.Namespace) -> int:

@@ -24,13 +24,15 @@ from specdec.probes.registry import BASE_FIELDS, DEFAULT_BUDGETS, run_probe
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = ProbeOptions()
-    parser.add_argument("name", choices=[*probe_names(), "all"])
+    parser.add_argument("name", choices=[*probe_names(), "all"], help="the probe to run")
     parser.add_argument("--model", default=d.model, help="bundled name, mlx-lm or packed dir")
     parser.add_argument("--out", default=d.out, help="directory for <name>.md/.json/.png")
     parser.add_argument("--trace", help="use this recorded trace instead of recording one")
     parser.add_argument("--profile-trace", help="eviction: the trace the hotlist comes from")
     parser.add_argument("--prompts", default=d.prompts, help="heldout|profile|FILE|dataset:NAME")
-    parser.add_argument("--profile-prompts", default=d.profile_prompts)
+    parser.add_argument(
+        "--profile-prompts", default=d.profile_prompts, help="eviction: prompts of the hotlist"
+    )
     parser.add_argument("--limit", type=int, help="use only the first N prompts of each set")
     parser.add_argument("--max-tokens", type=int, default=d.max_tokens, help="decoded per prompt")
     parser.add_argument(
@@ -45,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="eviction: replay decode positions, prompt positions (teacher-forced), or both",
     )
     parser.add_argument("--policy", default=d.policy, help="gates: residency policy")
-    parser.add_argument("--read-json", default=d.read_json)
+    parser.add_argument(
+        "--read-json", default=d.read_json, help="read_path: `specdec bench read --json` output"
+    )
     added = set(BASE_FIELDS)
     for name in probe_names():  # the knobs a probe's own Options adds
         for f in dataclasses.fields(PROBES[name].Options):

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from specdec.core.errors import StoreError
-from specdec.pack.pack import pack
-from specdec.pack.verify import verify
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex
 from specdec.store.reader import IO_MODES
 
@@ -47,6 +45,8 @@ def add_pack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_pack(args: argparse.Namespace) -> int:
+    from specdec.pack.pack import pack  # here: it imports mlx-lm (seconds; --help)
+
     hot = None
     if args.hotlist is not None:
         from specdec.trace.format import read_hotlist
@@ -78,6 +78,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from specdec.pack.verify import verify  # here: it imports mlx-lm (seconds; --help)
+
     r = verify(args.packed_dir, io=args.io)
     print(
         f"ok: {args.packed_dir}: {r.blocks} expert blocks in {r.layers} layers "
@@ -95,11 +97,17 @@ def add_read_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, 
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--dir", type=Path, default=None, help="where the test file goes")
     if block_sizes:
-        parser.add_argument("--block-bytes", type=int, nargs="+", default=list(block_sizes))
+        parser.add_argument(
+            "--block-bytes", type=int, nargs="+", default=list(block_sizes), help="block sizes"
+        )
     else:
-        parser.add_argument("--block-bytes", type=int, default=DEFAULT_BLOCK)
-    parser.add_argument("--file-bytes", type=int, default=DEFAULT_FILE)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 8])
+        parser.add_argument(
+            "--block-bytes", type=int, default=DEFAULT_BLOCK, help="bytes per read (one expert)"
+        )
+    parser.add_argument("--file-bytes", type=int, default=DEFAULT_FILE, help="test file size")
+    parser.add_argument(
+        "--threads", type=int, nargs="+", default=[1, 8], help="reader thread counts to run"
+    )
     parser.add_argument("--rounds", type=int, default=10, help="timed runs of each path")
     parser.add_argument("--run-bytes", type=int, default=DEFAULT_RUN, help="bytes per run")
     parser.add_argument(

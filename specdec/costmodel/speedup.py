@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 
 from specdec.core.errors import SpecdecError
 
@@ -74,6 +73,8 @@ def solve_acceptance(gamma: int, tokens: float) -> float | None:
     check_gamma(gamma)
     if gamma == 1 or not (1.0 <= tokens <= gamma):
         return None
+    from scipy.optimize import brentq  # here: scipy takes a second to import (--help)
+
     return float(brentq(lambda a: expected_tokens(a, gamma) - tokens, 0.0, 1.0, xtol=1e-14))
 
 

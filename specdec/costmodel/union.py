@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from specdec.core.errors import SpecdecError
 
@@ -169,6 +168,8 @@ def fit_linear(table: UnionTable, k: float | None = None) -> LinearFit:
 
 
 def _least_squares_1d(table: UnionTable, model, lo: float, hi: float) -> float:
+    from scipy.optimize import minimize_scalar  # here: scipy takes a second to import (--help)
+
     gammas, unions = _spread(table)
     res = minimize_scalar(
         lambda p: float(np.sum((unions - model(gammas, p)) ** 2)),

@@ -24,10 +24,10 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile
@@ -43,8 +43,10 @@ from specdec.gamma.controller import AutoGamma
 from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
 from specdec.gamma.spec import Gamma
 from specdec.store.budget import peak_rss_bytes
-from specdec.stream.loader import StreamedModel
 from specdec.stream.steplog import Call
+
+if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
+    from specdec.stream.loader import StreamedModel
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ class Decode:
         auto = cfg.gamma.auto and drafter.name != "none"  # nothing to draft: plain decoding
         self.gamma = cfg.gamma.fixed or 1  # the fixed γ; auto's passes choose their own
         check_speculation(sm, MAX_GAMMA if auto else self.gamma)
+        from mlx_lm.models.cache import (
+            make_prompt_cache,
+        )  # here: mlx-lm takes seconds to import (--help)
+
         cache = make_prompt_cache(sm.model)
         self.st = DecodeState(
             sm, cache, list(prompt), len(prompt), cfg.temp, np.random.default_rng(cfg.seed)
@@ -253,6 +259,8 @@ class Decode:
         if started is not None:  # computed past an EOS: its steps never happen
             streamer.deferred.clear()
             self.discarded = 1
+            from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
             if can_trim_prompt_cache(st.cache):
                 trim_prompt_cache(st.cache, 1)
 

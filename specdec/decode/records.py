@@ -227,6 +227,7 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
     if any(r.gamma_choice for r in records):  # --gamma auto: how often each γ was chosen
         out["gamma"] = AUTO.label
         out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
+        out["gamma_why"] = gamma_why(records)
     ends = [r.draft_routing["why"] for r in records if r.draft_routing]
     if ends:  # a drafter that routes its drafts (self): why each draft ended (draft_stop.py)
         out["draft_ends"] = {why: ends.count(why) for why in sorted(set(ends))}
@@ -237,6 +238,20 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
             if all(name in r.modeled_parts for r in records):
                 out[f"modeled_{part}/{name}"] = sum(r.modeled_parts[name][part] for r in records)
     return out
+
+
+def gamma_why(records: list[PassRecord]) -> dict[str, int]:
+    """--gamma auto: passes per reason their γ was chosen (specdec.gamma.chooser.Choice.why),
+    a block's later passes ("hold") counted under its first pass's reason, so the counts say why
+    the run drafted or stayed plain."""
+    out: dict[str, int] = {}
+    block = "hold"  # a hold before any block opened (not expected) stays a hold
+    for r in records:
+        why = r.gamma_choice.get("why", "fixed")
+        if why != "hold":
+            block = why
+        out[block] = out.get(block, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _time_split(records: list[PassRecord], committed: int, total_bytes: int) -> dict:

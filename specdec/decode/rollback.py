@@ -24,13 +24,15 @@ verify itself evicted them (a tight budget), and the records count them (`refed`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
 from specdec.core.errors import SpecdecError
 from specdec.decode.state import DecodeState, forward
-from specdec.stream.loader import StreamedModel
+
+if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
+    from specdec.stream.loader import StreamedModel
 
 _VALUES = (mx.array, int, float, bool, str, type(None))
 
@@ -56,6 +58,10 @@ def check_speculation(sm: StreamedModel, gamma: int) -> None:
     wrapped sliding window) are restored instead (CacheMark)."""
     if gamma <= 1:
         return
+    from mlx_lm.models.cache import (
+        make_prompt_cache,
+    )  # here: mlx-lm takes seconds to import (--help)
+
     cache = make_prompt_cache(sm.model)
     if not can_roll_back(cache):
         fixed = sorted({type(c).__name__ for c in cache if not c.is_trimmable()})
@@ -75,6 +81,8 @@ class CacheMark:
     @classmethod
     def before(cls, cache: list) -> CacheMark | None:
         """A mark to return to, or None when every layer trims (nothing to keep)."""
+        from mlx_lm.models.cache import can_trim_prompt_cache
+
         if can_trim_prompt_cache(cache):
             return None
         if not can_roll_back(cache):
@@ -114,6 +122,8 @@ def roll_back(
     if rejected <= 0:
         return 0
     if mark is None:
+        from mlx_lm.models.cache import trim_prompt_cache
+
         trim_prompt_cache(st.cache, rejected)
         return 0
     mark.restore(st.cache, fed)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specdec.clock.profiles import DeviceProfile
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import progress
 from specdec.decode.drafters import Drafter, DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.records import PassRecord, RecordWriter, summarize
@@ -72,7 +73,8 @@ def plain_greedy(
         (),
         eos_ids(sm) if stop_at_eos else frozenset(),
     )
-    for _ in run.passes():
+    # the oracle's reference: a whole plain decode before the measured one starts
+    for _ in progress(run.passes(), total=max_tokens - 1, desc="reference (plain)", unit="tok"):
         pass
     sm.reset_cache()
     return list(run.generated)
@@ -90,8 +92,11 @@ def generate(
     append: bool = False,
     routing: Trace | None = None,
     reference: list[int] | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
 ) -> GenerationResult:
-    """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress).
+    """Decode `prompt` with `drafter`; `on_pass` sees each record once it is written (progress),
+    `on_tokens` each pass's newly committed tokens (the prefill's first one with the first pass's:
+    streamed text).
 
     `drafter` is the spec parsed at the edge; a string (`oracle:0.9`, for scripts and tests) is
     parsed here, once.
@@ -106,13 +111,13 @@ def generate(
     streamer.route_override = TraceRouting.for_model(routing, sm, seed) if routing else None
     try:
         return _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos,
-                         on_pass, append, routing, reference)  # fmt: skip
+                         on_pass, append, routing, reference, on_tokens)  # fmt: skip
     finally:
         streamer.route_override = None
 
 
 def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_pass, append,
-              routing, reference) -> GenerationResult:  # fmt: skip
+              routing, reference, on_tokens) -> GenerationResult:  # fmt: skip
     cfg = cfg or DecodeConfig()
     spec = DrafterSpec.parse(drafter) if isinstance(drafter, str) else drafter
     check_context(sm, len(prompt), cfg.max_tokens)
@@ -129,6 +134,7 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
         raise
     records: list[PassRecord] = []
     tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
+    shown = 0  # tokens given to on_tokens
     try:
         watch = sm.streamer.log.watching(tap) if tap else contextlib.nullcontext()
         with watch:
@@ -140,6 +146,9 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
                     writer.write(rec)
                 if on_pass:
                     on_pass(rec)
+                if on_tokens:
+                    on_tokens(run.generated[shown:])
+                    shown = len(run.generated)
     finally:
         if writer:
             writer.close()

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
 
 from specdec.core.errors import SpecdecError
 from specdec.decode.sampling import probs, sample
-from specdec.stream.loader import StreamedModel
 from specdec.stream.steplog import Call
+
+if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
+    from specdec.stream.loader import StreamedModel
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,7 +23,9 @@ from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile, auto_profile
 from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed
 from specdec.gamma.shadows import ShadowReport, Shadows
-from specdec.stream.loader import StreamedModel, build_cache
+
+if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
+    from specdec.stream.loader import StreamedModel
 
 
 @dataclass
@@ -48,6 +51,8 @@ class AutoGamma:
             return clock.expected(
                 profile, gamma, context, layers, union, misses, slot, d_union, d_misses
             )
+
+        from specdec.stream.loader import build_cache  # here: it imports mlx-lm (seconds)
 
         shadows = Shadows(
             lambda: build_cache(sm.policy, s.cache.n_slots, sm.policy_options, s.key_stride),

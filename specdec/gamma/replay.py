@@ -38,6 +38,7 @@ from specdec.clock.passes import PassClock, StepCounts
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
+from specdec.core.progress import progress
 from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed
 from specdec.gamma.shadows import Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
@@ -257,33 +258,32 @@ def auto_rows(
 
     given = hotlist is not None
     out = []
-    for alpha in alphas:
-        for policy in policies:
-            for n, nbytes in sizes:
-                r = replay_passes(
-                    trace, policy, n, AUTO, alpha, clock, profile, seed, positions,
-                    hotlist,
-                )  # fmt: skip
-                out.append(
-                    SimResult(
-                        policy=str(policy),
-                        budget_slots=n,
-                        budget_bytes=nbytes,
-                        accesses=r.accesses,
-                        hits=r.hits,
-                        misses=r.accesses - r.hits,
-                        hit_rate=r.hits / max(r.accesses, 1),
-                        bytes_read=r.bytes_read,
-                        bytes_per_token=r.bytes_per_token,
-                        positions=r.positions,
-                        gamma=AUTO.label,
-                        alpha=alpha,
-                        committed=r.committed,
-                        mean_union=r.accesses / max(r.passes * trace.n_layers, 1),
-                        hotlist="given" if given else "",
-                        modeled_tokens_per_s=r.tokens_per_s,
-                        gamma_hist=r.gamma_hist,
-                        gamma_auto_profile=profile.name,
-                    )
-                )
+    runs = [(a, p, n, nbytes) for a in alphas for p in policies for n, nbytes in sizes]
+    for alpha, policy, n, nbytes in progress(runs, desc="simulate γ auto", unit="replay"):
+        r = replay_passes(
+            trace, policy, n, AUTO, alpha, clock, profile, seed, positions,
+            hotlist,
+        )  # fmt: skip
+        out.append(
+            SimResult(
+                policy=str(policy),
+                budget_slots=n,
+                budget_bytes=nbytes,
+                accesses=r.accesses,
+                hits=r.hits,
+                misses=r.accesses - r.hits,
+                hit_rate=r.hits / max(r.accesses, 1),
+                bytes_read=r.bytes_read,
+                bytes_per_token=r.bytes_per_token,
+                positions=r.positions,
+                gamma=AUTO.label,
+                alpha=alpha,
+                committed=r.committed,
+                mean_union=r.accesses / max(r.passes * trace.n_layers, 1),
+                hotlist="given" if given else "",
+                modeled_tokens_per_s=r.tokens_per_s,
+                gamma_hist=r.gamma_hist,
+                gamma_auto_profile=profile.name,
+            )
+        )
     return out

@@ -45,6 +45,7 @@ from specdec.core.files import (
     swap_dir,
     write_error,
 )
+from specdec.core.progress import progress
 from specdec.pack.copypipe import Chunk, Piece, open_source, write_chunks
 from specdec.pack.guard import (
     PACK_KIND,
@@ -298,10 +299,14 @@ def _write_experts(
     on_block: Callable[[int, int], None] | None,
 ) -> None:
     written = [0]
+    total = sum(layout.block_bytes * layout.n_experts for layout, _ in layers.values())
+    bar = progress(total=total, desc="pack experts", unit="B")
+    bar.unit_scale = True  # bytes as kB, MB, GB
 
     def done(chunk: Chunk, crcs: list[int]) -> None:
         lid, e0 = chunk.tag
         layout = layers[lid][0]
+        bar.update(len(crcs) * layout.block_bytes)
         for i, crc in enumerate(crcs):
             layout.crc32[e0 + i] = crc
             if on_block is not None:
@@ -312,7 +317,8 @@ def _write_experts(
     max_chunk = max(
         layout.block_bytes * max(1, CHUNK // layout.block_bytes) for layout, _ in layers.values()
     )
-    write_chunks(path, _expert_chunks(layers, src), done, max_chunk, direct=True)
+    with bar:
+        write_chunks(path, _expert_chunks(layers, src), done, max_chunk, direct=True)
 
 
 def _copied(f: Path) -> bool:

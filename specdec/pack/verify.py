@@ -26,6 +26,7 @@ import numpy as np
 
 from specdec.checkpoint.config_check import check_quantized
 from specdec.core.errors import SpecdecError, StoreError
+from specdec.core.progress import progress
 from specdec.pack.agree import check_against_config
 from specdec.store.arena import Arena
 from specdec.store.layout import RESIDENT, ExpertIndex
@@ -163,7 +164,7 @@ def _verify_blocks(packed_dir, index, io, threads, sample, mask: dict) -> int:
     batch = max(1, min(BATCH, BATCH_BYTES // index.slot_bytes, widest))
     arena = Arena(batch, index.slot_bytes)
     with ExpertReader(packed_dir, index, arena, io=io, threads=threads) as reader:
-        for lid in index.layer_ids:
+        for lid in progress(index.layer_ids, desc="verify", unit="layer"):
             layout = index.layers[lid]
             chosen = np.flatnonzero(mask[lid]).tolist()
             chosen = [chosen[i] for i in _sampled(len(chosen), sample)]

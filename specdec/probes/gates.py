@@ -27,7 +27,6 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.cache.spec import PolicySpec
-from specdec.checkpoint.discover import switch_sites
 from specdec.core.units import Budget
 from specdec.probes.eviction import select_positions
 from specdec.probes.registry import Probe, ProbeOutput, register, trace_budget_slots
@@ -111,6 +110,8 @@ def gates_table(
         mask, hit = residency(trace, n, policy)
         variants[f"drop non-resident ({policy}, {n / total:.0%} budget)"] = (mask, hit, n)
     errs = {name: [] for name in variants}
+    from specdec.checkpoint.discover import switch_sites  # here: it imports mlx-lm (seconds)
+
     sites = switch_sites(sm.model)
     for j, lid in enumerate(trace.layer_ids):
         with sm.streamer.serving(Call("probe")):  # budget 100%: every expert is already resident

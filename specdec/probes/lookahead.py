@@ -193,9 +193,13 @@ def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> d
     pre = [r for r in rows if r["kind"] == "prefetch"]
     fig, axes = plt.subplots(1, 2 if pre else 1, figsize=(12 if pre else 7, 4), squeeze=False)
     ax = axes[0, 0]
+    # one colour per distance d in both panels: the router d MoE layers early (left) is the
+    # prediction the prefetch d layers ahead reads (right); d = 0 (no lookahead) is grey
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {d: palette[(d - 1) % len(palette)] if d else "0.4" for d in {r["d"] for r in rows}}
     for r in recall:
         ys = [np.nan if v is None else v for v in r["recall_decode_by_layer"]]
-        ax.plot(r["layer_ids"], ys, marker="o", label=r["predictor"])
+        ax.plot(r["layer_ids"], ys, marker="o", color=color[r["d"]], label=r["predictor"])
     ax.set_xticks(recall[0]["layer_ids"] if recall else [])
     ax.set_xlabel("model layer L (MoE layers)")
     ax.set_ylabel("recall of the layer's real top-k (decode positions)")
@@ -212,6 +216,7 @@ def write_lookahead(rows: list[dict], out_dir: str | Path, title: str = "") -> d
                 [100 * r["budget_share"] for r in rs],
                 [r["demand_misses_per_token"] for r in rs],
                 marker="o",
+                color=color[d],
                 label=label,
             )
         a2.set_xlabel("cache budget (% of all routed experts)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import progress
 from specdec.decode.drafters import Drafter
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.decode.routing import recording
@@ -51,7 +52,7 @@ def record_trace(
         k: [] for k in ("experts", "gates", "tokens", "prompt_ids", "phase", "lookahead")
     }
     inputs: dict[int, list[np.ndarray]] = {lid: [] for lid in lids}
-    for pid, prompt in enumerate(prompts):
+    for pid, prompt in enumerate(progress(prompts, desc="trace record", unit="prompt")):
         with recording(sm) as rec, MoETap(sm.model, sm.family, distances, keep_inputs) as tap:
             run = Decode(sm, prompt, Drafter(), DecodeConfig(1, max_tokens), (), eos_ids(sm))
             for _ in run.passes():

@@ -177,6 +177,33 @@ def _tables(st: Setting, suffix: str, report: Report) -> None:
         t[f"verify_vs_trace{suffix}"] = st.trace_rows
 
 
+def speedup_points(rows: list[dict]) -> dict[int, list[dict]]:
+    """γ -> (acceptance, measured speed-up) points of a setting's speed-up rows, for wandb."""
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        if r["acceptance"] is not None and r["speedup_bytes"] is not None:
+            point = {"acceptance": r["acceptance"], "speed-up vs γ=1": r["speedup_bytes"]}
+            out.setdefault(r["gamma"], []).append({**point, "drafter": r["drafter"]})
+    return dict(sorted(out.items()))
+
+
+def bytes_lines(rows: list[dict]) -> dict[str, dict[int, float]]:
+    """drafter -> {γ: bytes per token} (mean over its jobs), each starting from the γ = 1 jobs'
+    value: the line a drafter's γ sweep draws against plain decoding."""
+    by: dict[str, dict[int, list[float]]] = {}
+    for r in rows:
+        by.setdefault(r["drafter"], {}).setdefault(r["gamma"], []).append(r["bytes_per_token"])
+    plain = [v for d in by.values() for v in d.get(1, [])]
+    out = {}
+    for drafter, per_gamma in by.items():
+        if set(per_gamma) == {1}:
+            continue  # plain decoding alone: the start of every other line
+        line = {1: float(np.mean(plain))} if plain else {}
+        line.update({g: float(np.mean(v)) for g, v in per_gamma.items() if g != 1})
+        out[drafter] = dict(sorted(line.items()))
+    return out
+
+
 def _log_wandb(report: Report, jobs: list, mode: str) -> None:
     sweep = jobs[0].meta.get("sweep", "report")
     shutil.rmtree(report.out_dir / "wandb", ignore_errors=True)  # one report run, the latest
@@ -218,6 +245,23 @@ def _log_wandb(report: Report, jobs: list, mode: str) -> None:
                     curves,
                     "model speedup vs acceptance",
                     "acceptance α",
+                )
+            for g, points in speedup_points(st.speedup_rows).items():
+                sink.log_scatter(
+                    f"speedup_vs_acceptance_g{g}{suffix}",
+                    points,
+                    "acceptance",
+                    "speed-up vs γ=1",
+                    f"measured speed-up (bytes) vs acceptance, γ = {g}",
+                )
+            lines = bytes_lines(st.job_rows())
+            if lines:
+                sink.log_lines(
+                    f"bytes_per_token_vs_gamma{suffix}",
+                    [list(v) for v in lines.values()],
+                    {k: list(v.values()) for k, v in lines.items()},
+                    "expert bytes read per token vs γ",
+                    "γ",
                 )
         sink.log_images(report.plots)
         ok = True

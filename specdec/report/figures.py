@@ -49,8 +49,10 @@ def plot_verify_vs_trace(st: Setting, path: Path) -> Path:
     for i, d in enumerate(drafters):
         rows = sorted((r for r in st.trace_rows if r["drafter"] == d), key=lambda r: r["gamma"])
         acc = ", ".join(f"γ={r['gamma']}: α={r['acceptance']:.2f}" for r in rows)
+        # side by side at each γ: drafters with the same union would hide each other
+        shift = 0.12 * (i - (len(drafters) - 1) / 2)
         ax.plot(
-            [r["gamma"] for r in rows],
+            [r["gamma"] + shift for r in rows],
             [r["verify_union"] for r in rows],
             _MARKERS[i % len(_MARKERS)],
             ms=8,

@@ -1,7 +1,9 @@
 """The report as markdown: tables to paste into an issue tracker, with the figures linked.
 
 `render(root, report)` is called by `specdec.report.build_report`; numbers keep four
-significant digits, missing values print as an em dash.
+significant digits (no exponents; thousands separated), missing values print as an em dash.
+Columns the glossary (COLUMNS) knows get a plain-English header and a definition under their
+table.
 """
 
 from __future__ import annotations
@@ -9,23 +11,102 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# key -> (header, definition); a key `name/PROFILE` is looked up as `name/`
+COLUMNS: dict[str, tuple[str, str]] = {
+    "gamma": ("γ", "positions per verify pass; γ = 1 is plain decoding"),
+    "passes": ("passes", "verify passes (forward passes of the target model)"),
+    "committed": ("tokens", "tokens committed after the prefill's first"),
+    "acceptance": (
+        "acceptance α",
+        "accepted / (accepted + rejected), the α of E = (1 − α^γ)/(1 − α); a pass rejects at "
+        "most one draft and the drafts after it are never judged",
+    ),
+    "accepted_per_drafted": (
+        "accepted / drafted",
+        "accepted over every drafted token, never-judged ones included: below α whenever a "
+        "pass rejects",
+    ),
+    "mean_accepted_length": ("accepted per pass", "drafts accepted per verify pass"),
+    "tokens_per_pass": ("tokens per pass", "committed tokens per verify pass"),
+    "mean_union": (
+        "union (experts)",
+        "distinct routed experts per MoE layer per verify pass, rejected drafts included",
+    ),
+    "bytes_per_token": (
+        "bytes per token",
+        "expert bytes read from disk per committed token, the drafts' reads included",
+    ),
+    "hit_rate": ("hit rate", "expert cache hits / accesses"),
+    "tokens_per_s": (
+        "tok/s measured",
+        "decode tokens per second on this machine, prefill excluded",
+    ),
+    "modeled_tokens_per_s/": ("tok/s modeled", "tokens per second the device model gives"),
+    "speedup_vs_plain": (
+        "speed-up vs γ=1 (bytes)",
+        "bytes per token of the γ = 1 jobs / this job's: the speed-up while streaming experts "
+        "bounds decoding",
+    ),
+    "speedup_bytes": (
+        "speed-up vs γ=1 (bytes)",
+        "bytes per token of the γ = 1 jobs / this job's: the speed-up while streaming experts "
+        "bounds decoding",
+    ),
+    "model_speedup": (
+        "union model speed-up",
+        "E(α, γ) / (U(γ)/U(1)): what the unions alone predict, every selected expert a read",
+    ),
+    "residual": (
+        "measured − model",
+        "negative where cache misses, not unions, cost the difference: a wider pass evicts "
+        "experts the next tokens need again",
+    ),
+    "speedup_modeled/": ("speed-up vs γ=1, modeled", "modeled tok/s / the γ = 1 jobs' modeled"),
+    "verify_union": ("verify union", "union of a real verify pass (rejected drafts included)"),
+    "trace_union": ("trace union", "union of γ consecutive committed tokens' experts"),
+    "ratio": ("verify / trace", "verify union / trace union"),
+    "layer_min": ("fewest (layer)", "the smallest mean union of one MoE layer"),
+    "layer_max": ("most (layer)", "the largest mean union of one MoE layer"),
+    "rmse": ("rmse (experts)", "root-mean-square of measured − fit over the γ measured"),
+    "cost": ("cost", "U(γ)/U(1): a verify pass's expert reads in plain passes"),
+    "ceiling (α=1)": ("ceiling (α=1)", "the speed-up if every draft were accepted: γ / cost"),
+    "break-even α": ("break-even α", "the acceptance below which this γ is slower than γ = 1"),
+}
+
 
 def fmt(v) -> str:
-    if v is None:
+    if v is None or (isinstance(v, float) and v != v):
         return "—"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.4g}" if v == 0 or abs(v) >= 1e-3 else f"{v:.2e}"
     return str(v)
+
+
+def _column(key: str) -> tuple[str, str] | None:
+    name, slash, profile = key.partition("/")
+    known = COLUMNS.get(f"{name}/" if slash else key)
+    if known and slash:
+        return f"{known[0]} ({profile})", f"{known[1]} on profile {profile}"
+    return known
 
 
 def table(rows: list[dict], columns: list[str] | None = None) -> str:
     if not rows:
         return "_(no rows)_\n"
     columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-    head = "| " + " | ".join(columns) + " |"
+    named = {c: _column(c) for c in columns}
+    head = "| " + " | ".join(named[c][0] if named[c] else c for c in columns) + " |"
     rule = "|" + "|".join("---:" if _numeric(rows, c) else "---" for c in columns) + "|"
     body = ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join([head, rule, *body]) + "\n"
+    terms = [f"**{n[0]}**: {n[1]}" for n in dict.fromkeys(v for v in named.values() if v)]
+    notes = ["", *[f"- {t}" for t in terms]] if terms else []
+    return "\n".join([head, rule, *body, *notes]) + "\n"
 
 
 def _numeric(rows: list[dict], c: str) -> bool:

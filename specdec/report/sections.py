@@ -96,9 +96,14 @@ class Setting:
         return next((j.trace for j in self.jobs if j.trace), None)
 
     def job_rows(self) -> list[dict]:
+        """One row per job, with its speed-up against the setting's γ = 1 jobs (None: no γ = 1
+        job, or bytes not comparable)."""
+        plain = [j.summary["bytes_per_token"] for j in self.jobs if j.gamma == 1]
+        base = float(np.mean(plain)) if plain else None
         rows = []
         for j in self.jobs:
             s = j.summary
+            bpt = s["bytes_per_token"]
             rows.append(
                 {
                     "drafter": j.drafter,
@@ -114,6 +119,7 @@ class Setting:
                     "hit_rate": s["hit_rate"],
                     "tokens_per_s": s["tokens_per_s"],
                     f"modeled_tokens_per_s/{j.profile}": j.modeled_tps,
+                    "speedup_vs_plain": base / bpt if base and bpt else None,
                 }
             )
         return rows

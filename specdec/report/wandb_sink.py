@@ -101,6 +101,13 @@ class WandbSink:
         )
         self.run.log({name: plot})
 
+    def log_scatter(self, name: str, rows: list[dict], x: str, y: str, title: str) -> None:
+        """A native wandb scatter of `rows`' columns x and y (zoomable, not an image)."""
+        if not self.run or not rows:
+            return
+        plot = self._wandb.plot.scatter(self.table(rows), x, y, title=title)
+        self.run.log({name: plot})
+
     def log_images(self, paths: Sequence[Path]) -> None:
         if not self.run:
             return
@@ -108,16 +115,31 @@ class WandbSink:
             self.run.log({Path(p).stem: self._wandb.Image(str(p))})
 
     def log_summary(self, values: dict) -> None:
+        """The whole summary: nested dicts as `a/b` keys, lists of numbers as lists (a
+        histogram: accepted lengths, γ chosen), flags as booleans; None and NaN left out."""
         if not self.run:
             return
-        for k, v in values.items():
-            if _is_number(v) or isinstance(v, str):
-                self.run.summary[k] = v
+        for k, v in summary_items(values):
+            self.run.summary[k] = v
 
     def finish(self, ok: bool = True) -> None:
         if self.run:
             self.run.finish(exit_code=0 if ok else 1)
             self.run = None
+
+
+def summary_items(values: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """(key, value) pairs wandb's run summary holds, from a nested summary dict."""
+    out: list[tuple[str, object]] = []
+    for k, v in values.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += summary_items(v, f"{key}/")
+        elif isinstance(v, bool) or isinstance(v, str) or _is_number(v):
+            out.append((key, v))
+        elif isinstance(v, (list, tuple)) and all(_is_number(x) for x in v):
+            out.append((key, list(v)))
+    return out
 
 
 def _logged_in() -> bool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specdec.core.progress import progress
 from specdec.sim.bounds import knapsack_counts
 from specdec.sim.stats import overlap_per_layer, trace_stats, union_per_layer
 from specdec.trace.synthetic import SynthParams, Targets, TraceShape, generate, generate_experts
@@ -141,7 +142,7 @@ def _nelder_mead(shape: TraceShape, targets: Targets, start: SynthParams, seed: 
         return loss(proxy_stats(shape, targets, _params(x), seed), targets)
 
     x, best, evals = _vector(start), np.inf, 0
-    for _ in range(MAX_ROUNDS):
+    for _ in progress(range(MAX_ROUNDS), desc="trace fit", unit="round"):
         simplex = np.vstack([x, x + STEP * np.eye(len(x))])  # [5, 4]
         res = minimize(
             f, x, method="Nelder-Mead", options={"initial_simplex": simplex, **NM_OPTIONS}

@@ -42,6 +42,7 @@ import numpy as np
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.spec import LCS_PREFIX, PolicySpec
 from specdec.core.errors import BudgetError, SpecdecError
+from specdec.core.progress import progress
 from specdec.core.units import Budget, format_bytes
 from specdec.sim.bounds import knapsack_counts
 from specdec.sim.replay import (
@@ -247,24 +248,28 @@ def simulate(
             starts=frozenset(prompt_starts(trace, len(steps)).tolist()),
         )
     out: list[SimResult] = []
-    for gamma in gammas:
-        plain: list[SimResult] = []
-        for alpha in alphas:
-            if gamma == 1 and plain:  # α changes nothing without drafts
-                out.extend(replace(r, alpha=alpha) for r in plain)
-                continue
-            acc = access_sequence(trace, gamma, alpha, seed, positions)
-            sizes = budget_sizes(trace, budgets, acc.widest)
-            rows = []
-            for policy in policies:
-                hot = hotlist_static if policy.name == "static" else hotlist
-                for n, nbytes in sizes:
-                    rows.append(
-                        _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given)
-                    )
-            if gamma == 1:
-                plain = rows
-            out.extend(rows)
+    runs = len(gammas) * len(alphas) * len(policies) * len(budgets)
+    with progress(total=runs, desc="simulate", unit="replay") as bar:
+        for gamma in gammas:
+            plain: list[SimResult] = []
+            for alpha in alphas:
+                if gamma == 1 and plain:  # α changes nothing without drafts
+                    out.extend(replace(r, alpha=alpha) for r in plain)
+                    bar.update(len(plain))
+                    continue
+                acc = access_sequence(trace, gamma, alpha, seed, positions)
+                sizes = budget_sizes(trace, budgets, acc.widest)
+                rows = []
+                for policy in policies:
+                    hot = hotlist_static if policy.name == "static" else hotlist
+                    for n, nbytes in sizes:
+                        rows.append(
+                            _one(setup, policy, n, nbytes, acc, trace, gamma, alpha, hot, given)
+                        )
+                        bar.update()
+                if gamma == 1:
+                    plain = rows
+                out.extend(rows)
     return out
 
 

@@ -129,10 +129,33 @@ def ensure_packed(model_dir: Path) -> Path:
     return out
 
 
-def resolve(path: str | Path) -> Path:
-    """The model directory `--model` names (checkpoint/bundled.py: a bare bundled name is the
-    bundled model, even with a folder of that name in the working directory)."""
+def resolve(path: str | Path, revision: str | None = None) -> Path:
+    """The model directory `--model` names, in this order: a bundled model's bare name, an
+    existing directory (checkpoint/bundled.py `resolve_model`), a Hugging Face repo id (ORG/NAME
+    that is no local path) fetched as mlx-lm fetches it (mlx_lm.utils._download: the hub cache,
+    HF_HUB_CACHE, HF_HUB_OFFLINE, `revision`)."""
+    text = str(path)
+    if not Path(text).expanduser().exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+        if text[0] not in ".~":
+            return _from_hub(text, revision)
     return resolve_model(path)
+
+
+def _from_hub(repo: str, revision: str | None) -> Path:
+    from mlx_lm.utils import _download  # mlx-lm's own: `mlx_lm.generate --model ORG/NAME`
+
+    try:
+        return Path(_download(repo, revision=revision))
+    except (OSError, ValueError) as e:  # huggingface_hub's errors: not found, offline, HTTP
+        at = f" at revision {revision}" if revision else ""
+        if isinstance(e, FileNotFoundError):  # LocalEntryNotFoundError: offline, not cached
+            why = "not in the Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE) or out of reach"
+        else:
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SpecdecError(
+            f"model {repo!r}{at}: {why}; check the repo id and revision, download it online once, "
+            "or pass a model directory"
+        ) from None
 
 
 def _top_k(config: dict) -> int:
@@ -151,6 +174,7 @@ def load(
     stream: StreamConfig | None = None,
     *,
     with_mtp: bool = True,
+    revision: str | None = None,
     **settings,
 ) -> StreamedModel:
     """Build the streamed model; `stream` says how its experts stream (budget, policy, io, ...).
@@ -165,7 +189,7 @@ def load(
     stream = stream or StreamConfig(
         **{k: v for k, v in settings.items() if k != "policy_options" or v is not None}
     )
-    src = resolve(path)
+    src = resolve(path, revision)  # revision: of a Hugging Face repo id
     if not (src / "config.json").is_file():
         bundled = f" (the bundled model is `--model {src.name}`)" if src.name in BUNDLED else ""
         raise SpecdecError(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specdec.core.errors import SpecdecError
+from specdec.core.progress import progress
 from specdec.trace.format import Trace
 
 _CHUNK = 128  # positions whose random numbers are drawn at once
@@ -91,7 +92,7 @@ def generate_experts(
     ring = np.zeros((M, n_layers, n_experts), dtype=bool)  # [M, L, E]: ring[t % M] = S_t
     full = np.zeros((n_layers, n_experts))  # [L, E] sum of S over lags 1 .. M - 1
     h, log_pi = params.history, np.log(pi)
-    for t in range(n_positions):
+    for t in progress(range(n_positions), desc="trace synth", unit="pos"):
         if t % _CHUNK == 0:  # random numbers drawn in bulk: far faster than per position
             n = min(_CHUNK, n_positions - t)
             gumbel = rng.gumbel(size=(n, n_layers, n_experts))  # [n, L, E]

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,19 @@ def corrupt_layer(path: Path, layer: int) -> None:
 
 def save_experts(trace: Path, array: np.ndarray) -> None:
     np.save(trace / "experts.npy", array)
+
+
+def hub_offline(ctx: dict) -> None:
+    """huggingface_hub offline with an empty cache (HF_HUB_OFFLINE=1, HF_HUB_CACHE=...)."""
+    import huggingface_hub.constants as hub
+
+    ctx["monkeypatch"].setattr(hub, "HF_HUB_OFFLINE", True)
+    ctx["monkeypatch"].setattr(hub, "HF_HUB_CACHE", str(ctx["tmp"] / "hub"))
+
+
+def without_scipy(ctx: dict) -> None:
+    """`pip install specdec` without its sim extra: importing scipy fails."""
+    ctx["monkeypatch"].setitem(sys.modules, "scipy.optimize", None)
 
 
 def nothing(ctx: dict[str, Path]) -> None:
@@ -161,6 +175,7 @@ def non_empty_dir(ctx: dict) -> None:
 # case name (first column of docs/errors.md) -> how to make its bad input
 SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "model path does not exist": nothing,
+    "Hugging Face repo not cached, offline": hub_offline,
     "pack: model directory does not exist": nothing,
     "verify: directory does not exist": nothing,
     "pack: --cold-bits not an MLX width": lambda c: hotlist(c, b"1 0 5 1.0\n"),
@@ -232,6 +247,9 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "negative lookahead": nothing,
     "prompt not UTF-8": nothing,
     "--chat without a chat template": nothing,
+    "--drafter with mlx-lm's --draft-model": nothing,
+    "--gamma with mlx-lm's --num-draft-tokens": nothing,
+    "--num-draft-tokens negative": nothing,
     "negative seed": nothing,
     "temperature NaN": nothing,
     "temperature inf": nothing,
@@ -279,6 +297,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "probe gates on a trace": nothing,
     "union-model: --plot not writable": lambda c: (c["tmp"] / "file").write_text("x"),
     "union-model: union shrinks with gamma": nothing,
+    "union-model without the sim extra": without_scipy,
     "trace synth: more positions than memory": lambda c: c.update(
         memory=f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 1e9:.1f}"
     ),

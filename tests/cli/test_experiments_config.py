@@ -81,9 +81,15 @@ def test_schema_rejects_unknown_keys_and_wrong_types():
 
 
 def test_slug_and_hash():
-    assert slug("drafter=oracle,model.path=/a b/c") == "drafter=oracle,model.path=_a_b_c"
-    long_a, long_b = slug("model.path=" + "x" * 200 + "a"), slug("model.path=" + "x" * 200 + "b")
-    assert len(long_a) <= 120 and long_a != long_b
+    # a path is its basename and a hash: short, stable, and two of one basename stay apart
+    a = slug("drafter=oracle,model.path=/tmp/nc/q3tiny")
+    assert a == slug("drafter=oracle,model.path=/tmp/nc/q3tiny")
+    assert a.startswith("drafter=oracle,model.path=q3tiny-") and "tmp" not in a
+    assert a != slug("drafter=oracle,model.path=/other/q3tiny")
+    assert slug("gamma=2,drafter.alpha=0.9") == "gamma=2,drafter.alpha=0.9"
+    assert slug("prompt=a b?c") == "prompt=a_b_c"
+    long_a, long_b = slug("prompt=" + "x" * 200 + "a"), slug("prompt=" + "x" * 200 + "b")
+    assert len(long_a) <= 80 and long_a != long_b
     base = {"gamma": 2, "logger": {"mode": "offline"}, "sweep": "a"}
     same = {"gamma": 2, "logger": {"mode": "disabled"}, "sweep": "b"}
     assert config_hash(base) == config_hash(same)  # where it logs is not what it measures
@@ -104,3 +110,54 @@ def test_bad_trace_gammas_and_too_few_tokens_are_one_line_errors(tmp_path):
             to_config(cfg)
     with pytest.raises(SpecdecError, match="needs max_tokens >= 2"):
         decode(SimpleNamespace(max_tokens=1), None, tmp_path)
+
+
+def test_experiment_files_say_what_they_change():
+    """Each experiment file's header names every default it changes (a group it overrides, a
+    top-level value it sets), so `experiment=union_cost` changes no budget silently."""
+    import yaml
+
+    for path in sorted((CONF / "experiment").glob("*.yaml")):
+        text = path.read_text()
+        header = " ".join(line for line in text.splitlines() if line.startswith("#"))
+        assert "Changes from the" in header, f"{path.name}: no 'Changes from ...' line"
+        body = yaml.safe_load(text)
+        changed = [
+            next(iter(d)).removeprefix("override /")
+            for d in body.get("defaults", [])
+            if isinstance(d, dict)
+        ]
+        for key, value in body.items():
+            if key in ("defaults", "task", "sweep", "hydra"):
+                continue
+            changed += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
+        for name in changed:
+            assert name in header, f"{path.name}: sets {name} without saying so in its header"
+
+
+def test_ad_hoc_sweeps_get_their_own_folder():
+    """The main job's axes (γ, drafter) keep runs/sweeps/main; other keys name their own
+    folder, unless `sweep=` names one."""
+    from experiments.run import sweep_name
+
+    register()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        for overrides, want in (
+            ([], "runs/sweeps/main"),
+            (["gamma=8", "drafter=mtp"], "runs/sweeps/main"),
+            (
+                ["cache.budget=5%", "model=random_deepseek_v3"],
+                "runs/sweeps/main+cache.budget,model",
+            ),
+            (["cache.budget=5%", "sweep=mine"], "runs/sweeps/mine"),
+            (
+                ["experiment=speedup_vs_acceptance", "drafter.alpha=0.5"],
+                "runs/sweeps/speedup_vs_acceptance",
+            ),
+        ):
+            cfg = compose("config", overrides, return_hydra_config=True)
+            assert cfg.hydra.sweep.dir == want, overrides
+    # a job sees its own values; the folder depends on the keys only
+    assert sweep_name("main", ["cache.budget=5%", "gamma=2"]) == sweep_name(
+        "main", ["cache.budget=9%"]
+    )

@@ -53,3 +53,91 @@ def test_report_shows_tasks_without_records(tmp_path):
     assert "![eviction](../task.options.budgets=[0.1]/eviction.png)" in md
     assert report.tables == {"task.options.budgets_0.1_eviction": rows}
     assert report.plots == [run_dir / "eviction.png"]
+
+
+def test_a_runs_whole_summary_goes_to_wandb():
+    """Nested dicts, histograms and flags of a decode summary reach wandb's run summary, not
+    only its top-level numbers."""
+    from specdec.report.wandb_sink import summary_items
+
+    summary = {
+        "mean_union": 3.5,
+        "drafter": "mtp",
+        "hit_rate": None,
+        "holds_all_experts": False,
+        "accepted_length_hist": [4, 2, 9],
+        "per_token_ms": {"compute": 1.5, "blocked_on_reads": 0.25},
+        "cache_counters": {"hits": 7, "by_phase": {"verify": 5}},
+        "tokens_per_s": float("nan"),
+    }
+    assert dict(summary_items(summary)) == {
+        "mean_union": 3.5,
+        "drafter": "mtp",
+        "holds_all_experts": False,
+        "accepted_length_hist": [4, 2, 9],
+        "per_token_ms/compute": 1.5,
+        "per_token_ms/blocked_on_reads": 0.25,
+        "cache_counters/hits": 7,
+        "cache_counters/by_phase/verify": 5,
+    }
+
+
+def test_tables_read_without_the_code():
+    """Plain-English headers with a definition under the table, thousands separated, no
+    exponents; unknown columns keep their names."""
+    from specdec.report.markdown import table
+
+    text = table(
+        [
+            {
+                "gamma": 2,
+                "bytes_per_token": 909090.9,
+                "passes": 12345,
+                "acceptance": 0.6512,
+                "modeled_tokens_per_s/m4-24gb": 31.25,
+                "speedup_vs_plain": 0.8,
+                "other": 0.00001234,
+            }
+        ]
+    )
+    head, _, row, *notes = text.splitlines()
+    assert head == (
+        "| γ | bytes per token | passes | acceptance α | tok/s modeled (m4-24gb) "
+        "| speed-up vs γ=1 (bytes) | other |"
+    )
+    assert row == "| 2 | 909,091 | 12,345 | 0.6512 | 31.25 | 0.8 | 1.23e-05 |"
+    assert "e+" not in text
+    defined = [n.split("**")[1] for n in notes if n.startswith("- **")]
+    assert defined == ["γ", "bytes per token", "passes", "acceptance α",
+                       "tok/s modeled (m4-24gb)", "speed-up vs γ=1 (bytes)"]  # fmt: skip
+
+
+def test_wandb_gets_a_scatter_per_gamma_and_bytes_lines(tmp_path):
+    """Speed-up vs acceptance as native wandb scatters (one per γ), bytes per token vs γ as
+    lines from plain decoding's point; logged by a real offline run."""
+    from specdec.report import bytes_lines, speedup_points
+    from specdec.report.wandb_sink import WandbSink
+
+    rows = [
+        {"drafter": "oracle:0.9", "gamma": 2, "acceptance": 0.9, "speedup_bytes": 1.2},
+        {"drafter": "oracle:0.5", "gamma": 2, "acceptance": 0.5, "speedup_bytes": 0.8},
+        {"drafter": "oracle:0.9", "gamma": 4, "acceptance": 0.88, "speedup_bytes": 1.1},
+        {"drafter": "self", "gamma": 4, "acceptance": None, "speedup_bytes": None},
+    ]
+    points = speedup_points(rows)
+    assert sorted(points) == [2, 4] and len(points[2]) == 2 and len(points[4]) == 1
+    jobs = [
+        {"drafter": "none", "gamma": 1, "bytes_per_token": 100.0},
+        {"drafter": "mtp", "gamma": 2, "bytes_per_token": 150.0},
+        {"drafter": "mtp", "gamma": 4, "bytes_per_token": 230.0},
+    ]
+    assert bytes_lines(jobs) == {"mtp": {1: 100.0, 2: 150.0, 4: 230.0}}
+    sink = WandbSink("offline", tmp_path, name="t")
+    try:
+        sink.log_scatter(
+            "speedup_vs_acceptance_g2", points[2], "acceptance", "speed-up vs γ=1", "t"
+        )
+    finally:
+        sink.finish()
+    logged = [p.name for p in tmp_path.rglob("*.table.json")]
+    assert any(name.startswith("speedup_vs_acceptance_g2") for name in logged), logged

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from specdec.core.errors import SpecdecError
 from specdec.decode.drafters.registry import DraftContext, Drafter, register, stack_q
@@ -43,6 +42,10 @@ class DraftModelDrafter(Drafter):
                 f"draft model vocabulary {model.args.vocab_size} != target's {vocab_size}: "
                 "a draft model must share the target's tokenizer"
             )
+        from mlx_lm.models.cache import (
+            make_prompt_cache,
+        )  # here: mlx-lm takes seconds to import (--help)
+
         self.cache = make_prompt_cache(model)
         self.pending: list[int] = []
         self.fed_drafts = 0
@@ -84,6 +87,8 @@ class DraftModelDrafter(Drafter):
     def commit(self, st: DecodeState, drafts: list[int], verdict: Verdict) -> None:
         kept = min(verdict.accepted, self.fed_drafts)
         if self.fed_drafts > kept:
+            from mlx_lm.models.cache import trim_prompt_cache
+
             trim_prompt_cache(self.cache, self.fed_drafts - kept)
         self.pending = drafts[kept : verdict.accepted] + [verdict.tokens[-1]]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from specdec.checkpoint.mtp import target_io
 from specdec.core.errors import SpecdecError
 from specdec.decode.drafters.registry import DraftContext, Drafter, NoOptions, register, stack_q
 from specdec.decode.sampling import Verdict
@@ -34,6 +33,8 @@ class MTPDrafter(Drafter):
 
     def __init__(self, mtp, model):
         self.mtp = mtp
+        from specdec.checkpoint.mtp import target_io  # here: it imports mlx-lm (seconds)
+
         self.embed, self.head = target_io(model)  # shared with the main model in every layout
         self.cache = None
         self.pending: tuple[mx.array, list[int]] | None = None  # (hidden [1,T,H], next tokens)
