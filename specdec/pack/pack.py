@@ -40,6 +40,7 @@ from specdec.checkpoint.discover import expert_matcher
 from specdec.core.errors import StoreError
 from specdec.core.files import (
     MARKER_PREFIX,
+    check_readable,
     check_replaceable,
     fresh_dir,
     swap_dir,
@@ -336,6 +337,7 @@ def pack(
             f"{model_dir}: no such model directory; give an mlx-lm model directory "
             "(made by `mlx_lm.convert` or `specdec make-random`)"
         )
+    check_readable(model_dir)
     # refusals first, so a refused OUT_DIR does not even get a lock file beside it; again under
     # the lock, as another process may have written OUT_DIR meanwhile
     mixed = ColdSpec.of(cold_bits, hotlist, hot_access_share)

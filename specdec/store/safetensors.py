@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from specdec.core.errors import StoreError
-from specdec.core.files import durable_replace
+from specdec.core.files import write_with
 
 # safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
 _ST_DTYPES: dict[str, str] = {
@@ -79,15 +79,11 @@ def write_safetensors(path: str | os.PathLike, weights: dict) -> Path:
     was, and no temporary behind."""
     import mlx.core as mx
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.safetensors")  # MLX adds the suffix
-    try:
-        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        durable_replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_with(  # MLX adds .safetensors to a name without it
+        path,
+        lambda tmp: mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"}),
+        suffix=".safetensors",
+    )
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from specdec.checkpoint.bundled import DEFAULT_MODEL
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
-from specdec.core.files import cache_root
+from specdec.core.files import cache_root, check_readable
 from specdec.pack.pack import pack
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
 from specdec.store.arena import Arena, block_layout
@@ -169,6 +169,7 @@ def load(
         **{k: v for k, v in settings.items() if k != "policy_options" or v is not None}
     )
     src = resolve(path)
+    check_readable(src)
     if not (src / "config.json").is_file():
         raise SpecdecError(f"{src}: no config.json; give an mlx-lm model directory or a packed one")
     try:
