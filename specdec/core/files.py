@@ -243,7 +243,7 @@ def check_output_file(
     if ours is not None and not ours(path):
         raise SpecdecError(
             f"{path} exists and was not written by {what}; {flag} only touches its own "
-            "output: delete it yourself or choose another path"
+            "output: choose another path"
         )
 
 
@@ -253,10 +253,13 @@ def open_regular(
     """os.open for a file that must be a regular file: a FIFO or device at `path` is refused
     (SpecdecError ending in `fix`) instead of blocking forever (opened non-blocking, checked
     with fstat, then made blocking)."""
+    refused = SpecdecError(f"{path} is not a regular file (a FIFO, device or socket); {fix}")
+    if not stat.S_ISREG(os.stat(path).st_mode):  # before open: flags like O_DIRECT fail on a FIFO
+        raise refused
     fd = os.open(path, flags | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SpecdecError(f"{path} is not a regular file (a FIFO, device or socket); {fix}")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the stat
+            raise refused
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -360,17 +363,20 @@ def claim_dir(
     hint: str,
     names: Iterable[str] | None = None,
     ignore: Callable[[Path], bool] = lambda _p: False,
+    also: tuple[str, ...] = (),
 ) -> Path:
     """Make `out` an output directory of `kind` commands, or refuse.
 
-    A missing or empty `out` is created and marked; one with the `kind` marker is ours. Any
+    A missing or empty `out` is created and marked; one with the `kind` marker (or that of a
+    kind in `also`: a probe writes into the job directory of the specdec-exp task running it)
+    is ours. Any
     other (entries for which `ignore` holds aside) is the user's: refused, unless the call
     writes only the files `names` and none of them exists yet (new files beside the user's are
     created, none replaced). `hint` says what to do instead."""
     out = Path(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         check_replaceable(out, kind, None, what, "")  # the one-line refusal of links and files
-    if owner(out) == kind:
+    if owner(out) in (kind, *also):
         return out
     try:
         out.mkdir(parents=True, exist_ok=True)

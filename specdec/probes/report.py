@@ -40,6 +40,7 @@ def write_report(out_dir: str | Path, name: str, rows: list[dict], markdown: str
         "`specdec probe`",
         "give --out a new or empty directory (or one a probe wrote)",
         names=paths.values(),
+        also=("run",),  # a specdec-exp job directory (specdec.report.rundir.RUN_KIND)
     )
     paths = {k: out / n for k, n in paths.items()}
     try:
