@@ -48,6 +48,7 @@ from specdec.core.files import (
     write_error,
 )
 from specdec.store.layout import MTP_FILE
+from specdec.store.safetensors import mlx_write_error
 
 GROUP_SIZE = 64
 EOS = "<|endoftext|>"
@@ -156,6 +157,9 @@ def writing_checkpoint(out_dir: str | Path, force: bool, need: int = 0) -> Itera
     except OSError as e:
         remove_leftover(tmp, RANDOM_KIND)
         raise write_error(out_dir, e) from None
+    except RuntimeError as e:  # MLX's save_safetensors on a full disk
+        remove_leftover(tmp, RANDOM_KIND)
+        raise (mlx_write_error(out_dir, e) or e) from None
     except BaseException:
         remove_leftover(tmp, RANDOM_KIND)
         raise

@@ -294,9 +294,13 @@ def check_free_space(directory: str | os.PathLike, need: int, what: str) -> None
         return  # no statfs here: the write itself will say if the disk fills
     if free < need:
         raise SpecdecError(
-            f"{what} needs {need / 2**20:.1f} MiB but {d} has {free / 2**20:.1f} MiB free; "
-            "free space or write elsewhere"
+            f"{what} needs {_size(need)} but {d} has {_size(free)} free; free space or write "
+            "elsewhere"
         )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**10:.0f} KiB" if n < 10 * 2**20 else f"{n / 2**20:.0f} MiB"
 
 
 def write_error(path: str | os.PathLike, e: OSError) -> SpecdecError:
@@ -387,6 +391,8 @@ def claim_dir(
     except OSError as e:
         raise write_error(out, e) from None
     if names is not None and not any((out / n).exists() or (out / n).is_symlink() for n in names):
+        return out
+    if owner(out) in (kind, *also):  # marked meanwhile by a writer of ours running beside us
         return out
     shown = ", ".join(theirs[:3]) + (", ..." if len(theirs) > 3 else "")
     raise SpecdecError(
