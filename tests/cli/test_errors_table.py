@@ -312,7 +312,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "report: --out the job directory": finished_job,
     "report: records cut short": lambda c: finished_job(c, keep=1),
     "trace hotlist: --out exists": lambda c: hotlist(c, b""),
-    "trace hotlist: --out a device": nothing,
+    "trace hotlist: --out a device or FIFO": lambda c: os.mkfifo(c["tmp"] / "pipe"),
     "trace hotlist: --out a symlink": lambda c: (c["tmp"] / "link.txt").symlink_to("gone.txt"),
     "trace hotlist: --overwrite on a file it did not write": nothing,
     "--records --append to a file that is not a record file": nothing,

@@ -141,7 +141,10 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
 
     monkeypatch.setattr(run, "ensure_fast_blas", lambda: None)  # no re-exec of pytest
     monkeypatch.setattr(run, "_hydra_main", interrupted)
-    with pytest.raises(SystemExit) as exit_:
-        run.main()
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            run.main()
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C ended specdec-exp with a KeyboardInterrupt traceback")
     assert exit_.value.code == 130
     assert capsys.readouterr().err == "specdec-exp: interrupted\n"

@@ -35,7 +35,6 @@ def probe_job(run_dir: Path) -> list[dict]:
     from specdec.report import rundir
 
     run_dir.mkdir(parents=True)
-    rundir.claim(run_dir)
     fig, ax = plt.subplots()
     ax.plot([0.1, 0.2], [0.5, 0.6])
     fig.savefig(run_dir / "eviction.png")
