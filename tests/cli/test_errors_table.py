@@ -320,6 +320,10 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace synth onto a symlink": lambda c: (
         (c["tmp"] / "real").mkdir() or (c["tmp"] / "link").symlink_to("real")
     ),
+    "union-model: --plot over a user's plot": lambda c: (
+        (c["tmp"] / "mine").mkdir()
+        or (c["tmp"] / "mine" / "union_vs_gamma.png").write_text("my plot")
+    ),
     "pack onto a symlink": lambda c: (
         (c["tmp"] / "real").mkdir() or (c["tmp"] / "link").symlink_to("real")
     ),
