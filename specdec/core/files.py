@@ -26,10 +26,11 @@ command of that kind wrote, never a user's folder that happens to have the same 
 The one rule for every output path of every command (tests/core/test_files.py): write only to a
 path the command created or marked as its own (a directory's marker; a single file's own format,
 checked by the command's `ours`), never rename over a device, a FIFO, a symlink or a foreign
-file, never delete what it did not write, append only to its own record files. Directories written whole go
-through `check_replaceable` + `fresh_dir` + `swap_dir`, directories written into through
-`claim_dir`, single files through
-`check_output_file` + `write_atomic`; `write_atomic` itself refuses a link or a non-regular file.
+file, never delete what it did not write, append only to its own record files. Directories
+written whole go through `check_replaceable` + `fresh_dir` + `swap_dir` (an atomic exchange:
+OUT is the old or the new one at every instant, also under Ctrl-C), directories written into
+through `claim_dir`, single files through `check_output_file` + `write_atomic`/`write_with`,
+which themselves refuse a link or a non-regular file.
 """
 
 from __future__ import annotations
