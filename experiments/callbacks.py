@@ -25,11 +25,13 @@ class SweepReport(Callback):
         self._lock: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from experiments.config import check_sweep_name
         from specdec.core.files import acquire
         from specdec.report.rundir import SWEEP_LOCK
 
         sweep = Path(config.hydra.sweep.dir)
         try:  # a second identical sweep would interleave the first one's records and report
+            check_sweep_name(config.sweep)  # before Hydra makes runs/sweeps/NAME
             self._lock = acquire(sweep / SWEEP_LOCK, wait=False, what=f"sweep directory {sweep}")
         except SpecdecError as e:
             raise SystemExit(f"specdec-exp: error: {e}") from None

@@ -9,6 +9,7 @@ annotations at class creation.
     python -c "from experiments.config import Config; print(Config())"
 """
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Union
@@ -99,6 +100,18 @@ def register() -> None:
     ConfigStore.instance().store(name="specdec_exp", node=Config)
 
 
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+-]*")
+
+
+def check_sweep_name(name: str) -> None:
+    """A sweep name is one folder under runs/sweeps/: no `/`, no `..`, nothing hidden."""
+    if not SWEEP_NAME.fullmatch(str(name)):
+        raise SpecdecError(
+            f"sweep={name}: a sweep name is one folder name (letters, digits and ._=,+- , "
+            "starting with a letter or digit); to write elsewhere set hydra.sweep.dir=DIR"
+        )
+
+
 def to_config(cfg: DictConfig) -> Config:
     """The composed config as the typed object (Hydra's own `hydra` node left out)."""
     plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
@@ -111,6 +124,7 @@ def to_config(cfg: DictConfig) -> Config:
             "(conf/ leaves it to you)"
         )
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
+    check_sweep_name(typed.sweep)
     typed.gamma = Gamma.parse(typed.gamma)
     typed.drafter_spec  # noqa: B018 -- a bad drafter option fails here, before any job starts
     bad = [g for g in typed.task.trace_gammas if g < 1]

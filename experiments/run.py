@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +105,7 @@ def _run_locked(cfg: DictConfig, run_dir: Path) -> float | None:
     if done:
         log.info("%s: finished before, skipped", run_dir)
         return done["headline"]["value"]
+    rundir.claim(run_dir)  # a directory of the user's (hydra.run.dir=DIR) is refused here
     rundir.clear(run_dir)
     overrides = list(HydraConfig.get().overrides.task)
     rundir.write_card(run_dir, resolved, jobs.meta(c, key, overrides), jobs.card(c, resolved))
@@ -156,7 +158,11 @@ _hydra_main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="
 
 def main() -> None:
     ensure_fast_blas()
-    _hydra_main()
+    try:
+        _hydra_main()
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status, not a traceback
+        print("specdec-exp: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

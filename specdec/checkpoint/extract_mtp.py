@@ -42,6 +42,7 @@ from mlx_lm.models import deepseek_v3, deepseek_v41, glm4_moe, qwen3_next
 from specdec.checkpoint.mtp import load_mtp, quantize_mtp
 from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
 from specdec.core.errors import SpecdecError
+from specdec.core.files import check_output_file, write_error
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors
 
@@ -206,8 +207,16 @@ _LAYOUTS = {
 }
 
 
-def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size: int = 64) -> Path:
+def extract_mtp(
+    hf_dir: Path,
+    out_dir: Path,
+    bits: int | None = None,
+    group_size: int = 64,
+    force: bool = False,
+) -> Path:
+    """Write OUT_DIR/mtp.safetensors; an existing one is replaced only with force=True."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    check_output_file(out_dir / MTP_FILE, "`specdec extract-mtp`", force, "--force")
     if not (hf_dir / "config.json").is_file():
         raise SpecdecError(f"{hf_dir}: no config.json; HF_DIR must be a Hugging Face checkpoint")
     config = json.loads((hf_dir / "config.json").read_text())
@@ -224,5 +233,8 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     mtp = load_mtp(weights, target)
     if bits is not None:
         quantize_mtp(mtp, group_size, bits)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(out_dir, e) from None
     return write_safetensors(out_dir / MTP_FILE, mtp.checkpoint_weights())

@@ -40,8 +40,16 @@ from specdec.checkpoint.bpe import train_byte_bpe
 from specdec.checkpoint.families import family_config
 from specdec.checkpoint.tiny_configs import VOCAB
 from specdec.core.errors import SpecdecError
-from specdec.core.files import check_replaceable, fresh_dir, swap_dir
+from specdec.core.files import (
+    check_free_space,
+    check_replaceable,
+    fresh_dir,
+    remove_leftover,
+    swap_dir,
+    write_error,
+)
 from specdec.store.layout import MTP_FILE
+from specdec.store.safetensors import mlx_write_error
 
 GROUP_SIZE = 64
 EOS = "<|endoftext|>"
@@ -133,8 +141,9 @@ def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
 
 
 @contextlib.contextmanager
-def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
-    """A fresh marked directory to write a checkpoint into, swapped in for out_dir on success.
+def writing_checkpoint(out_dir: str | Path, force: bool, need: int = 0) -> Iterator[Path]:
+    """A fresh marked directory to write a checkpoint into, swapped in for out_dir on success
+    and deleted on failure (a full disk, Ctrl-C); `need` bytes must be free before it starts.
 
     An existing non-empty out_dir is refused; with force=True one that make-random wrote (its
     `.specdec-random` marker) is replaced, anything else still refused.
@@ -146,9 +155,20 @@ def writing_checkpoint(out_dir: str | Path, force: bool) -> Iterator[Path]:
             "replace a checkpoint make-random wrote"
         )
     check_replaceable(out_dir, RANDOM_KIND, None, "`specdec make-random`", "--force")
-    tmp = fresh_dir(out_dir, RANDOM_KIND)
-    yield tmp
-    swap_dir(tmp, out_dir, RANDOM_KIND)
+    tmp = fresh_dir(out_dir, RANDOM_KIND)  # dead make-randoms' leftovers go first
+    try:
+        check_free_space(out_dir.parent, need, f"the checkpoint {out_dir}")
+        yield tmp
+        swap_dir(tmp, out_dir, RANDOM_KIND)
+    except OSError as e:
+        remove_leftover(tmp, RANDOM_KIND)
+        raise write_error(out_dir, e) from None
+    except RuntimeError as e:  # MLX's save_safetensors on a full disk
+        remove_leftover(tmp, RANDOM_KIND)
+        raise (mlx_write_error(out_dir, e) or e) from None
+    except BaseException:
+        remove_leftover(tmp, RANDOM_KIND)
+        raise
 
 
 def make_random(
@@ -175,7 +195,9 @@ def make_random(
         config = _quantize(model, config, bits)
     mx.eval(model.parameters())
 
-    with writing_checkpoint(out_dir, force) as tmp:
+    weights = tree_flatten(model.parameters())
+    need = sum(v.nbytes for _, v in weights) * (2 if family in MTP_FAMILIES else 1)  # MTP < model
+    with writing_checkpoint(out_dir, force, need) as tmp:
         save_model(tmp, model)
         if family in MTP_FAMILIES:
             mtp = _mtp_weights(args, config, k_mtp, bits)

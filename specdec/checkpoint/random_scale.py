@@ -180,7 +180,8 @@ def make_like(
         mtp = [(prefix + n.removeprefix("layer."), d, s) for n, d, s in mtp_names]
     writer = _Writer(seed, {n: s for n, _, s in tensors + mtp})
 
-    with writing_checkpoint(out_dir, force) as tmp:
+    need = sum(_nbytes(t) for t in tensors + mtp)
+    with writing_checkpoint(out_dir, force, need) as tmp:
         shards = _shards(tensors, shard_bytes)
         weight_map = {}
         for i, shard in enumerate(shards):

@@ -10,8 +10,11 @@ code lives in each part's cli.py: a target `specdec.PART.cli` exposes `add_argum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -122,7 +125,61 @@ def _usage() -> str:
     return f"usage: specdec SUBCOMMAND [options]\n\nsubcommands:\n{rows}\n"
 
 
+class _StdoutError(Exception):
+    """Standard output failed: a closed pipe (`| head`) or a full device (`> /dev/full`)."""
+
+    def __init__(self, error: OSError):
+        self.error = error
+
+
+class _Stdout:
+    """sys.stdout while a command runs: a failed write or flush becomes `_StdoutError`, which
+    `main` reports in one line (or, for a closed pipe, not at all), instead of a traceback."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def write(self, text: str) -> int:
+        try:
+            return self._real.write(text)
+        except OSError as e:
+            raise _StdoutError(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._real.flush()
+        except OSError as e:
+            raise _StdoutError(e) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    real = sys.stdout
+    sys.stdout = _Stdout(real)
+    try:
+        try:
+            rc = _main(argv)
+            sys.stdout.flush()  # a write error shows here, not as a traceback at exit
+            return rc
+        finally:
+            sys.stdout = real
+    except _StdoutError as e:
+        # the interpreter flushes stdout again at exit: let that land nowhere
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
+        if isinstance(e.error, BrokenPipeError):
+            return 128 + signal.SIGPIPE  # quietly, as `head` expects of the tools before it
+        print(
+            f"specdec: error: cannot write to standard output ({e.error.strerror or e.error}); "
+            "send it to a file or device with space",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     ensure_fast_blas()
     argv = sys.argv[1:] if argv is None else argv
     try:

@@ -97,12 +97,13 @@ def add_extract_mtp_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quantize", type=int, choices=[2, 3, 4, 6, 8], help="affine bits")
     p.add_argument("--group-size", type=int, default=64, help="--quantize's group size")
+    p.add_argument("--force", action="store_true", help="replace an existing mtp.safetensors")
 
 
 def run_extract_mtp(args: argparse.Namespace) -> int:
     from specdec.checkpoint.extract_mtp import extract_mtp
 
-    path = extract_mtp(args.hf_dir, args.out_dir, args.quantize, args.group_size)
+    path = extract_mtp(args.hf_dir, args.out_dir, args.quantize, args.group_size, args.force)
     print(f"wrote {path}")
     return 0
 

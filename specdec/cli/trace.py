@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     hot = sub.add_parser("hotlist", help="write a ds4 hotlist profiled from a trace")
     hot.add_argument("trace", help="trace directory to profile")
     hot.add_argument("--out", required=True, help="hotlist file to write")
+    hot.add_argument("--overwrite", action="store_true", help="replace an existing hotlist")
     imp = sub.add_parser("import-hotlist", help="check a ds4 hotlist against a trace")
     imp.add_argument("hotlist", help="ds4 hotlist file")
     imp.add_argument("--trace", required=True, help="trace whose layers/experts it must match")
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         )
     elif args.action == "hotlist":
         entries = profile_hotlist(load_trace(args.trace))
-        write_hotlist(entries, args.out)
+        write_hotlist(entries, args.out, args.overwrite)
         print(f"{args.out}: {len(entries)} (layer, expert) entries")
     else:
         trace = load_trace(args.trace)

@@ -14,9 +14,9 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 from specdec.core.errors import SpecdecError
+from specdec.core.files import claim_dir
 from specdec.costmodel.model import FILLS, build_union_model, format_text
 
 
@@ -113,15 +113,20 @@ def check_growth(table: dict[int, float], k: float | None) -> None:
 def _write_plots(model, where: str, to_stderr: bool) -> None:
     from specdec.costmodel.plots import plot_speedup_vs_acceptance, plot_union_vs_gamma
 
-    out = Path(where)
     fits = [f for f in (model.linear, model.power, model.overlap, model.overlap_measured) if f]
+    names = ("speedup_vs_acceptance.png", "union_vs_gamma.png")
+    # a folder of ours, a new one, or new files beside a user's (specdec.core.files: output rule)
+    out = claim_dir(
+        where,
+        "plots",
+        "`specdec union-model --plot`",
+        "give --plot a new or empty directory (or one it wrote)",
+        names=names,
+    )
     try:
-        out.mkdir(parents=True, exist_ok=True)
         written = [
-            plot_speedup_vs_acceptance(
-                [], model.cost_by_gamma, out / "speedup_vs_acceptance.png", model.draft_cost
-            ),
-            plot_union_vs_gamma(model.linear.table, fits, out / "union_vs_gamma.png"),
+            plot_speedup_vs_acceptance([], model.cost_by_gamma, out / names[0], model.draft_cost),
+            plot_union_vs_gamma(model.linear.table, fits, out / names[1]),
         ]
     except OSError as e:
         raise SpecdecError(

@@ -30,6 +30,7 @@ from specdec.costmodel.union import (
 )
 
 FILLS = ("linear", "power", "overlap")
+MAX_TABLE_GAMMA = 1024  # widest γ tabulated: far past any drafter, and each costs O(γ)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,11 @@ def build_union_model(
     wanted = sorted(set(gammas or table) | {1})
     for g in wanted:
         check_gamma(g)
+        if g > MAX_TABLE_GAMMA:  # E(α, γ) sums γ terms and is solved for α per γ
+            raise SpecdecError(
+                f"γ={g} is beyond {MAX_TABLE_GAMMA} positions per verify pass: tabulate "
+                f"γ from 1 to {MAX_TABLE_GAMMA} (--gammas, --union)"
+            )
     u1 = table.get(1, k)
 
     rows = []

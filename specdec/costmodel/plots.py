@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from specdec.core.files import durable_replace
+from specdec.core.files import write_with
 from specdec.costmodel.speedup import break_even, speedup  # noqa: E402
 from specdec.costmodel.union import UnionFit  # noqa: E402
 
@@ -27,12 +27,12 @@ _FIT_STYLES = {"linear": "-", "power": "--", "overlap": "-."}
 
 
 def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    durable_replace(tmp, path)
-    return path
+    try:  # a temporary name of this process's own: concurrent reports of one directory
+        return write_with(
+            path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        )
+    finally:
+        plt.close(fig)
 
 
 def plot_union_vs_gamma(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specdec.core.errors import SpecdecError
-from specdec.core.files import write_error
+from specdec.core.files import check_output_file, write_error
 from specdec.gamma.spec import AUTO
 
 if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing MLX models
@@ -329,6 +329,8 @@ class RecordWriter:
                 f"records file {path} exists (an earlier run's records): choose another file, "
                 "delete it, or pass --append to add this run's passes to it"
             )
+        # appending (and cutting a torn tail) only to a record file: never a model's files
+        check_output_file(self.path, "a specdec run (records)", True, "--append", is_records)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -355,6 +357,22 @@ class RecordWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def is_records(path: Path) -> bool:
+    """Whether `path` is a record file: empty, or its first line a JSON record (`pass_idx`)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+    except OSError:
+        return False
+    if not first or (not first.endswith(b"\n") and first.startswith(b'{"pass_idx": ')):
+        return True  # empty, or one record torn by its writer's death
+    try:
+        row = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(row, dict) and "pass_idx" in row
 
 
 def _cut_torn_tail(path: Path, fd: int) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.core.errors import StoreError
-from specdec.core.files import check_replaceable, locked, remove_leftover
+from specdec.core.files import check_replaceable, locked, remove_leftovers
 from specdec.pack.verify import verify
 from specdec.store.layout import EXPERTS_JSON
 
@@ -48,10 +48,7 @@ def remove_stale_tmp(out_dir: Path) -> None:
     left them is dead (a pid check would see a killed pack not yet reaped as alive). Only
     directories carrying the pack marker (or empty ones) go: a user's `p.old-2024` stays.
     """
-    for kind in (".tmp-", ".old-"):
-        for p in out_dir.parent.glob(out_dir.name + kind + "*"):
-            if p.name.rsplit("-", 1)[-1].isdigit() and p.is_dir() and not p.is_symlink():
-                remove_leftover(p, PACK_KIND)
+    remove_leftovers(out_dir, PACK_KIND, only_dead=False)
 
 
 def check_out_dir(model_dir: Path, out_dir: Path, force: bool, fingerprint: dict[str, Any]) -> bool:

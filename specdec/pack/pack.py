@@ -40,6 +40,7 @@ from specdec.checkpoint.discover import expert_matcher
 from specdec.core.errors import StoreError
 from specdec.core.files import (
     MARKER_PREFIX,
+    check_readable,
     check_replaceable,
     fresh_dir,
     swap_dir,
@@ -363,6 +364,7 @@ def pack(
             f"{model_dir}: no such model directory; give an mlx-lm model directory "
             "(made by `mlx_lm.convert` or `specdec make-random`)"
         )
+    check_readable(model_dir)
     if any(
         (model_dir / f).exists() or (model_dir / f).is_symlink()
         for f in (EXPERTS_JSON, EXPERTS_BIN)

@@ -3,13 +3,13 @@
     write_report(out_dir, "lookahead", rows, markdown, fig)
 
 Every file goes to a temporary name first and is renamed into place, so an interrupted run never
-leaves a half-written table next to a finished plot.
+leaves a half-written table next to a finished plot. The output directory follows the output
+rule (specdec.core.files.claim_dir): files are replaced only in a directory a probe marked.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +18,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on the machines that run probes
 import matplotlib.pyplot as plt  # noqa: E402
 
-from specdec.core.files import durable_replace
+from specdec.core.files import claim_dir, write_atomic, write_with
+
+PROBE_KIND = "probe"  # the ownership marker's kind (specdec.core.files)
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -31,17 +33,22 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def write_report(out_dir: str | Path, name: str, rows: list[dict], markdown: str, fig) -> dict:
     """Write the three files; returns {kind: path}. `fig` is a matplotlib Figure (closed here)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {k: out / f"{name}.{k}" for k in ("json", "md", "png")}
-    _atomic(paths["json"], lambda p: p.write_text(json.dumps(rows, indent=1) + "\n"))
-    _atomic(paths["md"], lambda p: p.write_text(markdown))
-    _atomic(paths["png"], lambda p: fig.savefig(p, dpi=120, bbox_inches="tight", format="png"))
-    plt.close(fig)
+    paths = {k: f"{name}.{k}" for k in ("json", "md", "png")}
+    out = claim_dir(
+        out_dir,
+        PROBE_KIND,
+        "`specdec probe`",
+        "give --out a new or empty directory (or one a probe wrote)",
+        names=paths.values(),
+        also=("run",),  # a specdec-exp job directory (specdec.report.rundir.RUN_KIND)
+    )
+    paths = {k: out / n for k, n in paths.items()}
+    try:
+        write_atomic(paths["json"], json.dumps(rows, indent=1) + "\n")
+        write_atomic(paths["md"], markdown)
+        write_with(
+            paths["png"], lambda p: fig.savefig(p, dpi=120, bbox_inches="tight", format="png")
+        )
+    finally:
+        plt.close(fig)
     return paths
-
-
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    durable_replace(tmp, path)

@@ -6,6 +6,8 @@
 Reads only what the jobs wrote (records JSONL, trace union, config; see specdec.report.collect)
 and writes `report.md`, PNGs and `tables/*.json` into DIR/report (or --out), then logs the same
 tables, line plots and images as one wandb run (offline by default, under the report folder).
+The report folder follows the output rule (specdec.core.files.claim_dir): a new or empty one is
+marked `.specdec-report`, and only a marked one is written into again (its wandb run replaced).
 Sections: (a) union vs γ with fits and residuals, (b) speedup vs acceptance with break-even and
 best γ, (c) real verify batches against the union along the committed trace. `specdec-exp`
 runs this at the end of every sweep.
@@ -21,10 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.core.files import claim_dir, locked, write_atomic, write_error
 from specdec.report.collect import collect_jobs
 from specdec.report.markdown import render
 from specdec.report.sections import Setting, build_setting
 from specdec.report.wandb_sink import WandbSink
+
+REPORT_KIND = "report"  # the ownership marker's kind (specdec.core.files)
+REPORT_LOCK = ".report-lock"
 
 
 @dataclass
@@ -77,8 +83,22 @@ def build_report(
     alphas: list[float] | None = None,
 ) -> Report:
     jobs = collect_jobs(root)
-    out = Path(out) if out else Path(root) / "report"
-    (out / "tables").mkdir(parents=True, exist_ok=True)
+    out = claim_dir(
+        Path(out) if out else Path(root) / "report",
+        REPORT_KIND,
+        "`specdec report`",
+        "give --out a new or empty directory (or one a report wrote)",
+    )
+    # one report of a directory at a time: each replaces the last one's wandb run
+    with locked(out / REPORT_LOCK, wait=True, what=f"another report into {out}"):
+        return _build(root, out, jobs, wandb_mode, alphas)
+
+
+def _build(root: Path, out: Path, jobs: list, wandb_mode: str, alphas: list[float] | None):
+    try:
+        (out / "tables").mkdir(exist_ok=True)
+    except OSError as e:
+        raise write_error(out, e) from None
     groups: dict[str, list] = {}
     for j in (j for j in jobs if j.records):
         groups.setdefault(j.setting, []).append(j)
@@ -97,8 +117,8 @@ def build_report(
         report.tables.update({f"{_slug(j.dir.name)}_{n}": rows for n, rows in j.tables.items()})
         report.plots += j.plots
     for name, rows in report.tables.items():
-        _write(out / "tables" / f"{name}.json", json.dumps(rows, indent=1, default=str))
-    _write(report.markdown, render(Path(root), report))
+        write_atomic(out / "tables" / f"{name}.json", json.dumps(rows, indent=1, default=str))
+    write_atomic(report.markdown, render(Path(root), report))
     _log_wandb(report, jobs, wandb_mode)
     return report
 
@@ -268,9 +288,3 @@ def _log_wandb(report: Report, jobs: list, mode: str) -> None:
     finally:
         report.wandb_dir = sink.dir
         sink.finish(ok)
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

@@ -9,10 +9,13 @@
     wandb/           the job's wandb run (offline mode)
     result.json      the completion marker, written last: config hash + headline
 
-Every file but records.jsonl is written to a temporary name and renamed. The harness's config
+Every file but records.jsonl is written to a temporary name and renamed. A job directory is
+`claim`ed first: a new or empty one (Hydra's own `.hydra/` and `*.log` aside) gets the
+`.specdec-run` marker, one holding anything else is refused, so a rerun's `clear` only ever
+deletes what a job wrote (specdec.core.files: the output rule). The harness's config
 format stays opaque here: what a report compares jobs by is the `JobCard` the harness writes.
 
-    write_card(run_dir, resolved, meta, card) ... mark_done(run_dir, key, result, wall_s)
+    claim(run_dir); write_card(run_dir, resolved, meta, card) ... mark_done(run_dir, key, result, wall_s)
     job = read_job(run_dir / RESULT)
 """
 
@@ -25,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specdec.core.errors import SpecdecError
-from specdec.core.files import write_atomic
+from specdec.core.files import claim_dir, owner, write_atomic
 from specdec.decode.records import PassRecord, read_records
 
 CONFIG = "config.json"
@@ -38,6 +41,8 @@ RESULT = "result.json"
 JOB_LOCK = ".job-lock"  # held (flock) while a job runs in this directory
 SWEEP_LOCK = ".sweep-lock"  # held by the launching process while a sweep runs
 OUTPUTS = (CONFIG, RECORDS, SUMMARY, TRACE_UNION, TABLES, WANDB)
+RUN_KIND = "run"  # the ownership marker's kind (specdec.core.files)
+HYDRA_OWN = (".hydra", JOB_LOCK)  # Hydra writes .hydra/ (and NAME.log) before the job starts
 
 
 @dataclass
@@ -91,8 +96,23 @@ def finished(run_dir: Path, key: str) -> dict | None:
     return done if done.get("config_hash") == key else None
 
 
+def claim(run_dir: Path) -> None:
+    """Make `run_dir` a job directory of ours, or refuse: one of an earlier job (its marker) is
+    ours; a new or empty one gets the marker; one with anything else in it is the user's."""
+    claim_dir(
+        run_dir,
+        RUN_KIND,
+        "specdec-exp",
+        "give hydra.run.dir a new or empty directory",
+        ignore=lambda p: p.name in HYDRA_OWN or (p.name.endswith(".log") and p.is_file()),
+    )
+
+
 def clear(run_dir: Path) -> None:
-    """Remove what an interrupted or differently configured run left here."""
+    """Remove what an interrupted or differently configured run left here (only in a directory
+    `claim` made ours)."""
+    if owner(run_dir) != RUN_KIND:
+        raise SpecdecError(f"{run_dir} is not a specdec-exp job directory; nothing cleared")
     for name in (RESULT, *OUTPUTS):
         p = run_dir / name
         if p.is_dir():
@@ -126,11 +146,14 @@ def write_outputs(run_dir: Path, result) -> None:
 
 
 def mark_done(run_dir: Path, key: str, result, wall_s: float) -> None:
-    """The completion marker: a rerun with the same config hash skips this job."""
+    """The completion marker: a rerun with the same config hash skips this job. It counts the
+    job's records, so a report sees a records.jsonl cut short later."""
+    records = run_dir / RECORDS
     write_json(
         run_dir / RESULT,
         {
             "config_hash": key,
+            "records": len(read_records(records)) if records.exists() else None,
             "headline": {"name": result.headline_name, "value": result.headline},
             "wall_s": wall_s,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -160,6 +183,12 @@ def read_job(result_path: Path) -> JobFiles:
         if records_path.exists()
         else []
     )
+    written = result.get("records") if isinstance(result, dict) else None
+    if written is not None and len(records) != written:
+        raise SpecdecError(
+            f"{records_path} holds {len(records)} of the {written} passes its job wrote (cut "
+            f"short or edited since); rerun the job (delete {d / RESULT} first)"
+        )
     try:
         trace, rho = None, None
         if (d / TRACE_UNION).exists():

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec.core.errors import StoreError
+from specdec.core.files import open_regular
 from specdec.store.arena import Arena
 from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex, round_up
 
@@ -48,6 +49,8 @@ MAX_RETRIES = 3
 F_NOCACHE = 48  # macOS fcntl: bypass the unified buffer cache for this fd
 
 Request = tuple[int, int, int]  # (layer, expert, slot)
+MAX_THREADS = 256  # reader threads; far past what any SSD queue needs, and bounded so a typo fails
+
 # A block is split across idle threads only into pieces of at least this: the block layer sends
 # at most 4 MiB per request here (max_sectors_kb), so one 8 MB preadv already has two in flight,
 # and 1 MiB pieces measured slower (benchmarks/results/read.md, `_one_by_one` rows).
@@ -94,6 +97,14 @@ def filesystem_type(path: Path) -> str | None:
     return fstype
 
 
+def check_threads(threads: int) -> None:
+    if not 1 <= threads <= MAX_THREADS:
+        raise StoreError(
+            f"reader threads must be 1 to {MAX_THREADS} (got {threads}): pass --threads "
+            f"between 1 and {MAX_THREADS}"
+        )
+
+
 def open_expert_file(path: Path, io: str) -> int:
     """Open experts.bin for `io` mode; a file system refusing O_DIRECT gives a clear error.
 
@@ -113,7 +124,7 @@ def open_expert_file(path: Path, io: str) -> int:
     if io == "direct" and hasattr(os, "O_DIRECT"):
         flags |= os.O_DIRECT
     try:
-        fd = os.open(path, flags)
+        fd = open_regular(path, flags, fix="re-pack with `specdec pack MODEL_DIR OUT_DIR --force`")
     except FileNotFoundError as e:
         raise StoreError(f"{path} not found: re-pack with `specdec pack MODEL_DIR OUT_DIR`") from e
     except OSError as e:
@@ -151,10 +162,7 @@ class ExpertReader:
         verify_checksums: bool = False,
         split_min: int = SPLIT_MIN,
     ) -> None:
-        if threads < 1:
-            raise StoreError(
-                f"reader threads must be >= 1 (got {threads}): pass --threads 1 or more"
-            )
+        check_threads(threads)
         if arena.slot_bytes < index.slot_bytes:
             raise StoreError(
                 f"arena slots of {arena.slot_bytes} B are smaller than the index's "
@@ -189,8 +197,15 @@ class ExpertReader:
         # Start every thread now: the executor spawns them lazily, one per submit, so the first
         # batch of misses would pay thread creation on the critical path.
         started = threading.Barrier(threads + 1)
-        for _ in range(threads):
-            self._pool.submit(started.wait)
+        try:
+            for _ in range(threads):
+                self._pool.submit(started.wait)
+        except RuntimeError as e:  # "can't start new thread": a process or memory limit
+            started.abort()  # the threads that did start return instead of waiting forever
+            self.close()
+            raise StoreError(
+                f"cannot start {threads} reader threads ({e}); pass a smaller --threads"
+            ) from None
         started.wait()
 
     # ------------------------------------------------------------------ public

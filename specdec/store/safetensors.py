@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from specdec.core.errors import StoreError
-from specdec.core.files import durable_replace
+from specdec.core.files import write_with
 
 # safetensors dtype string -> (numpy dtype used to hold the bytes, itemsize)
 ST_DTYPES: dict[str, str] = {
@@ -73,21 +73,30 @@ def safetensors_dtype(a, name: str) -> str:
     )
 
 
+def mlx_write_error(path: str | os.PathLike, e: RuntimeError) -> StoreError | None:
+    """The one-line error for MLX's report of a failed write(2) (a full disk, a file size
+    limit): RuntimeError('[write] Unable to write N bytes to file.'); None for any other."""
+    if "[write]" not in str(e):
+        return None
+    return StoreError(
+        f"{path}: cannot write ({e}); the disk may be full: free space or write elsewhere"
+    )
+
+
 def write_safetensors(path: str | os.PathLike, weights: dict) -> Path:
     """Save `weights` (name -> mx.array) at `path` as mlx-lm does (metadata format: mlx), under
     a temporary name first, then durable_replace: a killed or failed write leaves `path` as it
     was, and no temporary behind."""
     import mlx.core as mx
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.safetensors")  # MLX adds the suffix
     try:
-        mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"})
-        durable_replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+        return write_with(  # MLX adds .safetensors to a name without it
+            path,
+            lambda tmp: mx.save_safetensors(str(tmp), weights, metadata={"format": "mlx"}),
+            suffix=".safetensors",
+        )
+    except RuntimeError as e:
+        raise (mlx_write_error(path, e) or e) from None
 
 
 @dataclass(frozen=True)

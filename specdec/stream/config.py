@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from specdec.cache.spec import PolicySpec
 from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET, Budget
+from specdec.store.reader import check_threads
 
 
 @dataclass(frozen=True)
@@ -35,5 +36,6 @@ class StreamConfig:
         if not isinstance(self.budget, Budget):  # load("tiny", budget="10%"): text from a caller
             object.__setattr__(self, "budget", Budget.parse(self.budget))
         object.__setattr__(self, "policy", PolicySpec.parse(self.policy))
+        check_threads(self.threads)  # before the model loads, not when the reader starts
         if self.lookahead < 0:
             raise SpecdecError(f"lookahead must be >= 0 (got {self.lookahead}); 0 turns it off")

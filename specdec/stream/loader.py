@@ -35,7 +35,7 @@ from specdec.checkpoint.config_check import check_config, check_quantized
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
 from specdec.core.errors import SpecdecError, StoreError
-from specdec.core.files import cache_root
+from specdec.core.files import cache_root, check_readable
 from specdec.pack.agree import check_experts, check_layers
 from specdec.pack.pack import pack, source_files
 from specdec.pack.packed_cache import hold_in_use, remove_old_copies
@@ -190,6 +190,7 @@ def load(
         **{k: v for k, v in settings.items() if k != "policy_options" or v is not None}
     )
     src = resolve(path, revision)  # revision: of a Hugging Face repo id
+    check_readable(src)
     if not (src / "config.json").is_file():
         bundled = f" (the bundled model is `--model {src.name}`)" if src.name in BUNDLED else ""
         raise SpecdecError(

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +34,9 @@ import numpy as np
 
 from specdec.core.errors import SpecdecError
 from specdec.core.files import (
+    check_output_file,
     check_replaceable,
-    mark,
+    fresh_dir,
     swap_dir,
     write_atomic,
     write_error,
@@ -197,10 +197,8 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
     if d.exists() and not overwrite:
         raise TraceError(f"{d} exists: choose another directory or pass overwrite=True")
     check_replaceable(d, TRACE_KIND, None, "`specdec trace record`", "--overwrite")
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    tmp = fresh_dir(d, TRACE_KIND)  # marked first; dead writers' leftovers go
     try:
-        mark(tmp, TRACE_KIND)
         eb = trace.expert_bytes
         meta = {
             "n_layers": trace.n_layers,
@@ -286,8 +284,21 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
     return out
 
 
-def write_hotlist(entries: list[HotlistEntry], path: str | os.PathLike) -> None:
-    """Write a ds4 hotlist file (atomically)."""
+def is_hotlist(path: Path) -> bool:
+    """Whether `path` starts with the hotlist header (a file `write_hotlist` may replace)."""
+    try:
+        with open(path, "rb") as f:
+            return f.readline(len(HOTLIST_HEADER) + 2).strip() == HOTLIST_HEADER.encode()
+    except OSError:
+        return False
+
+
+def write_hotlist(
+    entries: list[HotlistEntry], path: str | os.PathLike, overwrite: bool = False
+) -> None:
+    """Write a ds4 hotlist file (atomically); an existing file only with `overwrite`, and only
+    a hotlist (the output rule, specdec.core.files.check_output_file)."""
+    check_output_file(path, "`specdec trace hotlist`", overwrite, "--overwrite", is_hotlist)
     rows = [f"{e.layer} {e.expert} {e.hits} {e.weight:.6g}" for e in entries]
     write_atomic(path, "\n".join([HOTLIST_HEADER, *rows]) + "\n")
 

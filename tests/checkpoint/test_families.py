@@ -139,7 +139,8 @@ def test_switch_linear_outside_a_switch_module_stays_resident(tmp_path):
     src = make_random("deepseek_v41", tmp_path / "d")
     index = ExpertIndex.load(pack(src, tmp_path / "p"))
     assert {lay.prefix for lay in index.layers.values()} == {
-        f"model.layers.{i}.mlp.experts.switch_mlp" for i in range(4)  # 3: the V4 MTP layer
+        f"model.layers.{i}.mlp.experts.switch_mlp"
+        for i in range(4)  # 3: the V4 MTP layer
     }
     header = json.loads(
         (tmp_path / "p" / "model.safetensors").read_bytes()[8:].split(b"}}")[0] + b"}}"

@@ -76,3 +76,48 @@ def test_cli_make_random(tmp_path):
     assert json.loads((tmp_path / "q" / "config.json").read_text())["quantization"]["bits"] == 3
     assert_user_error(specdec("make-random", "llama", tmp_path / "x"), "supported:", "mixtral")
     assert_user_error(specdec("make-random", "mixtral", tmp_path / "x", "--quantize", "7"), "bits")
+
+
+def test_make_random_on_a_full_disk_leaves_nothing(tmp_path):
+    """A real full disk: a 400 KiB tmpfs mounted in a user and mount namespace (`unshare -rm`,
+    skipped where not allowed). make-random refuses before writing when the checkpoint cannot
+    fit, and when the disk fills anyway (the check bypassed, as if another writer took the
+    space) its temporary directory goes; both are one line, status 2."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # unshare needs 1 thread
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-rm", "true"], env=env, capture_output=True).returncode
+    ):
+        pytest.skip("needs unshare -rm (user and mount namespaces) to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    code = (
+        "import os, sys\n"
+        "from specdec.cli import main\n"
+        "import specdec.checkpoint.random_models as rm\n"
+        "argv = ['make-random', 'qwen3_moe', sys.argv[1] + '/rnd', '--quantize', '4']\n"
+        "first = main(argv)\n"
+        "rm.check_free_space = lambda *a: None\n"
+        "print('rc', first, main(argv), sorted(os.listdir(sys.argv[1])))\n"
+    )
+    mount = f'mount -t tmpfs -o size=400k none {disk} && exec {sys.executable} -c "$0" {disk}'
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", mount, code],
+        cwd=root,
+        env={**env, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["rc", "2", "2", "[]"], proc.stdout + proc.stderr
+    errors = proc.stderr.strip().splitlines()[-2:]
+    assert errors[0].startswith(f"specdec: error: the checkpoint {disk}/rnd needs ")
+    assert errors[0].endswith("KiB free; free space or write elsewhere")
+    assert errors[1].startswith(f"specdec: error: {disk}/rnd: cannot write ([write] Unable")

@@ -36,6 +36,7 @@ from specdec.clock import BUILTIN_NAMES
 from specdec.decode.drafters import drafter_usage
 from specdec.decode.records import PassRecord
 from specdec.pack.pack import pack
+from specdec.report.rundir import JobCard
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
 from specdec.trace.format import Trace, save_trace
 from tests.helpers import random_checkpoint
@@ -147,6 +148,25 @@ def old_job(ctx: dict) -> None:
     (job / "summary.json").write_text("{}")
     row = {f.name: 0 for f in dataclasses.fields(PassRecord) if f.name != "draft_union"}
     (job / "records.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def finished_job(ctx: dict, keep: int | None = None) -> None:
+    """A finished job directory with 3 records (the first `keep` of them left, if given)."""
+    job = ctx["tmp"] / "job"
+    job.mkdir()
+    card = JobCard("union_cost", "none", 1, "m4-24gb", {"model": "tiny"}, "tiny")
+    config = {"config": {}, "meta": {}, "job": dataclasses.asdict(card)}
+    for name, obj in (("result.json", {"records": 3}), ("config.json", config)):
+        (job / name).write_text(json.dumps(obj))
+    (job / "summary.json").write_text("{}")
+    row = {f.name: 0 for f in dataclasses.fields(PassRecord)}
+    rows = [json.dumps({**row, "pass_idx": i}) + "\n" for i in range(3)]
+    (job / "records.jsonl").write_text("".join(rows[:keep]))
+
+
+def fifo_instead_of(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
 
 
 def no_space(ctx: dict, module, name: str) -> None:
@@ -308,6 +328,31 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace record: --overwrite on a folder it did not write": non_empty_dir,
     "bench read: --dir missing": nothing,
     "report: records from an older specdec": old_job,
+    "reader threads: far too many": nothing,
+    "union-model: γ beyond 1024": nothing,
+    "experts.bin is a FIFO (verify)": lambda c: fifo_instead_of(c["packed"] / EXPERTS_BIN),
+    "experts.bin is a FIFO (generate)": lambda c: fifo_instead_of(c["packed"] / EXPERTS_BIN),
+    "SPECDEC_CACHE names a file": lambda c: (c["tmp"] / "cache").write_text("not a folder"),
+    "report: --out a file": lambda c: (finished_job(c), (c["tmp"] / "file.txt").write_text("x")),
+    "report: --out a folder it did not write": lambda c: (finished_job(c), non_empty_dir(c)),
+    "report: --out the job directory": finished_job,
+    "report: records cut short": lambda c: finished_job(c, keep=1),
+    "trace hotlist: --out exists": lambda c: hotlist(c, b""),
+    "trace hotlist: --out a device or FIFO": lambda c: os.mkfifo(c["tmp"] / "pipe"),
+    "trace hotlist: --out a symlink": lambda c: (c["tmp"] / "link.txt").symlink_to("gone.txt"),
+    "trace hotlist: --overwrite on a file it did not write": nothing,
+    "--records --append to a file that is not a record file": nothing,
+    "extract-mtp: OUT_DIR has an mtp.safetensors": nothing,
+    "trace synth onto a symlink": lambda c: (
+        (c["tmp"] / "real").mkdir() or (c["tmp"] / "link").symlink_to("real")
+    ),
+    "union-model: --plot over a user's plot": lambda c: (
+        (c["tmp"] / "mine").mkdir()
+        or (c["tmp"] / "mine" / "union_vs_gamma.png").write_text("my plot")
+    ),
+    "pack onto a symlink": lambda c: (
+        (c["tmp"] / "real").mkdir() or (c["tmp"] / "link").symlink_to("real")
+    ),
     "pack into the model's parent": nothing,
     "pack into the model itself": nothing,
     "pack --force into a folder pack did not write": non_empty_dir,

@@ -161,3 +161,47 @@ def test_ad_hoc_sweeps_get_their_own_folder():
     assert sweep_name("main", ["cache.budget=5%", "gamma=2"]) == sweep_name(
         "main", ["cache.budget=9%"]
     )
+
+
+def test_a_sweep_name_is_one_folder(tmp_path):
+    """`sweep=../../../userproj2` once wrote into the user's folder: refused in the launching
+    process before Hydra makes the sweep directory, and in every job's typed config."""
+    from omegaconf import OmegaConf
+
+    from experiments.callbacks import SweepReport
+
+    register()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        for bad in ("../../../userproj2", "..", "a/b", ".hidden"):
+            with pytest.raises(SpecdecError, match="a sweep name is one folder name"):
+                to_config(compose("config", overrides=[f"sweep={bad}"]))
+        assert to_config(compose("config", overrides=["sweep=main-2.b"])).sweep
+    sweep_dir = tmp_path / "runs" / "sweeps" / "../../userproj2"
+    cfg = OmegaConf.create(
+        {"sweep": "../../userproj2", "hydra": {"sweep": {"dir": str(sweep_dir)}}}
+    )
+    with pytest.raises(SystemExit, match="specdec-exp: error: sweep=../../userproj2: a sweep"):
+        SweepReport().on_multirun_start(cfg)
+    assert not any(tmp_path.iterdir())  # not even the sweep lock
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    import os
+    import signal
+    import time
+
+    import experiments.run as run
+
+    def interrupted() -> None:  # a real SIGINT while Hydra runs the job
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
+    monkeypatch.setattr(run, "ensure_fast_blas", lambda: None)  # no re-exec of pytest
+    monkeypatch.setattr(run, "_hydra_main", interrupted)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            run.main()
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C ended specdec-exp with a KeyboardInterrupt traceback")
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err == "specdec-exp: interrupted\n"

@@ -171,7 +171,7 @@ def test_cli_json_schema(tmp_path):
         "--plot", str(tmp_path),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    pngs = sorted(p.name for p in tmp_path.iterdir())
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))  # beside its .specdec-plots marker
     assert pngs == ["speedup_vs_acceptance.png", "union_vs_gamma.png"]
     text = _cli(
         "--union", "1:8,2:13.42,3:17.99,8:35.01", "--k", "8", "--alpha", "0.8,0.9,1.0",

@@ -256,3 +256,29 @@ def test_probe_experiments(tmp_path, env):
     assert -1 <= heads["lru_minus_knapsack_bound"] <= 1 and heads["best_gbps"] > 0
     md = (sweep / "report" / "report.md").read_text()
     assert md.count("### eviction") == md.count("### lookahead") == md.count("### read_path") == 1
+
+
+def test_run_dir_on_a_users_folder_is_refused(tmp_path, env):
+    """`hydra.run.dir=DIR` on a folder of the user's once deleted DIR/tables/mydata.json and
+    overwrote DIR/config.json: now one line, and the user's files stay as they were."""
+    user = tmp_path / "DIR"
+    (user / "tables").mkdir(parents=True)
+    mine = {"tables/mydata.json": "[1, 2]", "config.json": "my config", "summary.json": "mine"}
+    for name, text in mine.items():
+        (user / name).write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-m", "experiments.run", "experiment=union_cost", "logger=disabled"]
+        + [f"hydra.run.dir={user}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"specdec-exp: error: {user} holds files specdec-exp did not write (config.json, "
+        "summary.json, tables; no .specdec-run marker); give hydra.run.dir a new or empty "
+        "directory"
+    )
+    assert {n: (user / n).read_text() for n in mine} == mine

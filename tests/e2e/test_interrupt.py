@@ -6,10 +6,10 @@ Pack: the real CLI (`python -m specdec pack`) runs in a subprocess with
 SPECDEC_TEST_PACK_STALL=<stage>; it announces the stage on stderr and waits there, and the test
 kills it with SIGKILL. Stages: resident weights written, after the first / a middle / the last
 expert block, experts.bin complete without its index, index written in the temporary directory,
-and (re-packing over an existing pack with --force) between moving the old pack aside and
-renaming the new one in, and after. After each kill, every directory next to OUT_DIR that loads as
-a packed directory must pass a full `verify` (nothing partial passes as valid), and OUT_DIR must
-be either absent or a complete pack. Rerunning the same command must succeed, leave OUT_DIR a
+and (re-packing over an existing pack with --force) just before the directory swap and after it.
+After each kill, every directory next to OUT_DIR that loads as a packed directory must pass a
+full `verify` (nothing partial passes as valid), and OUT_DIR must be either absent or a complete
+pack (during a re-pack: the old one or the new one, also after Ctrl-C). Rerunning the same command must succeed, leave OUT_DIR a
 verified pack of the requested model and remove the dead pack's leftovers.
 
 Records: a writer process killed mid-run (records of 0.1 to 40 KB) leaves only whole lines
@@ -47,8 +47,9 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
     return a, b
 
 
-def killed_pack(model: Path, out: Path, stage: str, force: bool) -> None:
-    """Run `specdec pack` until it reaches `stage`, then SIGKILL it."""
+def killed_pack(model: Path, out: Path, stage: str, force: bool, sig: int = signal.SIGKILL) -> None:
+    """Run `specdec pack` until it reaches `stage`, then send it `sig` (SIGKILL: dies at once;
+    SIGINT: Ctrl-C, exit status 130)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPECDEC_TEST_PACK_STALL": stage}
     cmd = [sys.executable, "-m", "specdec", "pack", str(model), str(out)]
     proc = subprocess.Popen(
@@ -57,8 +58,8 @@ def killed_pack(model: Path, out: Path, stage: str, force: bool) -> None:
     try:
         line = proc.stderr.readline()
         assert f"pack stalled at {stage}" in line, line + proc.stderr.read()
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == (-sig if sig == signal.SIGKILL else 130)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -106,14 +107,21 @@ def test_killed_repack_over_another_pack(models, tmp_path, stage):
     out = pack(b, parent / "out")
     killed_pack(a, out, stage, force=True)
     valid_packs(parent)  # whatever loads is whole
-    if stage == "swap":
-        assert not out.exists()  # the old pack is aside, the new one not in yet
-    else:
-        want = a if stage == "swapped" else b
-        assert ExpertIndex.load(out).source == source_fingerprint(want)
+    want = a if stage == "swapped" else b  # OUT_DIR is never without a pack (files.swap_dir)
+    assert ExpertIndex.load(out).source == source_fingerprint(want)
     pack(a, out, force=True)
     assert [d.name for d in valid_packs(parent)] == ["out"], "leftovers of the killed pack remain"
     assert ExpertIndex.load(out).source == source_fingerprint(a)
+
+
+def test_ctrl_c_before_the_swap_keeps_the_old_pack(models, tmp_path):
+    """Ctrl-C while the finished new pack waits to be swapped in: OUT_DIR is still the old
+    pack (before, the old one had been moved aside and nothing was at OUT_DIR)."""
+    a, b = models
+    out = pack(b, tmp_path / "out")
+    killed_pack(a, out, "swap", force=True, sig=signal.SIGINT)
+    assert ExpertIndex.load(out).source == source_fingerprint(b)
+    verify(out, io="buffered")
 
 
 WRITER = """
