@@ -24,7 +24,6 @@ extracted where a checkpoint has several (the drafter chains one module, as Deep
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import mlx.core as mx
@@ -33,6 +32,7 @@ from mlx_lm.models import deepseek_v3, glm4_moe, qwen3_next
 from specdec.checkpoint.mtp import load_mtp, quantize_mtp
 from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
 from specdec.core.errors import SpecdecError
+from specdec.core.inputs import read_json_object
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors
 
@@ -41,13 +41,25 @@ def _mtp_tensors(hf_dir: Path, prefix: str) -> dict[str, mx.array]:
     """Every tensor under `prefix`, loaded lazily from whichever shard holds it."""
     index = hf_dir / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json_object(index, "shard index").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(f, str) for f in weight_map.values()
+        ):
+            raise SpecdecError(
+                f"{index}: no weight_map of tensor -> shard file names: restore the checkpoint's "
+                "index (or delete it to read every *.safetensors)"
+            )
         files = sorted({f for k, f in weight_map.items() if k.startswith(prefix)})
     else:
         files = sorted(p.name for p in hf_dir.glob("*.safetensors"))
     out: dict[str, mx.array] = {}
     for name in files:
-        shard = mx.load(str(hf_dir / name))
+        try:
+            shard = mx.load(str(hf_dir / name))
+        except (RuntimeError, ValueError, OSError) as e:  # missing, truncated or not safetensors
+            raise SpecdecError(
+                f"{hf_dir / name}: not a readable safetensors shard ({e}): copy the checkpoint again"
+            ) from None
         out.update({k: v for k, v in shard.items() if k.startswith(prefix)})
     return out
 
@@ -113,13 +125,18 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     if not (hf_dir / "config.json").is_file():
         raise SpecdecError(f"{hf_dir}: no config.json; HF_DIR must be a Hugging Face checkpoint")
-    config = json.loads((hf_dir / "config.json").read_text())
+    config = read_json_object(hf_dir / "config.json", "HF config.json")
     model_type = config.get("model_type")
-    n = int(config.get("num_hidden_layers", 0))
     if model_type not in _LAYOUTS:
         raise SpecdecError(
             f"{hf_dir}: model_type {model_type!r} has no MTP layout specdec reads; extract-mtp "
             "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe and qwen3_next checkpoints"
+        )
+    n = config.get("num_hidden_layers")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:  # the MTP layer is layer n
+        raise SpecdecError(
+            f"{hf_dir}/config.json: num_hidden_layers is {n!r}, not a whole number >= 1: "
+            "restore the checkpoint's config.json"
         )
     module, layout = _LAYOUTS[model_type]
     weights = layout(hf_dir, config, module, n)

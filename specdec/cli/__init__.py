@@ -69,9 +69,9 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ensure_fast_blas()
     argv = sys.argv[1:] if argv is None else argv
     try:
+        ensure_fast_blas()
         load_plugins()  # extensions from files outside the package (SPECDEC_PLUGINS)
     except SpecdecError as e:
         print(f"specdec: error: {e}", file=sys.stderr)

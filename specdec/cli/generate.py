@@ -120,6 +120,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
+def chat_prompt(tok, text: str, path) -> list[int]:
+    """The prompt's ids through the tokenizer's chat template; a template that does not
+    compile or that raises (jinja2's raise_exception) is the checkpoint's, not a bug here."""
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True
+        )
+    except TemplateError as e:
+        raise SpecdecError(
+            f"--chat: the chat template of {path} (tokenizer_config.json or chat_template.jinja) "
+            f"fails: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; fix the "
+            "template or drop --chat"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
@@ -134,9 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 raise SpecdecError(
                     f"--chat: {sm.path}'s tokenizer has no chat template; drop --chat"
                 )
-            prompt = tok.apply_chat_template(
-                [{"role": "user", "content": args.prompt}], add_generation_prompt=True
-            )
+            prompt = chat_prompt(tok, args.prompt, sm.path)
         else:
             prompt = sm.encode(args.prompt)
         cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)

@@ -20,6 +20,7 @@ from pathlib import Path
 from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL
 from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 from specdec.core.errors import SpecdecError
+from specdec.core.seed import check_seed
 
 
 def add_models_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +55,7 @@ def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_make_random(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
     if args.like:
         from specdec.checkpoint.random_scale import make_like
 
@@ -67,6 +69,14 @@ def run_make_random(args: argparse.Namespace) -> int:
         return 0
     if not args.family:
         raise SpecdecError("give a FAMILY (tiny checkpoint) or --like PRESET (real dimensions)")
+    given = [
+        f for f, v in (("--layers", args.layers), ("--experts", args.experts)) if v is not None
+    ]
+    if given:  # a FAMILY checkpoint has its family's fixed tiny shape: it would be ignored
+        raise SpecdecError(
+            f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --like PRESET (real dimensions); a {args.family} "
+            "checkpoint has the family's fixed tiny shape: drop them, or use --like"
+        )
     from specdec.checkpoint.random_models import make_random
 
     out = make_random(

@@ -17,6 +17,7 @@ from specdec.cache.policies import policy_names
 from specdec.cache.spec import OFFLINE
 from specdec.clock.profiles import BUILTIN_NAMES, DEFAULT_PROFILE
 from specdec.core.errors import SpecdecError
+from specdec.core.seed import check_seed
 from specdec.core.units import Budget, format_bytes
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.simulate import budget_sizes, check_budgets, parse_policies, simulate
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
     trace = load_trace(args.trace)
     hotlist = None
     if args.hotlist:

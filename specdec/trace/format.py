@@ -41,6 +41,7 @@ from specdec.core.files import (
     write_atomic,
     write_error,
 )
+from specdec.core.inputs import check_input_file
 
 HOTLIST_HEADER = "# ds4 expert hotlist v1"
 MAX_EXPERTS = 1 << 31  # per layer; keeps cache keys (layer * n_experts + expert) inside int64
@@ -106,6 +107,11 @@ class Trace:
                 f"{where}: experts has shape {e.shape}: a trace needs at least one MoE layer and "
                 "top_k >= 1 (see docs/trace-format.md)"
             )
+        if T < 1:
+            raise TraceError(
+                f"{where}: experts has shape {e.shape}: the trace holds no positions; record or "
+                "synthesize one with at least one position (specdec trace record, trace synth)"
+            )
         if not 1 <= self.n_experts <= MAX_EXPERTS:
             raise TraceError(
                 f"{where}: n_experts {self.n_experts} outside 1..{MAX_EXPERTS}: fix meta.json"
@@ -120,8 +126,8 @@ class Trace:
                 f"{where}: expert_bytes needs one int in 1..2^48 or {L} (one per layer), "
                 f"got {self.expert_bytes[:4]}"
             )
-        if self.layer_ids is not None and len(self.layer_ids) != L:
-            raise TraceError(f"{where}: layer_ids has {len(self.layer_ids)} entries, need {L}")
+        if self.layer_ids is not None:
+            _check_layer_ids(self.layer_ids, L, where)
         shapes = {"gates": (T, L, e.shape[2]), "tokens": (T,), "prompt_ids": (T,), "phase": (T,)}
         shapes["rejected"] = e.shape
         if self.lookahead is not None:
@@ -140,6 +146,25 @@ class Trace:
                 raise TraceError(
                     f"{where}: {name} range {a.min()}..{a.max()} outside -1..{self.n_experts - 1}"
                 )
+
+
+def _check_layer_ids(ids, L: int, where: str) -> None:
+    """layer_ids: L distinct whole numbers >= 0 (a hotlist and the runtime key layers by them)."""
+    if not isinstance(ids, list | tuple) or not all(
+        isinstance(i, int | np.integer) and not isinstance(i, bool) and i >= 0 for i in ids
+    ):
+        raise TraceError(
+            f"{where}: layer_ids must be a list of whole numbers >= 0 (the model layer of each "
+            f"MoE layer), got {str(ids)[:60]}: fix meta.json"
+        )
+    if len(ids) != L:
+        raise TraceError(f"{where}: layer_ids has {len(ids)} entries, need {L}")
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if list(ids).count(i) > 1})
+        raise TraceError(
+            f"{where}: layer_ids names layer {twice[0]} twice: each MoE layer is one model "
+            "layer; fix layer_ids in meta.json"
+        )
 
 
 def load_trace(path: str | os.PathLike) -> Trace:
@@ -231,7 +256,7 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
 def _load_npy(p: Path) -> np.ndarray:
     try:
         return np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # EOFError: a 0-byte file
         raise TraceError(f"{p}: unreadable .npy ({err}): rewrite it with numpy.save") from None
 
 
@@ -250,6 +275,7 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
     """Parse a ds4 hotlist file; entries keep the file's (priority) order."""
     p = Path(path)
     try:
+        check_input_file(p, "ds4 hotlist")
         lines = p.read_text().splitlines()
     except OSError as err:
         raise TraceError(f"{p}: cannot read hotlist ({err.strerror}): check the path") from None

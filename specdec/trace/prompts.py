@@ -35,6 +35,8 @@ def load_prompts(
     spec: str, split: str = "train", limit: int | None = None, field: str | None = None
 ) -> list[str]:
     """Prompt texts from a shipped set name, a file, or `dataset:NAME` (see module doc)."""
+    if limit is not None and limit < 1:  # 0 would mean "all", -1 "all but the last"
+        raise SpecdecError(f"--limit {limit}: give at least 1 prompt (leave --limit out for all)")
     if spec.startswith("dataset:"):
         texts = _from_dataset(spec[len("dataset:") :], split, field, limit)
     else:
