@@ -127,7 +127,7 @@ def extract_mtp(hf_dir: Path, out_dir: Path, bits: int | None = None, group_size
         raise SpecdecError(f"{hf_dir}: no config.json; HF_DIR must be a Hugging Face checkpoint")
     config = read_json_object(hf_dir / "config.json", "HF config.json")
     model_type = config.get("model_type")
-    if model_type not in _LAYOUTS:
+    if not isinstance(model_type, str) or model_type not in _LAYOUTS:
         raise SpecdecError(
             f"{hf_dir}: model_type {model_type!r} has no MTP layout specdec reads; extract-mtp "
             "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe and qwen3_next checkpoints"

@@ -81,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"specdec: error: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(
+            f"specdec: error: unknown subcommand {name!r}: use one of {', '.join(COMMANDS)} "
+            "(`specdec --help` says what each does)",
+            file=sys.stderr,
+        )
         return 2
     add_arguments, run = command(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"specdec {name}", description=COMMANDS[name][1])

@@ -118,7 +118,16 @@ def add_overhead_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_overhead(args: argparse.Namespace) -> int:
     from specdec.bench.overhead import measure_overhead
+    from specdec.core.units import Budget
 
+    for flag, n in (
+        ("--tokens", args.tokens),
+        ("--pairs", args.pairs),
+        ("--repeats", args.repeats),
+    ):
+        if n is not None and n < 1:  # checked here, not by a failing child process
+            raise SpecdecError(f"{flag} {n}: give at least 1")
+    Budget.parse(args.lookahead_budget)
     r = measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget, args.repeats)
     if args.json:
         print(json.dumps(r))

@@ -20,12 +20,13 @@ from specdec.core.errors import SpecdecError
 MAX_INPUT_BYTES = 64 << 20
 
 
-def check_input_file(path: Path, what: str, limit: int = MAX_INPUT_BYTES) -> None:
-    """Raise unless `path` is a regular file of at most `limit` bytes (OSError passes through)."""
+def check_input_file(path: Path, what: str, limit: int | None = MAX_INPUT_BYTES) -> None:
+    """Raise unless `path` is a regular file of at most `limit` bytes (None: any size; OSError
+    passes through)."""
     st = path.stat()
     if not stat.S_ISREG(st.st_mode):
         raise SpecdecError(f"{path}: not a regular file (a device, FIFO or folder): give a {what}")
-    if st.st_size > limit:
+    if limit is not None and st.st_size > limit:
         raise SpecdecError(
             f"{path}: {st.st_size} bytes, more than any {what} ({limit >> 20} MiB): give a {what}"
         )

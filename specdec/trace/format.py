@@ -25,6 +25,7 @@ priority order) and `profile_hotlist`, which makes one from a trace.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -136,6 +137,13 @@ class Trace:
             a = getattr(self, name)
             if a is not None and a.shape != shape:
                 raise TraceError(f"{where}: {name} has shape {a.shape}, expected {shape}")
+        if self.lookahead is None and self.lookahead_distances:
+            raise TraceError(
+                f"{where}: meta.json lists lookahead_distances but there is no lookahead.npy: "
+                "drop them or add the file"
+            )
+        if self.gates is not None and not np.isfinite(self.gates).all():
+            raise TraceError(f"{where}: gates hold NaN or inf: re-record the trace")
         for name in ("tokens", "prompt_ids", "phase", "lookahead", "rejected"):
             a = getattr(self, name)
             if a is not None and not np.issubdtype(a.dtype, np.integer):
@@ -177,9 +185,14 @@ def load_trace(path: str | os.PathLike) -> Trace:
             "record one with `specdec trace record` or see docs/trace-format.md"
         )
     try:
+        check_input_file(meta_path, "trace meta.json")
         meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceError(f"{meta_path}: invalid JSON ({err}): rewrite the file") from None
+    except OSError as err:
+        raise TraceError(f"{meta_path}: cannot read ({err.strerror}): check the path") from None
+    if not isinstance(meta, dict):
+        raise TraceError(f"{meta_path}: not a JSON object: see docs/trace-format.md")
     missing = [k for k in ("n_layers", "n_experts", "top_k", "expert_bytes") if k not in meta]
     if missing:
         raise TraceError(f"{meta_path}: missing {', '.join(missing)}: see docs/trace-format.md")
@@ -255,6 +268,7 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
 
 def _load_npy(p: Path) -> np.ndarray:
     try:
+        check_input_file(p, ".npy file", limit=None)
         return np.load(p, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:  # EOFError: a 0-byte file
         raise TraceError(f"{p}: unreadable .npy ({err}): rewrite it with numpy.save") from None
@@ -302,6 +316,10 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
             raise TraceError(
                 f"{p}:{n}: expected `layer expert hits weight`, got {line!r}"
             ) from None
+        if not math.isfinite(weight) or hits < 0:
+            raise TraceError(
+                f"{p}:{n}: hits {hits} and weight {weight} must be a count >= 0 and a finite number"
+            )
         if (layer, expert) in seen:
             raise TraceError(
                 f"{p}:{n}: layer {layer} expert {expert} is listed twice (first on line "

@@ -263,6 +263,20 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "chat template that raises": lambda c: chat_template(
         c, "{{ raise_exception('only user turns') }}"
     ),
+    "simulate: an empty --budget": nothing,
+    "simulate: an empty --gamma": nothing,
+    "hotlist: a NaN weight": lambda c: hotlist(c, b"0 1 5 nan\n"),
+    "trace: lookahead_distances without lookahead.npy": lambda c: edit_meta(
+        c["trace"], lookahead_distances=[1]
+    ),
+    "trace: NaN gates": lambda c: np.save(c["trace"] / "gates.npy", np.full((10, 2, 4), np.nan)),
+    "trace: meta.json a list": lambda c: (c["trace"] / "meta.json").write_text("[]"),
+    "trace synth: --targets a device": nothing,
+    "bench overhead: --pairs 0": nothing,
+    "unknown subcommand": nothing,
+    "trace record: a prompt that is not text": lambda c: (c["tmp"] / "p.jsonl").write_text(
+        '{"text": 5}\n'
+    ),
     "prompt past the context": lambda c: edit_config(c["packed"], max_position_embeddings=4),
     "draft model without a path": nothing,
     "draft model is a packed directory": nothing,
