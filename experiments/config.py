@@ -9,8 +9,9 @@ annotations at class creation.
     python -c "from experiments.config import Config; print(Config())"
 """
 
+import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cached_property
 from typing import Any, Union
 
@@ -112,6 +113,23 @@ def check_sweep_name(name: str) -> None:
         )
 
 
+def _check_keys(node: dict, schema: type, prefix: str = "") -> None:
+    """Every key of `node` is a field of the dataclass `schema` (recursively; dict fields such
+    as `drafter` and `task.options` are open); else one line naming it and the valid keys."""
+    valid = [f.name for f in fields(schema)]
+    types = {f.name: f.type for f in fields(schema)}
+    for key, value in node.items():
+        if key not in types:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f"did you mean {prefix}{close[0]}=...?" if close else "fix the override"
+            where = prefix.rstrip(".") or "the config"
+            raise SpecdecError(
+                f"unknown config key '{prefix}{key}': {where} has {', '.join(valid)}; {hint}"
+            )
+        if is_dataclass(types[key]) and isinstance(value, dict):
+            _check_keys(value, types[key], f"{prefix}{key}.")
+
+
 def to_config(cfg: DictConfig) -> Config:
     """The composed config as the typed object (Hydra's own `hydra` node left out)."""
     plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
@@ -123,6 +141,8 @@ def to_config(cfg: DictConfig) -> Config:
             f"{', '.join(missing)} must be set: add e.g. {missing[0]}=VALUE to the command "
             "(conf/ leaves it to you)"
         )
+    # `+gama=4` or `+cache.polcy=lru` adds a key the schema lacks; to_object drops a nested one
+    _check_keys(OmegaConf.to_container(plain, resolve=False), Config)
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
     check_sweep_name(typed.sweep)
     typed.gamma = Gamma.parse(typed.gamma)

@@ -157,7 +157,10 @@ _hydra_main = hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="
 
 
 def main() -> None:
-    ensure_fast_blas()
+    try:
+        ensure_fast_blas()
+    except SpecdecError as e:  # SPECDEC_BLAS naming no library
+        raise SystemExit(f"specdec-exp: error: {e}") from None
     try:
         _hydra_main()
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status, not a traceback

@@ -33,7 +33,6 @@ extracted where a checkpoint has several (the drafter chains one module, as Deep
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import mlx.core as mx
@@ -43,6 +42,7 @@ from specdec.checkpoint.mtp import load_mtp, quantize_mtp
 from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
 from specdec.core.errors import SpecdecError
 from specdec.core.files import check_output_file, write_error
+from specdec.core.inputs import read_json_object
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import write_safetensors
 
@@ -52,7 +52,14 @@ def _mtp_tensors(hf_dir: Path, prefix: str, gguf: bool = False) -> dict[str, mx.
     directory's `*.gguf` files too, as ds4 ships V4's MTP layer)."""
     index = hf_dir / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json_object(index, "shard index").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(f, str) for f in weight_map.values()
+        ):
+            raise SpecdecError(
+                f"{index}: no weight_map of tensor -> shard file names: restore the checkpoint's "
+                "index (or delete it to read every *.safetensors)"
+            )
         files = sorted({f for k, f in weight_map.items() if k.startswith(prefix)})
     else:
         files = sorted(p.name for p in hf_dir.glob("*.safetensors"))
@@ -61,11 +68,15 @@ def _mtp_tensors(hf_dir: Path, prefix: str, gguf: bool = False) -> dict[str, mx.
     for name in files:
         try:
             shard = mx.load(str(hf_dir / name))
-        except (RuntimeError, ValueError):
+        except (RuntimeError, ValueError, OSError) as e:  # missing, truncated or not safetensors
+            if name.endswith(".gguf"):
+                raise SpecdecError(
+                    f"{hf_dir / name}: MLX cannot read this file's tensors (it reads F32, F16, "
+                    "BF16, Q4_0, Q4_1, Q8_0; ds4's experts are IQ2_XXS / Q2_K): use the Hugging "
+                    "Face checkpoint's safetensors"
+                ) from None
             raise SpecdecError(
-                f"{hf_dir / name}: MLX cannot read this file's tensors (it reads F32, F16, BF16, "
-                "Q4_0, Q4_1, Q8_0; ds4's experts are IQ2_XXS / Q2_K): use the Hugging Face "
-                "checkpoint's safetensors"
+                f"{hf_dir / name}: not a readable safetensors shard ({e}): copy the checkpoint again"
             ) from None
         out.update({k: v for k, v in shard.items() if k.startswith(prefix)})
     return out
@@ -219,13 +230,18 @@ def extract_mtp(
     check_output_file(out_dir / MTP_FILE, "`specdec extract-mtp`", force, "--force")
     if not (hf_dir / "config.json").is_file():
         raise SpecdecError(f"{hf_dir}: no config.json; HF_DIR must be a Hugging Face checkpoint")
-    config = json.loads((hf_dir / "config.json").read_text())
+    config = read_json_object(hf_dir / "config.json", "HF config.json")
     model_type = config.get("model_type")
-    n = int(config.get("num_hidden_layers", 0))
-    if model_type not in _LAYOUTS:
+    if not isinstance(model_type, str) or model_type not in _LAYOUTS:
         raise SpecdecError(
             f"{hf_dir}: model_type {model_type!r} has no MTP layout specdec reads; extract-mtp "
             "takes deepseek_v3, deepseek_v32, kimi_k2, glm4_moe, qwen3_next and deepseek_v41 checkpoints"
+        )
+    n = config.get("num_hidden_layers")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:  # the MTP layer is layer n
+        raise SpecdecError(
+            f"{hf_dir}/config.json: num_hidden_layers is {n!r}, not a whole number >= 1: "
+            "restore the checkpoint's config.json"
         )
     module, layout = _LAYOUTS[model_type]
     weights = layout(hf_dir, config, module, n)

@@ -180,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    ensure_fast_blas()
     argv = sys.argv[1:] if argv is None else argv
     try:
+        ensure_fast_blas()
         load_plugins()  # extensions from files outside the package (SPECDEC_PLUGINS)
     except SpecdecError as e:
         print(f"specdec: error: {e}", file=sys.stderr)
@@ -192,7 +192,11 @@ def _main(argv: list[str] | None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"specdec: error: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(
+            f"specdec: error: unknown subcommand {name!r}: use one of {', '.join(COMMANDS)} "
+            "(`specdec --help` says what each does)",
+            file=sys.stderr,
+        )
         return 2
     try:
         add_arguments, run = command(COMMANDS[name][0])

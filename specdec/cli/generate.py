@@ -187,6 +187,23 @@ def drafter_and_gamma(args: argparse.Namespace) -> tuple[DrafterSpec, Gamma]:
     return drafter, Gamma(args.num_draft_tokens + 1)
 
 
+def chat_prompt(tok, text: str, path) -> list[int]:
+    """The prompt's ids through the tokenizer's chat template; a template that does not
+    compile or that raises (jinja2's raise_exception) is the checkpoint's, not a bug here."""
+    from jinja2.exceptions import TemplateError
+
+    try:
+        return tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True
+        )
+    except TemplateError as e:
+        raise SpecdecError(
+            f"the chat template of {path} (tokenizer_config.json or chat_template.jinja) "
+            f"fails: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; fix the "
+            "template or pass --ignore-chat-template"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     check_text("--prompt", args.prompt)
     profiles = tuple(get_profile(n) for n in args.profile)
@@ -202,9 +219,7 @@ def run(args: argparse.Namespace) -> int:
         if args.chat and not has_template:
             raise SpecdecError(f"--chat: {sm.path}'s tokenizer has no chat template; drop --chat")
         if has_template and args.chat is not False:
-            prompt = tok.apply_chat_template(
-                [{"role": "user", "content": args.prompt}], add_generation_prompt=True
-            )
+            prompt = chat_prompt(tok, args.prompt, sm.path)
         else:
             prompt = sm.encode(args.prompt)
         cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)

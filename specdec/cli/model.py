@@ -20,6 +20,7 @@ from pathlib import Path
 from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL
 from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
 from specdec.core.errors import SpecdecError
+from specdec.core.seed import check_seed
 
 
 def add_models_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +62,7 @@ def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_make_random(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
     if args.like:
         from specdec.checkpoint.random_scale import make_like
 
@@ -74,6 +76,14 @@ def run_make_random(args: argparse.Namespace) -> int:
         return 0
     if not args.family:
         raise SpecdecError("give a FAMILY (tiny checkpoint) or --like PRESET (real dimensions)")
+    given = [
+        f for f, v in (("--layers", args.layers), ("--experts", args.experts)) if v is not None
+    ]
+    if given:  # a FAMILY checkpoint has its family's fixed tiny shape: it would be ignored
+        raise SpecdecError(
+            f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --like PRESET (real dimensions); a {args.family} "
+            "checkpoint has the family's fixed tiny shape: drop them, or use --like"
+        )
     from specdec.checkpoint.random_models import make_random
 
     out = make_random(
@@ -119,7 +129,16 @@ def add_overhead_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_overhead(args: argparse.Namespace) -> int:
     from specdec.bench.overhead import measure_overhead
+    from specdec.core.units import Budget
 
+    for flag, n in (
+        ("--tokens", args.tokens),
+        ("--pairs", args.pairs),
+        ("--repeats", args.repeats),
+    ):
+        if n is not None and n < 1:  # checked here, not by a failing child process
+            raise SpecdecError(f"{flag} {n}: give at least 1")
+    Budget.parse(args.lookahead_budget)
     r = measure_overhead(args.model, args.tokens, args.pairs, args.lookahead_budget, args.repeats)
     if args.json:
         print(json.dumps(r))

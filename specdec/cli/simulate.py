@@ -17,6 +17,7 @@ from specdec.cache.policies import policy_names
 from specdec.cache.spec import OFFLINE
 from specdec.clock.profiles import BUILTIN_NAMES, DEFAULT_PROFILE
 from specdec.core.errors import SpecdecError
+from specdec.core.seed import check_seed
 from specdec.core.units import Budget, format_bytes
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.simulate import budget_sizes, check_budgets, parse_policies, simulate
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
     trace = load_trace(args.trace)
     hotlist = None
     if args.hotlist:
@@ -75,11 +77,17 @@ def run(args: argparse.Namespace) -> int:
         raise SpecdecError(f"--positions {args.positions}: give a positive number of positions")
     policies = parse_policies([p.strip() for p in args.policy.split(",") if p.strip()])
     budgets = parse_budgets(args.budget)
+    for flag, given in (("--policy", policies), ("--budget", budgets)):
+        if not given:  # `--budget ''` printed an empty table and exited 0
+            raise SpecdecError(f"{flag} {getattr(args, flag[2:])!r}: give at least one")
     check_budgets(trace, budgets)
     given = [Gamma.parse(g) for g in args.gamma.split(",") if g.strip()]
     auto = AUTO in given
     gammas = [g.fixed for g in given if not g.auto]
     alphas = _numbers(args.alpha, float, "--alpha")
+    if not given or not alphas:
+        flag, text = ("--gamma", args.gamma) if not given else ("--alpha", args.alpha)
+        raise SpecdecError(f"{flag} {text!r}: give at least one")
     if auto:
         from specdec.gamma.replay import auto_rows, auto_setup
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specdec.core.errors import SpecdecError
 from specdec.core.machine import physical_memory
+from specdec.core.seed import check_seed
 from specdec.sim.fit import TOLERANCE, fit
 from specdec.sim.stats import PHASES, routing_stats, trace_stats
 from specdec.trace.format import load_trace, save_trace
@@ -66,6 +67,8 @@ def _model(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action != "stats":
+        check_seed(args.seed)
     return {"synth": _synth, "stats": _stats, "fit": _fit}[args.action](args)
 
 

@@ -10,7 +10,7 @@ itself once with LD_PRELOAD set.
 Control with SPECDEC_BLAS:
   auto (default)  use OpenBLAS when found (Debian/Ubuntu: `apt-get install libopenblas0-pthread`)
   reference       keep MLX's bundled reference BLAS (what CI's exactness check also runs)
-  /path/lib.so    preload this library
+  /path/lib.so    preload this library (a missing file is a one-line error)
 
 Results never depend on it: exactness tests compare streamed and resident models under the same
 BLAS, and one test repeats the exactness check under the reference BLAS. Every run records
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+from specdec.core.errors import SpecdecError
 
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
@@ -41,7 +43,12 @@ def find_fast_blas() -> str | None:
     if mode == "reference":
         return None
     if mode != "auto":
-        return mode if os.path.exists(mode) else None
+        if not os.path.isfile(mode):  # a typo would silently run the slow reference BLAS
+            raise SpecdecError(
+                f"SPECDEC_BLAS={mode}: no such library file; set it to the path of a BLAS "
+                "(libopenblas.so.0), to auto (find OpenBLAS) or reference (MLX's own), or unset it"
+            )
+        return mode
     return next((p for p in OPENBLAS_CANDIDATES if os.path.exists(p)), None)
 
 

@@ -32,11 +32,12 @@ import numpy as np
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile
 from specdec.core.errors import SpecdecError
+from specdec.core.seed import check_seed
 from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
-from specdec.decode.sampling import judge
+from specdec.decode.sampling import MIN_TEMP, check_finite, judge
 from specdec.decode.state import DecodeState, begin_routing, forward
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.gamma.controller import AutoGamma
@@ -63,13 +64,17 @@ class DecodeConfig:
         object.__setattr__(self, "gamma", Gamma.parse(self.gamma))
 
 
-def greedy_next(st: DecodeState, token: mx.array) -> mx.array:
-    """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it."""
+def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
+    """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it, and
+    its logit [] (a NaN wins argmax, so a non-finite one means the logits are not finite)."""
     begin_routing(st, 1)
     logits = st.sm.model(token, cache=st.cache)  # [1, 1, V]
-    nxt = mx.argmax(logits[0, -1].astype(mx.float32)).reshape(1, 1)
-    mx.async_eval(nxt)
-    return nxt
+    row = logits[0, -1].astype(mx.float32)  # [V]
+    nxt = mx.argmax(row)
+    top = row[nxt]  # []
+    nxt = nxt.reshape(1, 1)
+    mx.async_eval(nxt, top)
+    return nxt, top
 
 
 PREFILL, DRAFT, VERIFY = Call("prefill"), Call("draft"), Call("verify")
@@ -114,8 +119,12 @@ class Decode:
             )
         if not math.isfinite(cfg.temp) or cfg.temp < 0:
             raise SpecdecError(f"temperature must be a finite number >= 0 (got {cfg.temp})")
-        if cfg.seed < 0:
-            raise SpecdecError(f"seed must be >= 0 (got {cfg.seed})")
+        if 0 < cfg.temp < MIN_TEMP:
+            raise SpecdecError(
+                f"temperature {cfg.temp!r} is below {MIN_TEMP:g}: give 0 for greedy decoding or "
+                f"a temperature >= {MIN_TEMP:g}"
+            )
+        check_seed(cfg.seed)
         if cfg.draft_stop not in MODES:
             raise SpecdecError(f"draft stop {cfg.draft_stop!r}: use {', '.join(MODES)}")
         if not prompt:
@@ -245,13 +254,14 @@ class Decode:
         while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
             start = self._clocks()
             with streamer.serving(VERIFY):
-                nxt = started if started is not None else greedy_next(st, mx.array([[y]]))
+                nxt, top = started if started is not None else greedy_next(st, mx.array([[y]]))
                 mine = len(streamer.deferred)  # this token's deferred calls; the next's follow
                 last = len(st.generated) + 1 >= cfg.max_tokens
                 started = (
                     None if last or not streamer.all_resident(layers) else greedy_next(st, nxt)
                 )
             y = nxt.item()  # host sync: token t (t+1 computes meanwhile)
+            check_finite(top.item())  # evaluated with nxt: no second sync
             st.tokens.append(y)
             steps = streamer.drain(mine)
             yield self._record(n_pass, [], 0, [y], [], steps, start)

@@ -10,15 +10,40 @@ Deterministic drafters (lookup, oracle) have q = one-hot(x).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from specdec.core.errors import SpecdecError
+
+# The smallest temperature above 0 (0 is greedy). Below it sampling is greedy decoding in all
+# but name: two logits a float32 apart (~1e-5 at magnitude 100) already differ e^10-fold at
+# 1e-6; and far below (1e-320, a subnormal) logits / temp overflows to inf and every token is NaN.
+MIN_TEMP = 1e-6
+
+
+class NonFiniteLogits(SpecdecError):
+    """The model produced NaN or inf logits: its weights (or a dtype's range) are broken."""
+
+
+def check_finite(value: float) -> None:
+    """Stop at a non-finite logit a decision used (one float: no extra pass over the logits)."""
+    if not math.isfinite(value):
+        raise NonFiniteLogits(
+            f"the model's logits are not finite ({value}): its weights hold NaN or inf (or "
+            "overflow their dtype); check the checkpoint (`specdec verify` a packed directory, "
+            "or convert the model again)"
+        )
 
 
 def probs(logits: np.ndarray, temp: float) -> np.ndarray:
     """softmax(logits / temp) in float64, rows of [..., V]."""
     z = logits.astype(np.float64) / temp
-    z -= z.max(axis=-1, keepdims=True)
+    top = z.max(axis=-1, keepdims=True)  # NaN if any logit of the row is, inf if one is inf
+    if not np.isfinite(top).all():
+        check_finite(float(top[~np.isfinite(top)][0]))
+    z -= top
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -48,6 +73,10 @@ def judge(
     """
     if temp == 0:
         target = target_logits.argmax(-1)  # [γ]
+        # a NaN wins argmax: the chosen logits are finite iff the decision is sound
+        chosen = target_logits[np.arange(len(target)), target]  # [γ]
+        if not np.isfinite(chosen).all():
+            check_finite(float(chosen[~np.isfinite(chosen)][0]))
         n = 0
         while n < len(drafts) and drafts[n] == int(target[n]):
             n += 1

@@ -26,9 +26,9 @@ A pass's union must fit the cache (as in replay.py, BudgetError otherwise); `aut
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.progress import progress
+from specdec.core.inputs import read_json_object
 from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed
 from specdec.gamma.shadows import Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
@@ -231,10 +232,7 @@ def auto_setup(
     if config == "minimax-m2.5":
         model_config = MINIMAX_M25
     else:
-        try:
-            model_config = json.loads(open(config).read())
-        except (OSError, ValueError) as e:
-            raise SpecdecError(f"--config {config}: not a readable config.json ({e})") from None
+        model_config = read_json_object(Path(config), "model config.json (--config)")
         check_trace_config(trace, model_config, "the trace", f"--config {config}")
     chosen, note = auto_profile((get_profile(profile),))
     if note:

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from specdec.core.errors import SpecdecError
 
 AUTO_TEXT = "auto"
+# The widest fixed γ. A pass commits E = (1 - α^γ)/(1 - α) tokens on average, at most
+# 1/(1 - α): at α = 0.99 γ = 1024 reaches 99.997% of it, so no wider pass can pay; and a pass
+# allocates arrays of γ positions (--gamma 1e10 asked simulate for a 74.5 GiB one).
+MAX_FIXED_GAMMA = 1024
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class Gamma:
             ) from None
         if g < 1:
             raise SpecdecError(f"gamma must be >= 1 (got {g}); gamma = 1 is plain decoding")
+        if g > MAX_FIXED_GAMMA:
+            raise SpecdecError(
+                f"gamma must be at most {MAX_FIXED_GAMMA} (got {g}): a pass of more positions adds no "
+                "tokens any drafter's acceptance can earn"
+            )
         return cls(g)
 
     @property

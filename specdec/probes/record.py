@@ -136,6 +136,10 @@ def record(
     sm=None,
 ) -> Recording:
     """Load `model` (or use the loaded `sm`) at budget 100% and record `prompts` (a spec)."""
+    if max_prompt_tokens < 1:  # 0 would record every prompt as the one token 0
+        raise SpecdecError(
+            f"--max-prompt-tokens {max_prompt_tokens}: give at least 1 (prompts are cut to it)"
+        )
     texts = load_prompts(prompts, split=split, limit=limit, field=text_field)
     if sm is None:
         from specdec.stream.loader import load

@@ -48,7 +48,11 @@ def plot_verify_vs_trace(st: Setting, path: Path) -> Path:
     drafters = sorted({r["drafter"] for r in st.trace_rows})
     for i, d in enumerate(drafters):
         rows = sorted((r for r in st.trace_rows if r["drafter"] == d), key=lambda r: r["gamma"])
-        acc = ", ".join(f"γ={r['gamma']}: α={r['acceptance']:.2f}" for r in rows)
+        # acceptance None: a job that drafted nothing (drafter=none at γ > 1)
+        acc = ", ".join(
+            f"γ={r['gamma']}: α={'-' if r['acceptance'] is None else format(r['acceptance'], '.2f')}"
+            for r in rows
+        )
         # side by side at each γ: drafters with the same union would hide each other
         shift = 0.12 * (i - (len(drafters) - 1) / 2)
         ax.plot(

@@ -173,7 +173,7 @@ def read_job(result_path: Path) -> JobFiles:
         result = json.loads(result_path.read_text())
         cfg = json.loads((d / CONFIG).read_text())
         summary = json.loads((d / SUMMARY).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
         raise SpecdecError(
             f"{d}: unreadable job files ({e}); delete the directory and rerun"
         ) from e

@@ -25,6 +25,7 @@ priority order) and `profile_hotlist`, which makes one from a trace.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from specdec.core.files import (
     write_atomic,
     write_error,
 )
+from specdec.core.inputs import check_input_file
 
 HOTLIST_HEADER = "# ds4 expert hotlist v1"
 MAX_EXPERTS = 1 << 31  # per layer; keeps cache keys (layer * n_experts + expert) inside int64
@@ -106,6 +108,11 @@ class Trace:
                 f"{where}: experts has shape {e.shape}: a trace needs at least one MoE layer and "
                 "top_k >= 1 (see docs/trace-format.md)"
             )
+        if T < 1:
+            raise TraceError(
+                f"{where}: experts has shape {e.shape}: the trace holds no positions; record or "
+                "synthesize one with at least one position (specdec trace record, trace synth)"
+            )
         if not 1 <= self.n_experts <= MAX_EXPERTS:
             raise TraceError(
                 f"{where}: n_experts {self.n_experts} outside 1..{MAX_EXPERTS}: fix meta.json"
@@ -120,8 +127,8 @@ class Trace:
                 f"{where}: expert_bytes needs one int in 1..2^48 or {L} (one per layer), "
                 f"got {self.expert_bytes[:4]}"
             )
-        if self.layer_ids is not None and len(self.layer_ids) != L:
-            raise TraceError(f"{where}: layer_ids has {len(self.layer_ids)} entries, need {L}")
+        if self.layer_ids is not None:
+            _check_layer_ids(self.layer_ids, L, where)
         shapes = {"gates": (T, L, e.shape[2]), "tokens": (T,), "prompt_ids": (T,), "phase": (T,)}
         shapes["rejected"] = e.shape
         if self.lookahead is not None:
@@ -130,6 +137,13 @@ class Trace:
             a = getattr(self, name)
             if a is not None and a.shape != shape:
                 raise TraceError(f"{where}: {name} has shape {a.shape}, expected {shape}")
+        if self.lookahead is None and self.lookahead_distances:
+            raise TraceError(
+                f"{where}: meta.json lists lookahead_distances but there is no lookahead.npy: "
+                "drop them or add the file"
+            )
+        if self.gates is not None and not np.isfinite(self.gates).all():
+            raise TraceError(f"{where}: gates hold NaN or inf: re-record the trace")
         for name in ("tokens", "prompt_ids", "phase", "lookahead", "rejected"):
             a = getattr(self, name)
             if a is not None and not np.issubdtype(a.dtype, np.integer):
@@ -142,6 +156,25 @@ class Trace:
                 )
 
 
+def _check_layer_ids(ids, L: int, where: str) -> None:
+    """layer_ids: L distinct whole numbers >= 0 (a hotlist and the runtime key layers by them)."""
+    if not isinstance(ids, list | tuple) or not all(
+        isinstance(i, int | np.integer) and not isinstance(i, bool) and i >= 0 for i in ids
+    ):
+        raise TraceError(
+            f"{where}: layer_ids must be a list of whole numbers >= 0 (the model layer of each "
+            f"MoE layer), got {str(ids)[:60]}: fix meta.json"
+        )
+    if len(ids) != L:
+        raise TraceError(f"{where}: layer_ids has {len(ids)} entries, need {L}")
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if list(ids).count(i) > 1})
+        raise TraceError(
+            f"{where}: layer_ids names layer {twice[0]} twice: each MoE layer is one model "
+            "layer; fix layer_ids in meta.json"
+        )
+
+
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a trace directory."""
     d = Path(path)
@@ -152,9 +185,14 @@ def load_trace(path: str | os.PathLike) -> Trace:
             "record one with `specdec trace record` or see docs/trace-format.md"
         )
     try:
+        check_input_file(meta_path, "trace meta.json")
         meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceError(f"{meta_path}: invalid JSON ({err}): rewrite the file") from None
+    except OSError as err:
+        raise TraceError(f"{meta_path}: cannot read ({err.strerror}): check the path") from None
+    if not isinstance(meta, dict):
+        raise TraceError(f"{meta_path}: not a JSON object: see docs/trace-format.md")
     missing = [k for k in ("n_layers", "n_experts", "top_k", "expert_bytes") if k not in meta]
     if missing:
         raise TraceError(f"{meta_path}: missing {', '.join(missing)}: see docs/trace-format.md")
@@ -228,8 +266,9 @@ def save_trace(trace: Trace, path: str | os.PathLike, overwrite: bool = False) -
 
 def _load_npy(p: Path) -> np.ndarray:
     try:
+        check_input_file(p, ".npy file", limit=None)
         return np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # EOFError: a 0-byte file
         raise TraceError(f"{p}: unreadable .npy ({err}): rewrite it with numpy.save") from None
 
 
@@ -248,6 +287,7 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
     """Parse a ds4 hotlist file; entries keep the file's (priority) order."""
     p = Path(path)
     try:
+        check_input_file(p, "ds4 hotlist")
         lines = p.read_text().splitlines()
     except OSError as err:
         raise TraceError(f"{p}: cannot read hotlist ({err.strerror}): check the path") from None
@@ -274,6 +314,10 @@ def read_hotlist(path: str | os.PathLike) -> list[HotlistEntry]:
             raise TraceError(
                 f"{p}:{n}: expected `layer expert hits weight`, got {line!r}"
             ) from None
+        if not math.isfinite(weight) or hits < 0:
+            raise TraceError(
+                f"{p}:{n}: hits {hits} and weight {weight} must be a count >= 0 and a finite number"
+            )
         if (layer, expert) in seen:
             raise TraceError(
                 f"{p}:{n}: layer {layer} expert {expert} is listed twice (first on line "

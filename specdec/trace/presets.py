@@ -26,6 +26,7 @@ from pathlib import Path
 
 from specdec.checkpoint.presets import routed_shape
 from specdec.core.errors import SpecdecError
+from specdec.core.inputs import check_input_file
 from specdec.core.units import parse_budget
 from specdec.trace.synthetic import SynthParams, Targets, TraceShape
 
@@ -96,6 +97,7 @@ def load_targets(path: str | os.PathLike, like: str | None = None) -> tuple[Trac
     """Read a targets JSON file (format in specdec.sim.fit); its shape, or the preset's."""
     p = Path(path)
     try:
+        check_input_file(p, "targets file")
         raw = json.loads(p.read_text())
     except OSError as err:
         raise SpecdecError(f"{p}: cannot read targets ({err.strerror}): check the path") from None
@@ -105,7 +107,7 @@ def load_targets(path: str | os.PathLike, like: str | None = None) -> tuple[Trac
         raise SpecdecError(f"{p}: targets must be a JSON object: see docs/trace-synth.md")
     try:
         return _parse_targets(raw, like)
-    except (TypeError, ValueError, KeyError) as err:
+    except (TypeError, ValueError, KeyError, AttributeError) as err:  # e.g. union a list
         raise SpecdecError(f"{p}: bad targets ({err}): see docs/trace-synth.md") from None
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from specdec.core.errors import SpecdecError
 from specdec.core.files import durable_replace
+from specdec.core.inputs import check_input_file
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SHIPPED = {"heldout": DATA / "prompts_heldout.jsonl", "profile": DATA / "prompts_profile.jsonl"}
@@ -35,6 +36,8 @@ def load_prompts(
     spec: str, split: str = "train", limit: int | None = None, field: str | None = None
 ) -> list[str]:
     """Prompt texts from a shipped set name, a file, or `dataset:NAME` (see module doc)."""
+    if limit is not None and limit < 1:  # 0 would mean "all", -1 "all but the last"
+        raise SpecdecError(f"--limit {limit}: give at least 1 prompt (leave --limit out for all)")
     if spec.startswith("dataset:"):
         texts = _from_dataset(spec[len("dataset:") :], split, field, limit)
     else:
@@ -48,6 +51,7 @@ def load_prompts(
 
 def _from_file(path: Path, field: str | None) -> list[str]:
     try:
+        check_input_file(path, "prompts file", limit=None)
         lines = path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as err:
         why = getattr(err, "strerror", None) or type(err).__name__
@@ -63,13 +67,14 @@ def _from_file(path: Path, field: str | None) -> list[str]:
             continue
         try:
             row = json.loads(line)
-            out.append(str(row[field] if field else row.get("text", row.get("prompt"))))
-            if out[-1] == "None":
-                raise KeyError("text")
+            text = row[field] if field else row.get("text", row.get("prompt"))
+            if not isinstance(text, str):  # a number or null would be recorded as "5", "None"
+                raise TypeError(text)
+            out.append(text)
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
             want = field or "text"
             raise SpecdecError(
-                f"{path}:{n}: expected a JSON object with a {want!r} field: fix the line"
+                f"{path}:{n}: expected a JSON object with a text {want!r} field: fix the line"
             ) from None
     return out
 

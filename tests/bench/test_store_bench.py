@@ -87,3 +87,13 @@ def test_bench_paths_subset_and_huge_page_warning(tmp_path, monkeypatch):
         return
     assert result["arena_huge_pages"] == 0.0
     assert "WARNING: the arena got 2 MiB pages for only 0%" in format_table(result)
+
+
+def test_bench_read_refuses_a_file_larger_than_the_free_space(tmp_path, capsys):
+    """--file-bytes 2^62 was a MemoryError traceback (a 28 TiB block table) before any write."""
+    from specdec.cli import main
+
+    assert main(["bench", "read", "--dir", str(tmp_path), "--file-bytes", str(2**62)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"specdec: error: --file-bytes {2**62}: more than")
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -273,6 +273,55 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "negative seed": nothing,
     "temperature NaN": nothing,
     "temperature inf": nothing,
+    "temperature below 1e-6": nothing,
+    "NaN weights (greedy)": lambda c: nan_weights(c),
+    "NaN weights (sampled)": lambda c: nan_weights(c),
+    "seed above 2^32-1": nothing,
+    "negative seed (simulate)": nothing,
+    "negative seed (trace synth)": nothing,
+    "negative seed (trace fit)": nothing,
+    "negative seed (make-random)": nothing,
+    "trace record: --limit 0": nothing,
+    "trace record: --limit -1": nothing,
+    "trace record: --max-prompt-tokens 0": nothing,
+    "trace: no positions (simulate)": lambda c: save_experts(
+        c["trace"], np.zeros((0, 2, 4), np.int32)
+    ),
+    "trace: no positions (trace stats)": lambda c: save_experts(
+        c["trace"], np.zeros((0, 2, 4), np.int32)
+    ),
+    "trace: experts.npy of 0 bytes": lambda c: (c["trace"] / "experts.npy").write_bytes(b""),
+    "trace: a layer twice in layer_ids": lambda c: edit_meta(c["trace"], layer_ids=[1, 1]),
+    "make-random: --layers without --like": nothing,
+    "SPECDEC_BLAS names no file": lambda c: c["monkeypatch"].setenv(
+        "SPECDEC_BLAS", str(c["tmp"] / "typo.so")
+    ),
+    "simulate --config is a JSON list": lambda c: (c["tmp"] / "list.json").write_text("[1, 2]"),
+    "gamma above 1024": nothing,
+    "hotlist is a device": nothing,
+    "extract-mtp: config.json not JSON": lambda c: hf_config(c, "not json"),
+    "extract-mtp: config.json a list": lambda c: hf_config(c, "[]"),
+    "extract-mtp: num_hidden_layers not a number": lambda c: hf_config(
+        c, '{"model_type": "deepseek_v3", "num_hidden_layers": "x"}'
+    ),
+    "chat template with a syntax error": lambda c: chat_template(c, "{{ messages[0]['content'] }"),
+    "chat template that raises": lambda c: chat_template(
+        c, "{{ raise_exception('only user turns') }}"
+    ),
+    "simulate: an empty --budget": nothing,
+    "simulate: an empty --gamma": nothing,
+    "hotlist: a NaN weight": lambda c: hotlist(c, b"0 1 5 nan\n"),
+    "trace: lookahead_distances without lookahead.npy": lambda c: edit_meta(
+        c["trace"], lookahead_distances=[1]
+    ),
+    "trace: NaN gates": lambda c: np.save(c["trace"] / "gates.npy", np.full((10, 2, 4), np.nan)),
+    "trace: meta.json a list": lambda c: (c["trace"] / "meta.json").write_text("[]"),
+    "trace synth: --targets a device": nothing,
+    "bench overhead: --pairs 0": nothing,
+    "unknown subcommand": nothing,
+    "trace record: a prompt that is not text": lambda c: (c["tmp"] / "p.jsonl").write_text(
+        '{"text": 5}\n'
+    ),
     "prompt past the context": lambda c: edit_config(c["packed"], max_position_embeddings=4),
     "draft model without a path": nothing,
     "draft model is a packed directory": nothing,
@@ -467,6 +516,27 @@ def two_experts_one_block(index: dict) -> None:
 def drop_quantization(path: Path) -> None:
     edit_config_drop(path, "quantization")
     edit_config_drop(path, "quantization_config")
+
+
+def nan_weights(c) -> None:
+    """A copy of {model} whose final norm is NaN (a checkpoint broken in conversion)."""
+    import mlx.core as mx
+
+    shutil.copytree(c["model"], c["tmp"] / "nan")
+    path = str(c["tmp"] / "nan" / "model.safetensors")
+    weights = mx.load(path)
+    weights["model.norm.weight"] = mx.full(weights["model.norm.weight"].shape, float("nan"))
+    mx.save_safetensors(path, weights, metadata={"format": "mlx"})
+
+
+def hf_config(c, text: str) -> None:
+    (c["tmp"] / "hf").mkdir()
+    (c["tmp"] / "hf" / "config.json").write_text(text)
+
+
+def chat_template(c, template: str) -> None:
+    path = c["packed"] / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "chat_template": template}))
 
 
 def no_router(c) -> None:

@@ -73,6 +73,15 @@ def test_schema_rejects_unknown_keys_and_wrong_types():
     with initialize_config_dir(str(CONF), version_base="1.3"):
         with pytest.raises(ConfigCompositionException):
             compose("config", overrides=["gama=4"])
+        # `+key=` adds a key Hydra cannot check: to_config names it and the valid ones (a
+        # nested one was dropped silently, a top-level one raised OmegaConf's traceback)
+        with pytest.raises(SpecdecError, match=r"unknown config key 'gama': .*did you mean gamma"):
+            to_config(compose("config", overrides=["+gama=4"]))
+        with pytest.raises(SpecdecError, match=r"'cache.polcy': cache has policy, budget"):
+            to_config(compose("config", overrides=["+cache.polcy=lru"]))
+        assert to_config(compose("config", overrides=["+task.options.x=1"])).task.options == {
+            "x": 1
+        }
         # γ is an int or "auto": any other text is refused when the typed config is made
         with pytest.raises(SpecdecError, match="gamma 'four'"):
             to_config(compose("config", overrides=["gamma=four"]))

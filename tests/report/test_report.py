@@ -195,3 +195,28 @@ def test_concurrent_reports_of_one_directory(tmp_path):
         )
     assert all(r.markdown.read_text() == reports[0].markdown.read_text() for r in reports)
     assert not [p for p in (tmp_path / "sweep").rglob("*") if ".tmp" in p.name]
+
+
+def test_verify_figure_labels_a_job_that_drafted_nothing(tmp_path):
+    """drafter=none at γ=2 drafts nothing, so its acceptance is None: the figure writes α=-
+    (a sweep's report crashed here formatting None). The setting is plain data (SimpleNamespace
+    with the fields the figure reads), not a mock of a computation."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from specdec.report.figures import plot_verify_vs_trace
+
+    def union(mean):
+        return SimpleNamespace(mean=mean, per_layer={"1": mean - 0.5, "2": mean + 0.5})
+
+    rows = [
+        {"drafter": "none", "gamma": 2, "acceptance": None, "verify_union": 6.5},
+        {"drafter": "mtp", "gamma": 2, "acceptance": 0.5, "verify_union": 6.0},
+    ]
+    st = SimpleNamespace(
+        trace={1: union(4.0), 2: union(6.0)}, trace_rows=rows, k=4, n_experts=16, label="tiny"
+    )
+    path = plot_verify_vs_trace(st, tmp_path / "verify.png")
+    assert path.stat().st_size > 1000

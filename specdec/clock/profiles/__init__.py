@@ -41,6 +41,7 @@ from pathlib import Path
 
 from specdec.core.errors import SpecdecError
 from specdec.core.files import cache_root
+from specdec.core.inputs import check_input_file
 
 BUILTIN_DIR = Path(__file__).resolve().parent  # package data: one NAME.yaml per built-in
 
@@ -161,6 +162,7 @@ def load_profile(path: str | Path) -> DeviceProfile:
     """A profile from a YAML or JSON mapping of DeviceProfile's fields (name defaults to the stem)."""
     path = Path(path)
     try:
+        check_input_file(path, "device profile")
         text = path.read_text()
     except OSError as e:
         raise SpecdecError(f"cannot read device profile {path}: {e.strerror}") from e
