@@ -41,7 +41,10 @@ POSITIVE = (
     "qk_rope_head_dim",
     "v_head_dim",
     "qk_nope_head_dim",
+    "moe_layer_freq",  # divisors of the layer index: 0 is a division by zero in mlx-lm
+    "decoder_sparse_step",
 )
+MAX_DIM = 1 << 31  # MLX shapes are 32-bit
 
 
 def _bad(where: str, key: str, value: Any, want: str) -> SpecdecError:
@@ -96,6 +99,8 @@ def check_config(config: dict, args_class: type, where: str = "config.json") -> 
             raise _bad(where, key, v, "not a number")
         if key in POSITIVE and v < 1:
             raise _bad(where, key, v, "but it must be at least 1")
+        if key in POSITIVE and v >= MAX_DIM:
+            raise _bad(where, key, v, "but it must be below 2^31 (MLX shapes are 32-bit)")
         if kind is int and v < 0 and not (_is_int(default) and default < 0):
             raise _bad(where, key, v, "but it must not be negative")
     top = next((k for k in TOP_K_KEYS if _is_int(cfg.get(k))), None)
