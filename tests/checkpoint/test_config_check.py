@@ -51,6 +51,8 @@ def test_every_preset_passes(preset):
         ("deepseek_v3", {"hidden_size": None}, "`hidden_size` is None"),
         ("deepseek_v3", {"hidden_size": 10**30}, "must be below 2^31"),
         ("deepseek_v3", {"moe_layer_freq": 0}, "`moe_layer_freq` is 0"),
+        ("deepseek_v3", {"rope_scaling": "x"}, "`rope_scaling` is 'x', not an object"),
+        ("mixtral", {"rms_norm_eps": -1}, "`rms_norm_eps` is -1, but it must be above 0"),
     ],
 )
 def test_one_wrong_key_named(family, edit, words):
