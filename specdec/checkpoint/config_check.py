@@ -98,7 +98,7 @@ def check_config(config: dict, args_class: type, where: str = "config.json") -> 
                 "the config.json of the original model"
             )
     for key, (kind, default) in declared.items():
-        if key not in cfg or (cfg[key] is None and key not in ESSENTIAL):
+        if key not in cfg or (cfg[key] is None and key not in (*ESSENTIAL, *POSITIVE_FLOAT)):
             continue  # None: the family's own default (head_dim, q_lora_rank, ...)
         v = cfg[key]
         integral = isinstance(v, float) and v.is_integer() and key not in POSITIVE

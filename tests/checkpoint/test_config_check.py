@@ -53,6 +53,7 @@ def test_every_preset_passes(preset):
         ("deepseek_v3", {"moe_layer_freq": 0}, "`moe_layer_freq` is 0"),
         ("deepseek_v3", {"rope_scaling": "x"}, "`rope_scaling` is 'x', not an object"),
         ("mixtral", {"rms_norm_eps": -1}, "`rms_norm_eps` is -1, but it must be above 0"),
+        ("deepseek_v3", {"rope_theta": None}, "`rope_theta` is None, not a number"),
     ],
 )
 def test_one_wrong_key_named(family, edit, words):
