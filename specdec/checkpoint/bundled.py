@@ -32,7 +32,15 @@ def resolve_model(name_or_path: str | Path) -> Path:
     """A bundled model's directory for its bare name, else `name_or_path` as a directory."""
     if str(name_or_path) in BUNDLED and not written_as_path(name_or_path):
         return BUNDLED[str(name_or_path)]
-    path = Path(name_or_path).expanduser()
+    if not str(name_or_path).strip():
+        raise SpecdecError(
+            f"model {str(name_or_path)!r} is empty: give an mlx-lm model directory, a packed "
+            f"directory or a bundled model name ({', '.join(sorted(BUNDLED))})"
+        )
+    try:
+        path = Path(name_or_path).expanduser()
+    except RuntimeError:  # `~user/...` of a user without a home directory
+        path = Path(name_or_path)
     if path.is_dir():
         return path
     if written_as_path(name_or_path) or path.exists():

@@ -41,7 +41,12 @@ POSITIVE = (
     "qk_rope_head_dim",
     "v_head_dim",
     "qk_nope_head_dim",
+    "moe_layer_freq",  # divisors of the layer index: 0 is a division by zero in mlx-lm
+    "decoder_sparse_step",
 )
+# float keys that must be above 0
+POSITIVE_FLOAT = ("rms_norm_eps", "layer_norm_eps", "norm_eps", "rope_theta")
+MAX_DIM = 1 << 31  # MLX shapes are 32-bit
 
 
 def _bad(where: str, key: str, value: Any, want: str) -> SpecdecError:
@@ -51,7 +56,8 @@ def _bad(where: str, key: str, value: Any, want: str) -> SpecdecError:
 
 
 def _declared(args_class: type) -> dict[str, tuple[type, Any]]:
-    """{key: (int or float, default)} for the family's integer and float ModelArgs fields."""
+    """{key: (int, float or dict, default)} for the family's integer, float and object
+    ModelArgs fields."""
     try:
         hints = typing.get_type_hints(args_class)
     except Exception:  # an annotation this Python cannot resolve: check what resolves
@@ -59,9 +65,15 @@ def _declared(args_class: type) -> dict[str, tuple[type, Any]]:
     out = {}
     for f in dataclasses.fields(args_class):
         hint = hints.get(f.name)
+        if hint is dict or typing.get_origin(hint) is dict:
+            out[f.name] = (dict, f.default)
+            continue
         if typing.get_origin(hint) not in (None, typing.Union, types.UnionType):
-            continue  # a list, dict, ...: not a number
-        kinds = set(typing.get_args(hint)) or {hint}
+            continue  # a list, ...: not checked
+        kinds = {typing.get_origin(k) or k for k in typing.get_args(hint)} or {hint}
+        if dict in kinds and type(None) in kinds and len(kinds) == 2:  # Optional[Dict]
+            out[f.name] = (dict, f.default)
+            continue
         kind = int if int in kinds and float not in kinds else float if float in kinds else None
         if kind is not None and bool not in kinds:
             out[f.name] = (kind, f.default)
@@ -86,7 +98,7 @@ def check_config(config: dict, args_class: type, where: str = "config.json") -> 
                 "the config.json of the original model"
             )
     for key, (kind, default) in declared.items():
-        if key not in cfg or (cfg[key] is None and key not in ESSENTIAL):
+        if key not in cfg or (cfg[key] is None and key not in (*ESSENTIAL, *POSITIVE_FLOAT)):
             continue  # None: the family's own default (head_dim, q_lora_rank, ...)
         v = cfg[key]
         integral = isinstance(v, float) and v.is_integer() and key not in POSITIVE
@@ -94,8 +106,16 @@ def check_config(config: dict, args_class: type, where: str = "config.json") -> 
             raise _bad(where, key, v, "not an integer")
         if kind is float and not (_is_int(v) or isinstance(v, float)):
             raise _bad(where, key, v, "not a number")
+        if kind is dict:
+            if not isinstance(v, dict):
+                raise _bad(where, key, v, "not an object")
+            continue
+        if key in POSITIVE_FLOAT and not v > 0:
+            raise _bad(where, key, v, "but it must be above 0")
         if key in POSITIVE and v < 1:
             raise _bad(where, key, v, "but it must be at least 1")
+        if key in POSITIVE and v >= MAX_DIM:
+            raise _bad(where, key, v, "but it must be below 2^31 (MLX shapes are 32-bit)")
         if kind is int and v < 0 and not (_is_int(default) and default < 0):
             raise _bad(where, key, v, "but it must not be negative")
     top = next((k for k in TOP_K_KEYS if _is_int(cfg.get(k))), None)

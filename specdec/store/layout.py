@@ -324,7 +324,7 @@ class ExpertIndex:
             )
         try:
             version = data.get("version")
-            if version != INDEX_VERSION or isinstance(version, bool):
+            if type(version) is not int or version != INDEX_VERSION:  # not True, not 2.0
                 kind = "" if isinstance(version, int) else f" (a {type(version).__name__})"
                 raise StoreError(
                     f"{where}: index version {version!r}{kind}, this specdec reads version "
@@ -356,7 +356,8 @@ class ExpertIndex:
                         ly.crc32,
                         {p: (Quant(**q) if q else None) for p, q in c["quant"].items()},
                     )
-                if not (key.isascii() and key.isdigit()):  # int() takes '-1', ' 3', '+3' and '٣'
+                # int() takes '-1', ' 3', '+3', '01' and '٣'
+                if not (key.isascii() and key.isdigit() and str(int(key)) == key):
                     raise ValueError(f"layer key {key!r} is not a layer number")
                 layers[int(key)] = ly
             index = cls(
@@ -396,6 +397,8 @@ class ExpertIndex:
                 raise bad(f"layer {lid}: {ly.n_experts} experts but offsets/crc32 lengths differ")
             if (ly.offsets % ALIGN).any() or (ly.offsets < 0).any():
                 raise bad(f"layer {lid}: a block offset is not {ALIGN}-aligned")
+            if (np.diff(ly.offsets) < 0).any():  # pack lays a layer's blocks out in order
+                raise bad(f"layer {lid}: block offsets not in expert order (experts swapped?)")
             _validate_tensors(ly, lid, bad)
         _validate_regions(self, bad)
         for name, tensors in self.resident.items():

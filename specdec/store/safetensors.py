@@ -176,7 +176,7 @@ def _tensor(path: Path, base: int, name: str, info: Any) -> SafeTensor:
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
         raise _bad(path, f"tensor {name} lacks dtype, shape or data_offsets")
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-    if dtype not in ST_DTYPES:
+    if not isinstance(dtype, str) or dtype not in ST_DTYPES:  # a list is not even hashable
         raise _bad(path, f"tensor {name} has dtype {dtype!r}, not one of {sorted(ST_DTYPES)}")
     if not isinstance(shape, list) or not all(map(_is_count, shape)):
         raise _bad(path, f"tensor {name} has shape {shape!r}, not a list of integers >= 0")

@@ -235,7 +235,16 @@ def _load_packed(
     check_quantized(
         json.loads((packed / "config.json").read_text()), names, f"{packed}/config.json"
     )
-    model, config = load_model(packed, lazy=True, strict=False)
+    try:
+        model, config = load_model(packed, lazy=True, strict=False)
+    except (ValueError, TypeError, AttributeError, KeyError, ZeroDivisionError) as e:
+        # config.json passed its checks (config_check.py) but still does not fit the weights:
+        # mlx-lm fails inside a layer or in quantize (e.g. a head count that changes a width)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise SpecdecError(
+            f"{packed}: mlx-lm cannot build the model from config.json ({first}); restore the "
+            "config.json the model was packed with"
+        ) from None
     tokenizer = _load_tokenizer(packed)
     sites = switch_sites(model)
     if not sites:

@@ -51,3 +51,9 @@ def test_an_unknown_bare_name_lists_the_bundled_models(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SpecdecError, match="'nope' does not exist.*bundled models: tiny"):
         resolve_model("nope")
+
+
+@pytest.mark.parametrize("arg, words", [("", "is empty"), ("~nouser-r22b/x", "does not exist")])
+def test_an_empty_name_or_an_unknown_home_is_one_line(arg, words):
+    with pytest.raises(SpecdecError, match=words):
+        resolve_model(arg)

@@ -456,6 +456,9 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
         c, lambda t: t.update(data_offsets=t["data_offsets"][::-1])
     ),
     "pack: a source dtype that lies": lambda c: source_tensor(c, lambda t: t.update(dtype="F32")),
+    "config.json: a head count the weights do not fit": lambda c: edit_config(
+        c["packed"], num_attention_heads=3
+    ),
     "simulate --gamma auto: a config of another model": lambda c: edit_meta(
         c["trace"], n_experts=256
     ),

@@ -65,8 +65,18 @@ def two_experts_one_block(index: dict) -> None:
     ly["offsets"][1], ly["crc32"][1] = ly["offsets"][0], ly["crc32"][0]
 
 
-def negative_layer_key(index: dict) -> None:
-    index["layers"]["-1"] = index["layers"].pop(min(index["layers"], key=int))
+def layer_key(key: str):
+    def edit(index: dict) -> None:
+        index["layers"][key] = index["layers"].pop(min(index["layers"], key=int))
+
+    return edit
+
+
+def swapped_experts(index: dict) -> None:
+    """Experts 0 and 1 trade blocks, checksums and all: every crc32 still matches."""
+    ly = first(index)
+    for field in ("offsets", "crc32"):
+        ly[field][0], ly[field][1] = ly[field][1], ly[field][0]
 
 
 DAMAGE = {
@@ -74,7 +84,10 @@ DAMAGE = {
     "mtp byte": (lambda p: flip(p / MTP_FILE, (p / MTP_FILE).stat().st_size - 100), "crc32"),
     "mtp deleted": (lambda p: (p / MTP_FILE).unlink(), f"{MTP_FILE} missing"),
     "dtype U32 -> F32": (lambda p: edit_index(p, quantized_to_f32), "not U32"),
-    "layer key -1": (lambda p: edit_index(p, negative_layer_key), "not a layer number"),
+    "layer key -1": (lambda p: edit_index(p, layer_key("-1")), "not a layer number"),
+    "layer key 01": (lambda p: edit_index(p, layer_key("01")), "not a layer number"),
+    "two experts swapped": (lambda p: edit_index(p, swapped_experts), "not in expert order"),
+    "version 2.0": (lambda p: edit_index(p, lambda i: i.update(version=2.0)), "an integer"),
     "two experts, one block": (lambda p: edit_index(p, two_experts_one_block), "overlap"),
     "index without resident checksums": (
         lambda p: edit_index(p, lambda i: i.update(resident={})),

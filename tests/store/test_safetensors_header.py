@@ -55,6 +55,7 @@ CASES = {
     "overlapping tensors": (lambda h: shifted(h, "b", [16, 32]), 40, None, "overlaps"),
     "a gap between tensors": (lambda h: shifted(h, "b", [32, 48]), 48, None, "leaves a gap"),
     "bytes after the last tensor": (lambda h: h, 48, None, "8 bytes after the last tensor"),
+    "dtype a list": (lambda h: h["a"].update(dtype=[1]) or h, 40, None, "dtype [1]"),
     "unknown dtype": (lambda h: h["a"].update(dtype="F7") or h, 40, None, "dtype 'F7'"),
     "shape x dtype != bytes": (lambda h: h["a"].update(shape=[2, 4]) or h, 40, None, "span 24"),
     "shape not integers": (
