@@ -38,8 +38,8 @@ from specdec.clock.passes import PassClock, StepCounts
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
-from specdec.core.progress import progress
 from specdec.core.inputs import read_json_object
+from specdec.core.progress import progress
 from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed
 from specdec.gamma.shadows import Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
