@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import io
 import os
@@ -179,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+_PATH_ERRNOS = {errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.EROFS,
+                errno.EACCES, errno.EPERM}  # fmt: skip
+
+
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -221,6 +226,13 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except ModuleNotFoundError as e:
         return missing_extra(name, e)
+    except OSError as e:
+        if e.errno not in _PATH_ERRNOS or e.filename is None:
+            raise  # not the user's path: a bug, with its traceback
+        # a path the user gave that the file system refuses (too long, below a file, ...), as
+        # `cp` says it: the file and the reason
+        print(f"specdec: error: {e.filename}: {e.strerror}; give another path", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130
