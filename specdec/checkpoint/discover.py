@@ -99,6 +99,11 @@ def model_classes(config: dict) -> tuple[type, type]:
     """(Model, ModelArgs) of config.json's model_type in the installed mlx-lm."""
     from mlx_lm.utils import _get_classes
 
+    if not isinstance(config.get("model_type"), str):
+        raise SpecdecError(
+            f"config.json has no model_type (got {config.get('model_type')!r}): restore the "
+            "config.json of the original model"
+        )
     try:
         return _get_classes(config)
     except ValueError:
