@@ -98,28 +98,24 @@ TRACE = [copy("trace", "tr")]  # a damaged copy of the trace lives at {s}/tr
 def cases() -> list[tuple[str, list[str], object, str]]:
     """(name, argv with {packed} {model} {trace} {s}, setup or None, "error" | "ok")."""
     c: list[tuple[str, list[str], object, str]] = []
+
+    def case(name: str, argv: list[str], setup=None, expect: str = "error") -> None:
+        c.append((name, argv, setup, expect))
+
     g = ["generate", "--model", "{packed}", *GEN]
     for v in ["", "   "]:
-        c.append(
-            (f"generate --prompt {v!r}", [*g, "--prompt", v], None, "error" if not v else "ok")
-        )
+        case(f"generate --prompt {v!r}", [*g, "--prompt", v], expect="error" if not v else "ok")
     for v in ["1e308", "1e-7", "-0.0", "0.0000001"]:
-        c.append(
-            (
-                f"generate --temp {v}",
-                [*g, "--temp", v],
-                None,
-                "ok" if v in ("1e308", "-0.0") else "error",
-            )
+        case(
+            f"generate --temp {v}",
+            [*g, "--temp", v],
+            expect="ok" if v in ("1e308", "-0.0") else "error",
         )
     for v in ["2.5", "0x10", " 2", "+2", "1e1", "٣"]:
-        c.append(
-            (
-                f"generate --gamma {v!r}",
-                [*g, "--gamma", v],
-                None,
-                "ok" if v.strip() in ("2", "+2", "٣") else "error",
-            )
+        case(
+            f"generate --gamma {v!r}",
+            [*g, "--gamma", v],
+            expect="ok" if v.strip() in ("2", "+2", "٣") else "error",
         )
     for v in [
         "oracle:1.5",
@@ -137,14 +133,7 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         "ORACLE:0.5",
         " oracle:0.5",
     ]:
-        c.append(
-            (
-                f"generate --drafter {v}",
-                [*g, "--drafter", v, "--gamma", "2"],
-                write("f.txt", "x"),
-                "error",
-            )
-        )
+        case(f"generate --drafter {v}", [*g, "--drafter", v, "--gamma", "2"], write("f.txt", "x"))
     for v in [
         "",
         "-10%",
@@ -162,13 +151,10 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         "0x10slots",
     ]:
         exp = "error"  # 1e3slots: more slots than the model's 48 experts, refused as simulate does
-        c.append(
-            (
-                f"generate --budget {v!r}",
-                ["generate", "--model", "{packed}", *GEN, "--budget", v],
-                None,
-                exp,
-            )
+        case(
+            f"generate --budget {v!r}",
+            ["generate", "--model", "{packed}", *GEN, "--budget", v],
+            expect=exp,
         )
     for v in [
         "",
@@ -181,572 +167,364 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         "belady",
     ]:
         exp = "ok" if v in ("lru+protect+protect", "hotness+demote") else "error"
-        c.append((f"generate --policy {v!r}", [*g, "--policy", v], None, exp))
+        case(f"generate --policy {v!r}", [*g, "--policy", v], expect=exp)
     for v in ["-1", "0", "abc"]:
-        c.append((f"generate --threads {v}", [*g, "--threads", v], None, "error"))
+        case(f"generate --threads {v}", [*g, "--threads", v])
     for v in ["/dev/null", "{s}/list.json", "{s}/bad.yaml", "", "m4-24gb,m4-24gb"]:
-        c.append(
-            (
-                f"generate --profile {v}",
-                [*g, "--profile", v],
-                steps(write("list.json", "[1]"), write("bad.yaml", "a: [")),
-                "error",
-            )
-        )  # one profile per --profile
+        case(
+            f"generate --profile {v}",
+            [*g, "--profile", v],
+            steps(write("list.json", "[1]"), write("bad.yaml", "a: [")),
+        )
     for v in ["trace:{s}/none", "trace:{s}/f.txt", "foo", "trace:", "trace:{trace}"]:
-        c.append(
-            (
-                f"generate --routing {v}",
-                [*g, "--routing", v],
-                write("f.txt", "x"),
-                "ok" if v == "trace:{trace}" else "error",
-            )
+        case(
+            f"generate --routing {v}",
+            [*g, "--routing", v],
+            write("f.txt", "x"),
+            expect="ok" if v == "trace:{trace}" else "error",
         )
     for v in ["1000000000", "-2", "x"]:
-        c.append((f"generate --lookahead {v}", [*g, "--lookahead", v], None, "error"))
-    c.append(("generate --seed 2^64", [*g, "--seed", str(2**64), "--temp", "1"], None, "error"))
+        case(f"generate --lookahead {v}", [*g, "--lookahead", v])
+    case("generate --seed 2^64", [*g, "--seed", str(2**64), "--temp", "1"])
     # past the context: a warning names it and the run goes on (positions it was not trained on)
-    c.append(
-        (
-            "generate --max-tokens 10^12",
-            ["generate", "--model", "{packed}", "--io", "buffered", "--max-tokens", str(10**12)],
-            None,
-            "ok",
-        )
+    case(
+        "generate --max-tokens 10^12",
+        ["generate", "--model", "{packed}", "--io", "buffered", "--max-tokens", str(10**12)],
+        expect="ok",
     )
-    c.append(("generate --io weird", [*g, "--io", "weird"], None, "error"))
-    c.append(("generate --model ''", ["generate", "--model", "", *GEN], None, "error"))
-    c.append(
-        (
-            "generate --model a file",
-            ["generate", "--model", "{s}/f.txt", *GEN],
-            write("f.txt", "x"),
-            "error",
-        )
+    case("generate --io weird", [*g, "--io", "weird"])
+    case("generate --model ''", ["generate", "--model", "", *GEN])
+    case("generate --model a file", ["generate", "--model", "{s}/f.txt", *GEN], write("f.txt", "x"))
+    case(
+        "generate --model an empty dir",
+        ["generate", "--model", "{s}/e", *GEN],
+        lambda s: (s / "e").mkdir(),
     )
-    c.append(
-        (
-            "generate --model an empty dir",
-            ["generate", "--model", "{s}/e", *GEN],
-            lambda s: (s / "e").mkdir(),
-            "error",
-        )
+    case("generate --prompt 20k chars", [*g, "--prompt", "def " * 5000])
+    case(
+        "generate --records under a file",
+        [*g, "--records", "{s}/f.txt/r.jsonl"],
+        write("f.txt", "x"),
     )
-    c.append(("generate --prompt 20k chars", [*g, "--prompt", "def " * 5000], None, "error"))
-    c.append(
-        (
-            "generate --records under a file",
-            [*g, "--records", "{s}/f.txt/r.jsonl"],
-            write("f.txt", "x"),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "generate --append to a missing file",
-            [*g, "--records", "{s}/new.jsonl", "--append"],
-            None,
-            "ok",
-        )
+    case(
+        "generate --append to a missing file",
+        [*g, "--records", "{s}/new.jsonl", "--append"],
+        expect="ok",
     )
     # packed directory damages not in the issue
     P = [copy("packed", "p")]
     gp = ["generate", "--model", "{s}/p", *GEN]
-    c.append(("packed: experts.bin 0 bytes", gp, steps(*P, write("p/experts.bin", b"")), "error"))
-    c.append(
-        (
-            "packed: model.safetensors missing",
-            gp,
-            steps(*P, lambda s: (s / "p/model.safetensors").unlink()),
-            "error",
-        )
+    case("packed: experts.bin 0 bytes", gp, steps(*P, write("p/experts.bin", b"")))
+    case(
+        "packed: model.safetensors missing",
+        gp,
+        steps(*P, lambda s: (s / "p/model.safetensors").unlink()),
     )
-    c.append(
-        (
-            "packed: model.safetensors a dir",
-            gp,
-            steps(
-                *P,
-                lambda s: (
-                    (s / "p/model.safetensors").unlink(),
-                    (s / "p/model.safetensors").mkdir(),
-                ),
+    case(
+        "packed: model.safetensors a dir",
+        gp,
+        steps(
+            *P,
+            lambda s: (
+                (s / "p/model.safetensors").unlink(),
+                (s / "p/model.safetensors").mkdir(),
             ),
-            "error",
-        )
+        ),
     )
-    c.append(
-        (
-            "packed: config.json missing",
-            gp,
-            steps(*P, lambda s: (s / "p/config.json").unlink()),
-            "error",
-        )
+    case("packed: config.json missing", gp, steps(*P, lambda s: (s / "p/config.json").unlink()))
+    case(
+        "packed: config.json a dir",
+        gp,
+        steps(*P, lambda s: ((s / "p/config.json").unlink(), (s / "p/config.json").mkdir())),
     )
-    c.append(
-        (
-            "packed: config.json a dir",
-            gp,
-            steps(*P, lambda s: ((s / "p/config.json").unlink(), (s / "p/config.json").mkdir())),
-            "error",
-        )
+    case("packed: config.json empty", gp, steps(*P, write("p/config.json", "")))
+    case(
+        "packed: tokenizer_config.json a list",
+        gp,
+        steps(*P, write("p/tokenizer_config.json", "[]")),
     )
-    c.append(("packed: config.json empty", gp, steps(*P, write("p/config.json", "")), "error"))
-    c.append(
-        (
-            "packed: tokenizer_config.json a list",
-            gp,
-            steps(*P, write("p/tokenizer_config.json", "[]")),
-            "error",
-        )
+    case(
+        "packed: experts.json slot_bytes 0",
+        ["verify", "{s}/p", "--io", "buffered"],
+        steps(*P, edit("p/experts.json", lambda o: o.update(slot_bytes=0))),
     )
-    c.append(
-        (
-            "packed: experts.json slot_bytes 0",
-            ["verify", "{s}/p", "--io", "buffered"],
-            steps(*P, edit("p/experts.json", lambda o: o.update(slot_bytes=0))),
-            "error",
-        )
+    case(
+        "packed: experts.json layer key 'x'",
+        ["verify", "{s}/p", "--io", "buffered"],
+        steps(*P, edit("p/experts.json", lambda o: o["layers"].update(x=o["layers"]["1"]))),
     )
-    c.append(
-        (
-            "packed: experts.json layer key 'x'",
-            ["verify", "{s}/p", "--io", "buffered"],
-            steps(*P, edit("p/experts.json", lambda o: o["layers"].update(x=o["layers"]["1"]))),
-            "error",
-        )
+    case(
+        "packed: experts.json n_experts 17",
+        ["verify", "{s}/p", "--io", "buffered"],
+        steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"].update(n_experts=17))),
     )
-    c.append(
-        (
-            "packed: experts.json n_experts 17",
-            ["verify", "{s}/p", "--io", "buffered"],
-            steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"].update(n_experts=17))),
-            "error",
-        )
+    case(
+        "packed: experts.json crc32 list short",
+        ["verify", "{s}/p", "--io", "buffered"],
+        steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"]["crc32"].pop())),
     )
-    c.append(
-        (
-            "packed: experts.json crc32 list short",
-            ["verify", "{s}/p", "--io", "buffered"],
-            steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"]["crc32"].pop())),
-            "error",
-        )
+    case(
+        "packed: experts.json tensors empty",
+        gp,
+        steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"].update(tensors=[]))),
     )
-    c.append(
-        (
-            "packed: experts.json tensors empty",
-            gp,
-            steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"].update(tensors=[]))),
-            "error",
-        )
+    case(
+        "packed: experts.json block_bytes 1",
+        ["verify", "{s}/p", "--io", "buffered"],
+        steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"].update(block_bytes=1))),
     )
-    c.append(
-        (
-            "packed: experts.json block_bytes 1",
-            ["verify", "{s}/p", "--io", "buffered"],
-            steps(*P, edit("p/experts.json", lambda o: o["layers"]["1"].update(block_bytes=1))),
-            "error",
-        )
-    )
-    c.append(("verify: a file", ["verify", "{s}/f.txt"], write("f.txt", "x"), "error"))
-    c.append(("verify: an empty dir", ["verify", "{s}/e"], lambda s: (s / "e").mkdir(), "error"))
-    c.append(("verify: --io weird", ["verify", "{packed}", "--io", "weird"], None, "error"))
-    c.append(("verify: ok", ["verify", "{packed}", "--io", "buffered"], None, "ok"))
+    case("verify: a file", ["verify", "{s}/f.txt"], write("f.txt", "x"))
+    case("verify: an empty dir", ["verify", "{s}/e"], lambda s: (s / "e").mkdir())
+    case("verify: --io weird", ["verify", "{packed}", "--io", "weird"])
+    case("verify: ok", ["verify", "{packed}", "--io", "buffered"], expect="ok")
     # pack
-    c.append(("pack: out is /", ["pack", "{model}", "/"], None, "error"))
-    c.append(("pack: out ''", ["pack", "{model}", ""], None, "error"))
-    c.append(("pack: model a file", ["pack", "{s}/f.txt", "{s}/o"], write("f.txt", "x"), "error"))
-    c.append(
-        (
-            "pack: model an empty dir",
-            ["pack", "{s}/e", "{s}/o"],
-            lambda s: (s / "e").mkdir(),
-            "error",
-        )
+    case("pack: out is /", ["pack", "{model}", "/"])
+    case("pack: out ''", ["pack", "{model}", ""])
+    case("pack: model a file", ["pack", "{s}/f.txt", "{s}/o"], write("f.txt", "x"))
+    case("pack: model an empty dir", ["pack", "{s}/e", "{s}/o"], lambda s: (s / "e").mkdir())
+    case(
+        "pack: --cold-bits 2 --hotlist header only",
+        ["pack", "{model}", "{s}/o", "--cold-bits", "2", "--hotlist", "{s}/h"],
+        write("h", HOT),
     )
-    c.append(
-        (
-            "pack: --cold-bits 2 --hotlist header only",
-            ["pack", "{model}", "{s}/o", "--cold-bits", "2", "--hotlist", "{s}/h"],
-            write("h", HOT),
-            "error",
-        )
+    case(
+        "pack: --cold-bits 2 --hotlist /dev/null",
+        ["pack", "{model}", "{s}/o", "--cold-bits", "2", "--hotlist", "/dev/null"],
     )
-    c.append(
-        (
-            "pack: --cold-bits 2 --hotlist /dev/null",
-            ["pack", "{model}", "{s}/o", "--cold-bits", "2", "--hotlist", "/dev/null"],
-            None,
-            "error",
-        )
+    case("pack: --cold-bits abc", ["pack", "{model}", "{s}/o", "--cold-bits", "abc"])
+    case(
+        "pack: --hot-access-share nan",
+        [
+            "pack",
+            "{model}",
+            "{s}/o",
+            "--cold-bits",
+            "2",
+            "--hotlist",
+            "{s}/h",
+            "--hot-access-share",
+            "nan",
+        ],
+        write("h", HOT + "1 0 5 1.0\n"),
     )
-    c.append(
-        ("pack: --cold-bits abc", ["pack", "{model}", "{s}/o", "--cold-bits", "abc"], None, "error")
-    )
-    c.append(
-        (
-            "pack: --hot-access-share nan",
-            [
-                "pack",
-                "{model}",
-                "{s}/o",
-                "--cold-bits",
-                "2",
-                "--hotlist",
-                "{s}/h",
-                "--hot-access-share",
-                "nan",
-            ],
-            write("h", HOT + "1 0 5 1.0\n"),
-            "error",
-        )
-    )
-    c.append(("pack: a packed dir into a new dir", ["pack", "{packed}", "{s}/o"], None, "error"))
-    c.append(("pack: ok", ["pack", "{model}", "{s}/o"], None, "ok"))
+    case("pack: a packed dir into a new dir", ["pack", "{packed}", "{s}/o"])
+    case("pack: ok", ["pack", "{model}", "{s}/o"], expect="ok")
     # make-random
     for v in ["0", "-4", "7", "1", "16"]:
-        c.append(
-            (
-                f"make-random --quantize {v}",
-                ["make-random", "qwen3_moe", "{s}/r", "--quantize", v],
-                None,
-                "error",
-            )
-        )
-    c.append(("make-random unknown family", ["make-random", "gpt9", "{s}/r"], None, "error"))
-    c.append(("make-random family ''", ["make-random", "", "{s}/r"], None, "error"))
-    c.append(
-        ("make-random --like unknown", ["make-random", "--like", "gpt9", "{s}/r"], None, "error")
-    )
+        case(f"make-random --quantize {v}", ["make-random", "qwen3_moe", "{s}/r", "--quantize", v])
+    case("make-random unknown family", ["make-random", "gpt9", "{s}/r"])
+    case("make-random family ''", ["make-random", "", "{s}/r"])
+    case("make-random --like unknown", ["make-random", "--like", "gpt9", "{s}/r"])
     for v in ["0", "-1"]:
-        c.append(
-            (
-                f"make-random --like --layers {v}",
-                ["make-random", "--like", "deepseek-v3", "{s}/r", "--layers", v],
-                None,
-                "error",
-            )
+        case(
+            f"make-random --like --layers {v}",
+            ["make-random", "--like", "deepseek-v3", "{s}/r", "--layers", v],
         )
-        c.append(
-            (
-                f"make-random --like --experts {v}",
-                ["make-random", "--like", "deepseek-v3", "{s}/r", "--layers", "2", "--experts", v],
-                None,
-                "error",
-            )
+        case(
+            f"make-random --like --experts {v}",
+            ["make-random", "--like", "deepseek-v3", "{s}/r", "--layers", "2", "--experts", v],
         )
-    c.append(
-        (
-            "make-random --experts without --like",
-            ["make-random", "qwen3_moe", "{s}/r", "--experts", "4"],
-            None,
-            "error",
-        )
+    case(
+        "make-random --experts without --like",
+        ["make-random", "qwen3_moe", "{s}/r", "--experts", "4"],
     )
-    c.append(
-        (
-            "make-random --seed 2^32",
-            ["make-random", "qwen3_moe", "{s}/r", "--seed", str(2**32)],
-            None,
-            "error",
-        )
+    case("make-random --seed 2^32", ["make-random", "qwen3_moe", "{s}/r", "--seed", str(2**32)])
+    case(
+        "make-random FAMILY and --like",
+        ["make-random", "qwen3_moe", "{s}/r", "--like", "deepseek-v3"],
     )
-    c.append(
-        (
-            "make-random FAMILY and --like",
-            ["make-random", "qwen3_moe", "{s}/r", "--like", "deepseek-v3"],
-            None,
-            "error",
-        )
-    )
-    c.append(("make-random ok", ["make-random", "qwen3_moe", "{s}/r"], None, "ok"))
+    case("make-random ok", ["make-random", "qwen3_moe", "{s}/r"], expect="ok")
     # extract-mtp
-    c.append(
-        (
-            "extract-mtp: hf a file",
-            ["extract-mtp", "{s}/f.txt", "{s}/o"],
-            write("f.txt", "x"),
-            "error",
-        )
+    case("extract-mtp: hf a file", ["extract-mtp", "{s}/f.txt", "{s}/o"], write("f.txt", "x"))
+    case(
+        "extract-mtp: hf empty dir", ["extract-mtp", "{s}/e", "{s}/o"], lambda s: (s / "e").mkdir()
     )
-    c.append(
-        (
-            "extract-mtp: hf empty dir",
-            ["extract-mtp", "{s}/e", "{s}/o"],
-            lambda s: (s / "e").mkdir(),
-            "error",
-        )
+    case(
+        "extract-mtp: config.json a dir",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        lambda s: (s / "h/config.json").mkdir(parents=True),
     )
-    c.append(
-        (
-            "extract-mtp: config.json a dir",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            lambda s: (s / "h/config.json").mkdir(parents=True),
-            "error",
-        )
+    case(
+        "extract-mtp: num_hidden_layers -1",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": -1}'),
     )
-    c.append(
-        (
-            "extract-mtp: num_hidden_layers -1",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": -1}'),
-            "error",
-        )
+    case(
+        "extract-mtp: num_hidden_layers true",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": true}'),
     )
-    c.append(
-        (
-            "extract-mtp: num_hidden_layers true",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": true}'),
-            "error",
-        )
+    case(
+        "extract-mtp: model_type a list",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        write("h/config.json", '{"model_type": ["deepseek_v3"]}'),
     )
-    c.append(
-        (
-            "extract-mtp: model_type a list",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            write("h/config.json", '{"model_type": ["deepseek_v3"]}'),
-            "error",
-        )
+    case(
+        "extract-mtp: index weight_map a list",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        steps(
+            write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": 3}'),
+            write("h/model.safetensors.index.json", '{"weight_map": []}'),
+        ),
     )
-    c.append(
-        (
-            "extract-mtp: index weight_map a list",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            steps(
-                write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": 3}'),
-                write("h/model.safetensors.index.json", '{"weight_map": []}'),
+    case(
+        "extract-mtp: index names a missing shard",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        steps(
+            write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": 3}'),
+            write(
+                "h/model.safetensors.index.json",
+                '{"weight_map": {"model.layers.3.a": "gone.safetensors"}}',
             ),
-            "error",
-        )
+        ),
     )
-    c.append(
-        (
-            "extract-mtp: index names a missing shard",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            steps(
-                write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": 3}'),
-                write(
-                    "h/model.safetensors.index.json",
-                    '{"weight_map": {"model.layers.3.a": "gone.safetensors"}}',
-                ),
-            ),
-            "error",
-        )
+    case(
+        "extract-mtp: a shard of garbage",
+        ["extract-mtp", "{s}/h", "{s}/o"],
+        steps(
+            write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": 3}'),
+            write("h/model.safetensors", b"\x00" * 64),
+        ),
     )
-    c.append(
-        (
-            "extract-mtp: a shard of garbage",
-            ["extract-mtp", "{s}/h", "{s}/o"],
-            steps(
-                write("h/config.json", '{"model_type": "deepseek_v3", "num_hidden_layers": 3}'),
-                write("h/model.safetensors", b"\x00" * 64),
-            ),
-            "error",
-        )
+    case(
+        "extract-mtp: --group-size 0",
+        ["extract-mtp", "{model}", "{s}/o", "--quantize", "4", "--group-size", "0"],
     )
-    c.append(
-        (
-            "extract-mtp: --group-size 0",
-            ["extract-mtp", "{model}", "{s}/o", "--quantize", "4", "--group-size", "0"],
-            None,
-            "error",
-        )
-    )
-    c.append(
-        (
-            "extract-mtp: --group-size -64",
-            ["extract-mtp", "{model}", "{s}/o", "--quantize", "4", "--group-size", "-64"],
-            None,
-            "error",
-        )
+    case(
+        "extract-mtp: --group-size -64",
+        ["extract-mtp", "{model}", "{s}/o", "--quantize", "4", "--group-size", "-64"],
     )
     # simulate
     sim = ["simulate", "{trace}"]
     for v in ["lru,,", ",", "lru,lru", "lcs:", "lcs:NOPE"]:
-        c.append(
-            (
-                f"simulate --policy {v!r}",
-                [*sim, "--policy", v],
-                None,
-                "ok" if v in ("lru,,", "lru,lru") else "error",
-            )
+        case(
+            f"simulate --policy {v!r}",
+            [*sim, "--policy", v],
+            expect="ok" if v in ("lru,,", "lru,lru") else "error",
         )
     for v in ["", ",", "1e-9%", "4slots,", "-4slots"]:
-        c.append(
-            (
-                f"simulate --budget {v!r}",
-                [*sim, "--budget", v, "--policy", "lru"],
-                None,
-                "ok" if v == "4slots," else "error",
-            )
+        case(
+            f"simulate --budget {v!r}",
+            [*sim, "--budget", v, "--policy", "lru"],
+            expect="ok" if v == "4slots," else "error",
         )
     for v in ["1.5", "-0.1", "nan", "", "inf"]:
-        c.append(
-            (
-                f"simulate --alpha {v!r}",
-                [*sim, "--alpha", v, "--policy", "lru", "--gamma", "2", "--budget", "8slots"],
-                None,
-                "error",
-            )
+        case(
+            f"simulate --alpha {v!r}",
+            [*sim, "--alpha", v, "--policy", "lru", "--gamma", "2", "--budget", "8slots"],
         )
     for v in ["1,,2", "auto,auto", "", "0,2"]:
-        c.append(
-            (
-                f"simulate --gamma {v!r}",
-                [*sim, "--gamma", v, "--policy", "lru", "--budget", "8slots"],
-                None,
-                "ok" if v == "1,,2" else "error",
-            )
+        case(
+            f"simulate --gamma {v!r}",
+            [*sim, "--gamma", v, "--policy", "lru", "--budget", "8slots"],
+            expect="ok" if v == "1,,2" else "error",
         )
-    c.append(
-        (
-            "simulate --positions 10^12",
-            [*sim, "--positions", str(10**12), "--policy", "lru", "--budget", "8slots"],
-            None,
-            "ok",
-        )
+    case(
+        "simulate --positions 10^12",
+        [*sim, "--positions", str(10**12), "--policy", "lru", "--budget", "8slots"],
+        expect="ok",
     )
-    c.append(
-        (
-            "simulate --lookahead 2 without lookahead.npy",
-            [*sim, "--lookahead", "2", "--policy", "lru", "--budget", "8slots"],
-            None,
-            "error",
-        )
+    case(
+        "simulate --lookahead 2 without lookahead.npy",
+        [*sim, "--lookahead", "2", "--policy", "lru", "--budget", "8slots"],
     )
-    c.append(
-        (
-            "simulate --hotlist empty file",
-            [*sim, "--hotlist", "{s}/h", "--policy", "lru", "--budget", "8slots"],
-            write("h", ""),
-            "error",
-        )
+    case(
+        "simulate --hotlist empty file",
+        [*sim, "--hotlist", "{s}/h", "--policy", "lru", "--budget", "8slots"],
+        write("h", ""),
     )
-    c.append(
-        (
-            "simulate --hotlist negative expert",
-            [*sim, "--hotlist", "{s}/h", "--budget", "8slots"],
-            write("h", HOT + "0 -1 5 1.0\n"),
-            "error",
-        )
+    case(
+        "simulate --hotlist negative expert",
+        [*sim, "--hotlist", "{s}/h", "--budget", "8slots"],
+        write("h", HOT + "0 -1 5 1.0\n"),
     )
-    c.append(
-        (
-            "simulate --hotlist float layer",
-            [*sim, "--hotlist", "{s}/h", "--budget", "8slots"],
-            write("h", HOT + "0.5 1 5 1.0\n"),
-            "error",
-        )
+    case(
+        "simulate --hotlist float layer",
+        [*sim, "--hotlist", "{s}/h", "--budget", "8slots"],
+        write("h", HOT + "0.5 1 5 1.0\n"),
     )
-    c.append(
-        (
-            "simulate --hotlist weight nan",
-            [*sim, "--hotlist", "{s}/h", "--budget", "8slots", "--policy", "lru"],
-            write("h", HOT + "0 1 5 nan\n"),
-            "error",
-        )
+    case(
+        "simulate --hotlist weight nan",
+        [*sim, "--hotlist", "{s}/h", "--budget", "8slots", "--policy", "lru"],
+        write("h", HOT + "0 1 5 nan\n"),
     )
-    c.append(
-        (
-            "simulate --hotlist a FIFO",
-            [*sim, "--hotlist", "{s}/fifo", "--budget", "8slots"],
-            lambda s: os.mkfifo(s / "fifo"),
-            "error",
-        )
+    case(
+        "simulate --hotlist a FIFO",
+        [*sim, "--hotlist", "{s}/fifo", "--budget", "8slots"],
+        lambda s: os.mkfifo(s / "fifo"),
     )
-    c.append(
-        (
-            "simulate --hotlist-trace a file",
-            [*sim, "--hotlist-trace", "{s}/f.txt", "--budget", "8slots"],
-            write("f.txt", "x"),
-            "error",
-        )
+    case(
+        "simulate --hotlist-trace a file",
+        [*sim, "--hotlist-trace", "{s}/f.txt", "--budget", "8slots"],
+        write("f.txt", "x"),
     )
-    c.append(
-        (
-            "simulate --config a FIFO",
-            [
-                *sim,
-                "--gamma",
-                "auto",
-                "--policy",
-                "lru",
-                "--budget",
-                "8slots",
-                "--config",
-                "{s}/fifo",
-            ],
-            lambda s: os.mkfifo(s / "fifo"),
-            "error",
-        )
+    case(
+        "simulate --config a FIFO",
+        [
+            *sim,
+            "--gamma",
+            "auto",
+            "--policy",
+            "lru",
+            "--budget",
+            "8slots",
+            "--config",
+            "{s}/fifo",
+        ],
+        lambda s: os.mkfifo(s / "fifo"),
     )
-    c.append(
-        (
-            "simulate --config {} ",
-            [
-                *sim,
-                "--gamma",
-                "auto",
-                "--policy",
-                "lru",
-                "--budget",
-                "8slots",
-                "--config",
-                "{s}/c.json",
-            ],
-            write("c.json", "{}"),
-            "error",
-        )
+    case(
+        "simulate --config {} ",
+        [
+            *sim,
+            "--gamma",
+            "auto",
+            "--policy",
+            "lru",
+            "--budget",
+            "8slots",
+            "--config",
+            "{s}/c.json",
+        ],
+        write("c.json", "{}"),
     )
-    c.append(
-        (
-            "simulate --config hidden_size 'x'",
-            [
-                *sim,
-                "--gamma",
-                "auto",
-                "--policy",
-                "lru",
-                "--budget",
-                "8slots",
-                "--config",
-                "{s}/c.json",
-            ],
-            steps(
-                lambda s: shutil.copy(s / ".." / "model" / "config.json", s / "c.json"),
-                edit("c.json", lambda o: o.update(hidden_size="x")),
-            ),
-            "error",
-        )
+    case(
+        "simulate --config hidden_size 'x'",
+        [
+            *sim,
+            "--gamma",
+            "auto",
+            "--policy",
+            "lru",
+            "--budget",
+            "8slots",
+            "--config",
+            "{s}/c.json",
+        ],
+        steps(
+            lambda s: shutil.copy(s / ".." / "model" / "config.json", s / "c.json"),
+            edit("c.json", lambda o: o.update(hidden_size="x")),
+        ),
     )
-    c.append(
-        (
-            "simulate --profile a list.json",
-            [
-                *sim,
-                "--gamma",
-                "auto",
-                "--policy",
-                "lru",
-                "--budget",
-                "8slots",
-                "--config",
-                "{model}/config.json",
-                "--profile",
-                "{s}/p.json",
-            ],
-            write("p.json", "[]"),
-            "error",
-        )
+    case(
+        "simulate --profile a list.json",
+        [
+            *sim,
+            "--gamma",
+            "auto",
+            "--policy",
+            "lru",
+            "--budget",
+            "8slots",
+            "--config",
+            "{model}/config.json",
+            "--profile",
+            "{s}/p.json",
+        ],
+        write("p.json", "[]"),
     )
-    c.append(
-        (
-            "simulate --json ok",
-            [*sim, "--json", "--policy", "lru", "--budget", "8slots"],
-            None,
-            "ok",
-        )
+    case(
+        "simulate --json ok", [*sim, "--json", "--policy", "lru", "--budget", "8slots"], expect="ok"
     )
     # trace directory damages
     st_ = ["simulate", "{s}/tr", "--policy", "lru", "--budget", "8slots"]
@@ -765,371 +543,188 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         ("n_experts true", lambda o: o.update(n_experts=True)),
         ("lookahead_distances without lookahead.npy", lambda o: o.update(lookahead_distances=[1])),
     ]:
-        c.append((f"trace meta {name}", st_, steps(*TRACE, edit(meta, change)), "error"))
-    c.append(("trace meta.json a list", st_, steps(*TRACE, write(meta, "[]")), "error"))
-    c.append(
-        (
-            "trace meta.json NaN n_experts",
-            st_,
-            steps(
-                *TRACE,
-                write(meta, '{"n_layers": 2, "top_k": 4, "n_experts": NaN, "expert_bytes": 8192}'),
-            ),
-            "error",
-        )
+        case(f"trace meta {name}", st_, steps(*TRACE, edit(meta, change)))
+    case("trace meta.json a list", st_, steps(*TRACE, write(meta, "[]")))
+    case(
+        "trace meta.json NaN n_experts",
+        st_,
+        steps(
+            *TRACE,
+            write(meta, '{"n_layers": 2, "top_k": 4, "n_experts": NaN, "expert_bytes": 8192}'),
+        ),
     )
-    c.append(
-        (
-            "trace meta.json a dir",
-            st_,
-            steps(*TRACE, lambda s: ((s / meta).unlink(), (s / meta).mkdir())),
-            "error",
-        )
+    case(
+        "trace meta.json a dir",
+        st_,
+        steps(*TRACE, lambda s: ((s / meta).unlink(), (s / meta).mkdir())),
     )
-    c.append(
-        (
-            "trace experts.npy a dir",
-            st_,
-            steps(
-                *TRACE, lambda s: ((s / "tr/experts.npy").unlink(), (s / "tr/experts.npy").mkdir())
-            ),
-            "error",
-        )
+    case(
+        "trace experts.npy a dir",
+        st_,
+        steps(*TRACE, lambda s: ((s / "tr/experts.npy").unlink(), (s / "tr/experts.npy").mkdir())),
     )
-    c.append(
-        (
-            "trace experts.npy pickled objects",
-            st_,
-            steps(*TRACE, npy("tr/experts.npy", np.array([[[None]]], dtype=object))),
-            "error",
-        )
+    case(
+        "trace experts.npy pickled objects",
+        st_,
+        steps(*TRACE, npy("tr/experts.npy", np.array([[[None]]], dtype=object))),
     )
-    c.append(
-        (
-            "trace experts -1",
-            st_,
-            steps(*TRACE, npy("tr/experts.npy", -np.ones((10, 2, 4), np.int32))),
-            "error",
-        )
+    case(
+        "trace experts -1",
+        st_,
+        steps(*TRACE, npy("tr/experts.npy", -np.ones((10, 2, 4), np.int32))),
     )
-    c.append(
-        (
-            "trace experts bool",
-            st_,
-            steps(*TRACE, npy("tr/experts.npy", np.zeros((10, 2, 4), bool))),
-            "error",
-        )
+    case(
+        "trace experts bool", st_, steps(*TRACE, npy("tr/experts.npy", np.zeros((10, 2, 4), bool)))
     )
-    c.append(
-        (
-            "trace experts uint64 2^63",
-            st_,
-            steps(*TRACE, npy("tr/experts.npy", np.full((10, 2, 4), 2**63, np.uint64))),
-            "error",
-        )
+    case(
+        "trace experts uint64 2^63",
+        st_,
+        steps(*TRACE, npy("tr/experts.npy", np.full((10, 2, 4), 2**63, np.uint64))),
     )
-    c.append(
-        (
-            "trace gates wrong shape",
-            st_,
-            steps(*TRACE, npy("tr/gates.npy", np.zeros((3,), np.float32))),
-            "error",
-        )
+    case(
+        "trace gates wrong shape",
+        st_,
+        steps(*TRACE, npy("tr/gates.npy", np.zeros((3,), np.float32))),
     )
-    c.append(
-        (
-            "trace tokens float",
-            st_,
-            steps(*TRACE, npy("tr/tokens.npy", np.zeros((10,), np.float32))),
-            "error",
-        )
+    case(
+        "trace tokens float", st_, steps(*TRACE, npy("tr/tokens.npy", np.zeros((10,), np.float32)))
     )
-    c.append(
-        (
-            "trace phase wrong length",
-            st_,
-            steps(*TRACE, npy("tr/phase.npy", np.zeros((3,), np.int8))),
-            "error",
-        )
+    case(
+        "trace phase wrong length", st_, steps(*TRACE, npy("tr/phase.npy", np.zeros((3,), np.int8)))
     )
-    c.append(
-        (
-            "trace gates NaN",
-            ["trace", "hotlist", "{s}/tr", "--out", "{s}/h.txt"],
-            steps(*TRACE, npy("tr/gates.npy", np.full((10, 2, 4), np.nan, np.float32))),
-            "error",
-        )
+    case(
+        "trace gates NaN",
+        ["trace", "hotlist", "{s}/tr", "--out", "{s}/h.txt"],
+        steps(*TRACE, npy("tr/gates.npy", np.full((10, 2, 4), np.nan, np.float32))),
     )
-    c.append(("trace gates a 0-byte file", st_, steps(*TRACE, write("tr/gates.npy", b"")), "error"))
-    c.append(
-        (
-            "trace experts.npy truncated",
-            st_,
-            steps(
-                *TRACE,
-                lambda s: (s / "tr/experts.npy").write_bytes(
-                    (s / "tr/experts.npy").read_bytes()[:-10]
-                ),
-            ),
-            "error",
-        )
+    case("trace gates a 0-byte file", st_, steps(*TRACE, write("tr/gates.npy", b"")))
+    case(
+        "trace experts.npy truncated",
+        st_,
+        steps(
+            *TRACE,
+            lambda s: (s / "tr/experts.npy").write_bytes((s / "tr/experts.npy").read_bytes()[:-10]),
+        ),
     )
-    c.append(
-        (
-            "trace experts a FIFO",
-            st_,
-            steps(
-                *TRACE, lambda s: ((s / "tr/experts.npy").unlink(), os.mkfifo(s / "tr/experts.npy"))
-            ),
-            "error",
-        )
+    case(
+        "trace experts a FIFO",
+        st_,
+        steps(*TRACE, lambda s: ((s / "tr/experts.npy").unlink(), os.mkfifo(s / "tr/experts.npy"))),
     )
-    c.append(
-        (
-            "trace meta.json a FIFO",
-            st_,
-            steps(*TRACE, lambda s: ((s / meta).unlink(), os.mkfifo(s / meta))),
-            "error",
-        )
+    case(
+        "trace meta.json a FIFO",
+        st_,
+        steps(*TRACE, lambda s: ((s / meta).unlink(), os.mkfifo(s / meta))),
     )
     # trace subcommands
-    c.append(
-        (
-            "trace stats --budget 0slots",
-            ["trace", "stats", "{trace}", "--budget", "0slots"],
-            None,
-            "error",
-        )
+    case("trace stats --budget 0slots", ["trace", "stats", "{trace}", "--budget", "0slots"])
+    case("trace stats --budget junk", ["trace", "stats", "{trace}", "--budget", "junk"])
+    case("trace stats --like unknown", ["trace", "stats", "{trace}", "--like", "gpt9"])
+    case(
+        "trace stats --phase decode without phase.npy",
+        ["trace", "stats", "{trace}", "--phase", "decode"],
     )
-    c.append(
-        (
-            "trace stats --budget junk",
-            ["trace", "stats", "{trace}", "--budget", "junk"],
-            None,
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace stats --like unknown",
-            ["trace", "stats", "{trace}", "--like", "gpt9"],
-            None,
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace stats --phase decode without phase.npy",
-            ["trace", "stats", "{trace}", "--phase", "decode"],
-            None,
-            "error",
-        )
-    )
-    c.append(("trace stats --json ok", ["trace", "stats", "{trace}", "--json"], None, "ok"))
+    case("trace stats --json ok", ["trace", "stats", "{trace}", "--json"], expect="ok")
     syn = ["trace", "synth", "{s}/y", "--positions", "4"]
-    c.append(("trace synth --like unknown", [*syn, "--like", "gpt9"], None, "error"))
-    c.append(("trace synth --targets missing", [*syn, "--targets", "{s}/none.json"], None, "error"))
-    c.append(
-        (
-            "trace synth --targets a list",
-            [*syn, "--targets", "{s}/t.json"],
-            write("t.json", "[]"),
-            "error",
-        )
+    case("trace synth --like unknown", [*syn, "--like", "gpt9"])
+    case("trace synth --targets missing", [*syn, "--targets", "{s}/none.json"])
+    case("trace synth --targets a list", [*syn, "--targets", "{s}/t.json"], write("t.json", "[]"))
+    case("trace synth --targets not JSON", [*syn, "--targets", "{s}/t.json"], write("t.json", "{"))
+    case("trace synth --targets {}", [*syn, "--targets", "{s}/t.json"], write("t.json", "{}"))
+    case("trace synth --targets /dev/zero", [*syn, "--targets", "/dev/zero"])
+    case(
+        "trace synth --positions -5",
+        ["trace", "synth", "{s}/y", "--positions", "-5", "--like", "deepseek-v3"],
     )
-    c.append(
-        (
-            "trace synth --targets not JSON",
-            [*syn, "--targets", "{s}/t.json"],
-            write("t.json", "{"),
-            "error",
-        )
+    case("trace synth out ''", ["trace", "synth", "", "--positions", "4", "--like", "deepseek-v3"])
+    case("trace fit without --like or --targets", ["trace", "fit"])
+    case("trace fit --like shape-only preset", ["trace", "fit", "--like", "deepseek-v3"])
+    case(
+        "trace fit --targets union a list",
+        ["trace", "fit", "--targets", "{s}/t.json"],
+        write(
+            "t.json",
+            '{"shape": {"n_layers": 2, "n_experts": 16, "top_k": 4, "expert_bytes": 8}, "union": [1, 2]}',
+        ),
     )
-    c.append(
-        (
-            "trace synth --targets {}",
-            [*syn, "--targets", "{s}/t.json"],
-            write("t.json", "{}"),
-            "error",
-        )
+    case(
+        "trace import-hotlist trace missing",
+        ["trace", "import-hotlist", "{s}/h", "--trace", "{s}/none"],
+        write("h", HOT),
     )
-    c.append(("trace synth --targets /dev/zero", [*syn, "--targets", "/dev/zero"], None, "error"))
-    c.append(
-        (
-            "trace synth --positions -5",
-            ["trace", "synth", "{s}/y", "--positions", "-5", "--like", "deepseek-v3"],
-            None,
-            "error",
-        )
+    case(
+        "trace import-hotlist /dev/null",
+        ["trace", "import-hotlist", "/dev/null", "--trace", "{trace}"],
     )
-    c.append(
-        (
-            "trace synth out ''",
-            ["trace", "synth", "", "--positions", "4", "--like", "deepseek-v3"],
-            None,
-            "error",
-        )
+    case("trace import-hotlist a dir", ["trace", "import-hotlist", "{s}", "--trace", "{trace}"])
+    case(
+        "trace import-hotlist 4 fields as 3",
+        ["trace", "import-hotlist", "{s}/h", "--trace", "{trace}"],
+        write("h", HOT + "0 1 5\n"),
     )
-    c.append(("trace fit without --like or --targets", ["trace", "fit"], None, "error"))
-    c.append(
-        (
-            "trace fit --like shape-only preset",
-            ["trace", "fit", "--like", "deepseek-v3"],
-            None,
-            "error",
-        )
+    case(
+        "trace import-hotlist expert 2^70",
+        ["trace", "import-hotlist", "{s}/h", "--trace", "{trace}"],
+        write("h", HOT + f"0 {2**70} 5 1.0\n"),
     )
-    c.append(
-        (
-            "trace fit --targets union a list",
-            ["trace", "fit", "--targets", "{s}/t.json"],
-            write(
-                "t.json",
-                '{"shape": {"n_layers": 2, "n_experts": 16, "top_k": 4, "expert_bytes": 8}, "union": [1, 2]}',
-            ),
-            "error",
-        )
+    case("trace hotlist --out ''", ["trace", "hotlist", "{trace}", "--out", ""])
+    case("trace hotlist trace missing", ["trace", "hotlist", "{s}/none", "--out", "{s}/h"])
+    case(
+        "trace record --max-tokens 0",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--max-tokens", "0"],
     )
-    c.append(
-        (
-            "trace import-hotlist trace missing",
-            ["trace", "import-hotlist", "{s}/h", "--trace", "{s}/none"],
-            write("h", HOT),
-            "error",
-        )
+    case(
+        "trace record --prompts missing file",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/none.jsonl"],
     )
-    c.append(
-        (
-            "trace import-hotlist /dev/null",
-            ["trace", "import-hotlist", "/dev/null", "--trace", "{trace}"],
-            None,
-            "error",
-        )
+    case(
+        "trace record --prompts empty file",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
+        write("p.jsonl", ""),
     )
-    c.append(
-        (
-            "trace import-hotlist a dir",
-            ["trace", "import-hotlist", "{s}", "--trace", "{trace}"],
-            None,
-            "error",
-        )
+    case(
+        "trace record --prompts binary",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
+        write("p.jsonl", b"\xff\xfe\x00"),
     )
-    c.append(
-        (
-            "trace import-hotlist 4 fields as 3",
-            ["trace", "import-hotlist", "{s}/h", "--trace", "{trace}"],
-            write("h", HOT + "0 1 5\n"),
-            "error",
-        )
+    case(
+        "trace record --prompts bad JSON line",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
+        write("p.jsonl", '{"text": 1\n'),
     )
-    c.append(
-        (
-            "trace import-hotlist expert 2^70",
-            ["trace", "import-hotlist", "{s}/h", "--trace", "{trace}"],
-            write("h", HOT + f"0 {2**70} 5 1.0\n"),
-            "error",
-        )
+    case(
+        "trace record --prompts text not a string",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
+        write("p.jsonl", '{"text": 5}\n'),
     )
-    c.append(
-        ("trace hotlist --out ''", ["trace", "hotlist", "{trace}", "--out", ""], None, "error")
+    case(
+        "trace record --text-field missing",
+        [
+            "trace",
+            "record",
+            "{packed}",
+            "--out",
+            "{s}/t",
+            "--prompts",
+            "{s}/p.jsonl",
+            "--text-field",
+            "q",
+        ],
+        write("p.jsonl", '{"text": "a"}\n'),
     )
-    c.append(
-        (
-            "trace hotlist trace missing",
-            ["trace", "hotlist", "{s}/none", "--out", "{s}/h"],
-            None,
-            "error",
-        )
+    case(
+        "trace record --prompts a FIFO",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/fifo"],
+        lambda s: os.mkfifo(s / "fifo"),
     )
-    c.append(
-        (
-            "trace record --max-tokens 0",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--max-tokens", "0"],
-            None,
-            "error",
-        )
+    case(
+        "trace record --lookahead 0",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--lookahead", "0"],
     )
-    c.append(
-        (
-            "trace record --prompts missing file",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/none.jsonl"],
-            None,
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --prompts empty file",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
-            write("p.jsonl", ""),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --prompts binary",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
-            write("p.jsonl", b"\xff\xfe\x00"),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --prompts bad JSON line",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
-            write("p.jsonl", '{"text": 1\n'),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --prompts text not a string",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/p.jsonl"],
-            write("p.jsonl", '{"text": 5}\n'),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --text-field missing",
-            [
-                "trace",
-                "record",
-                "{packed}",
-                "--out",
-                "{s}/t",
-                "--prompts",
-                "{s}/p.jsonl",
-                "--text-field",
-                "q",
-            ],
-            write("p.jsonl", '{"text": "a"}\n'),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --prompts a FIFO",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--prompts", "{s}/fifo"],
-            lambda s: os.mkfifo(s / "fifo"),
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record --lookahead 0",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--lookahead", "0"],
-            None,
-            "error",
-        )
-    )
-    c.append(
-        (
-            "trace record ok",
-            ["trace", "record", "{packed}", "--out", "{s}/t", "--limit", "1", "--max-tokens", "2"],
-            None,
-            "ok",
-        )
+    case(
+        "trace record ok",
+        ["trace", "record", "{packed}", "--out", "{s}/t", "--limit", "1", "--max-tokens", "2"],
+        expect="ok",
     )
     # union-model
     for v in [
@@ -1144,106 +739,65 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         "1:4;2:6",
         "1:4,2:6,",
     ]:
-        c.append((f"union-model --union {v!r}", ["union-model", "--union", v], None, "error"))
+        case(f"union-model --union {v!r}", ["union-model", "--union", v])
     for v in ["", "0", "-1", "1,x"]:
-        c.append(
-            (
-                f"union-model --gammas {v!r}",
-                ["union-model", "--union", "1:4,2:6", "--gammas", v],
-                None,
-                "error",
-            )
-        )
+        case(f"union-model --gammas {v!r}", ["union-model", "--union", "1:4,2:6", "--gammas", v])
     for v in ["0", "-1", "nan"]:
-        c.append(
-            (f"union-model --k {v}", ["union-model", "--union", "1:4,2:6", "--k", v], None, "error")
-        )
+        case(f"union-model --k {v}", ["union-model", "--union", "1:4,2:6", "--k", v])
     # probe
-    c.append(("probe unknown name", ["probe", "telepathy"], None, "error"))
-    c.append(
-        (
-            "probe eviction --budgets ''",
-            ["probe", "eviction", "--trace", "{trace}", "--budgets", ""],
-            None,
-            "error",
-        )
+    case("probe unknown name", ["probe", "telepathy"])
+    case(
+        "probe eviction --budgets ''", ["probe", "eviction", "--trace", "{trace}", "--budgets", ""]
     )
-    c.append(
-        (
-            "probe eviction --budgets 0%",
-            ["probe", "eviction", "--trace", "{trace}", "--budgets", "0%", "--out", "{s}/o"],
-            None,
-            "error",
-        )
+    case(
+        "probe eviction --budgets 0%",
+        ["probe", "eviction", "--trace", "{trace}", "--budgets", "0%", "--out", "{s}/o"],
     )
-    c.append(
-        (
-            "probe eviction --trace a file",
-            ["probe", "eviction", "--trace", "{s}/f.txt", "--out", "{s}/o"],
-            write("f.txt", "x"),
-            "error",
-        )
+    case(
+        "probe eviction --trace a file",
+        ["probe", "eviction", "--trace", "{s}/f.txt", "--out", "{s}/o"],
+        write("f.txt", "x"),
     )
-    c.append(
-        (
-            "probe eviction --limit 0",
-            ["probe", "eviction", "--model", "{packed}", "--limit", "0", "--out", "{s}/o"],
-            None,
-            "error",
-        )
+    case(
+        "probe eviction --limit 0",
+        ["probe", "eviction", "--model", "{packed}", "--limit", "0", "--out", "{s}/o"],
     )
-    c.append(
-        (
-            "probe lookahead --trace without lookahead",
-            ["probe", "lookahead", "--trace", "{trace}", "--out", "{s}/o"],
-            None,
-            "error",
-        )
+    case(
+        "probe lookahead --trace without lookahead",
+        ["probe", "lookahead", "--trace", "{trace}", "--out", "{s}/o"],
     )
     # report
-    c.append(("report: missing dir", ["report", "{s}/none"], None, "error"))
-    c.append(("report: a file", ["report", "{s}/f.txt"], write("f.txt", "x"), "error"))
-    c.append(("report: an empty dir", ["report", "{s}/e"], lambda s: (s / "e").mkdir(), "error"))
+    case("report: missing dir", ["report", "{s}/none"])
+    case("report: a file", ["report", "{s}/f.txt"], write("f.txt", "x"))
+    case("report: an empty dir", ["report", "{s}/e"], lambda s: (s / "e").mkdir())
     job = [write("j/result.json", "{}"), write("j/config.json", '{"config": {}, "meta": {}}')]
-    c.append(
-        (
-            "report: summary.json a list",
-            ["report", "{s}/j"],
-            steps(*job, write("j/summary.json", "[]"), write("j/records.jsonl", "")),
-            "error",
-        )
+    case(
+        "report: summary.json a list",
+        ["report", "{s}/j"],
+        steps(*job, write("j/summary.json", "[]"), write("j/records.jsonl", "")),
     )
-    c.append(
-        (
-            "report: records.jsonl garbage",
-            ["report", "{s}/j"],
-            steps(*job, write("j/summary.json", "{}"), write("j/records.jsonl", "garbage\n")),
-            "error",
-        )
+    case(
+        "report: records.jsonl garbage",
+        ["report", "{s}/j"],
+        steps(*job, write("j/summary.json", "{}"), write("j/records.jsonl", "garbage\n")),
     )
-    c.append(
-        (
-            "report: config.json not JSON",
-            ["report", "{s}/j"],
-            steps(
-                write("j/result.json", "{}"),
-                write("j/config.json", "{"),
-                write("j/summary.json", "{}"),
-            ),
-            "error",
-        )
+    case(
+        "report: config.json not JSON",
+        ["report", "{s}/j"],
+        steps(
+            write("j/result.json", "{}"),
+            write("j/config.json", "{"),
+            write("j/summary.json", "{}"),
+        ),
     )
-    c.append(
-        (
-            "report: result.json binary",
-            ["report", "{s}/j"],
-            steps(
-                write("j/result.json", b"\xff\x00"),
-                write("j/config.json", '{"config": {}, "meta": {}}'),
-                write("j/summary.json", "{}"),
-            ),
-            "error",
-        )
+    case(
+        "report: result.json binary",
+        ["report", "{s}/j"],
+        steps(
+            write("j/result.json", b"\xff\x00"),
+            write("j/config.json", '{"config": {}, "meta": {}}'),
+            write("j/summary.json", "{}"),
+        ),
     )
     # bench, clock, models
     b = ["bench", "read", "--dir", "{s}", "--rounds", "1", "--threads", "1"]
@@ -1256,22 +810,11 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         ("--threads", "0"),
         ("--file-bytes", str(2**62)),
     ]:
-        c.append(
-            (
-                f"bench read {flag} {v}",
-                [*b, "--file-bytes", "1048576", "--run-bytes", "65536", flag, v],
-                None,
-                "error",
-            )
+        case(
+            f"bench read {flag} {v}",
+            [*b, "--file-bytes", "1048576", "--run-bytes", "65536", flag, v],
         )
-    c.append(
-        (
-            "bench read --dir a file",
-            ["bench", "read", "--dir", "{s}/f.txt"],
-            write("f.txt", "x"),
-            "error",
-        )
-    )
+    case("bench read --dir a file", ["bench", "read", "--dir", "{s}/f.txt"], write("f.txt", "x"))
     for flag, v in [
         ("--tokens", "0"),
         ("--pairs", "0"),
@@ -1279,45 +822,23 @@ def cases() -> list[tuple[str, list[str], object, str]]:
         ("--repeats", "0"),
         ("--lookahead-budget", "junk"),
     ]:
-        c.append(
-            (
-                f"bench overhead {flag} {v}",
-                ["bench", "overhead", "--model", "{packed}", flag, v],
-                None,
-                "error",
-            )
-        )
-    c.append(("clock show unknown", ["clock", "show", "m9"], None, "error"))
-    c.append(("clock show /dev/null", ["clock", "show", "/dev/null"], None, "error"))
-    c.append(
-        (
-            "clock show a list.yaml",
-            ["clock", "show", "{s}/p.yaml"],
-            write("p.yaml", "- 1\n- 2\n"),
-            "error",
-        )
+        case(f"bench overhead {flag} {v}", ["bench", "overhead", "--model", "{packed}", flag, v])
+    case("clock show unknown", ["clock", "show", "m9"])
+    case("clock show /dev/null", ["clock", "show", "/dev/null"])
+    case("clock show a list.yaml", ["clock", "show", "{s}/p.yaml"], write("p.yaml", "- 1\n- 2\n"))
+    case(
+        "clock show yaml missing fields",
+        ["clock", "show", "{s}/p.yaml"],
+        write("p.yaml", "name: x\n"),
     )
-    c.append(
-        (
-            "clock show yaml missing fields",
-            ["clock", "show", "{s}/p.yaml"],
-            write("p.yaml", "name: x\n"),
-            "error",
-        )
+    case("clock show bad yaml", ["clock", "show", "{s}/p.yaml"], write("p.yaml", "a: [\n"))
+    case(
+        "clock show negative bandwidth",
+        ["clock", "show", "{s}/p.json"],
+        write("p.json", '{"name": "x", "ssd_gbps": -1}'),
     )
-    c.append(
-        ("clock show bad yaml", ["clock", "show", "{s}/p.yaml"], write("p.yaml", "a: [\n"), "error")
-    )
-    c.append(
-        (
-            "clock show negative bandwidth",
-            ["clock", "show", "{s}/p.json"],
-            write("p.json", '{"name": "x", "ssd_gbps": -1}'),
-            "error",
-        )
-    )
-    c.append(("models --json", ["models", "--json"], None, "ok"))
-    c.append(("unknown subcommand", ["fly"], None, "error"))
+    case("models --json", ["models", "--json"], expect="ok")
+    case("unknown subcommand", ["fly"])
     return c
 
 

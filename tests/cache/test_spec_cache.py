@@ -93,7 +93,16 @@ def test_protected_keys_outlive_a_wide_step():
     assert cache.resident_keys() == [2, 7, 8, 9]
 
 
-@pytest.mark.parametrize("policy", ["lru+demote+protect", "s3fifo+demote", "sieve+protect"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "lru+demote+protect",
+        "s3fifo+demote",
+        "sieve+protect",
+        "lru+scratch",
+        "s3fifo+protect+scratch",
+    ],
+)
 def test_runtime_verdict_path_equals_replay(policy):
     """Notes per layer + verdict(accepted), as streamer and loop call them, == drive_hits."""
     trace = synthetic_trace(300, n_layers=6, n_experts=32, top_k=4, seed=2)
@@ -112,6 +121,8 @@ def test_runtime_verdict_path_equals_replay(policy):
         cache.tick(live)
         cache.verdict(accepted)
     assert hits == drive_hits(policy, acc, n)[0].sum()
+    if "scratch" in policy:  # the scratch path ran both ways: admitted and dropped
+        assert cache.scratch_admitted > 0 and cache.scratch_dropped > 0
     demote, _ = pass_verdict(acc, 0)
     assert isinstance(demote, list)
 
