@@ -35,6 +35,7 @@ from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec, drafter_forms
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
+from specdec.decode.verify_form import FORMS
 from specdec.gamma.spec import Gamma
 from specdec.store.reader import IO_MODES
 from specdec.stream.config import StreamConfig
@@ -101,6 +102,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=str(DECODE.gamma),
         help="positions per verify pass (1 = plain), or auto: chosen before each pass",
     )
+    p.add_argument(
+        "--verify-form",
+        default=DECODE.verify_form,
+        choices=list(FORMS),
+        help="decode: verify computes each position as one-token decoding does (greedy output "
+        "equals plain greedy's); native: the family's multi-token form",
+    )
     p.add_argument("--temp", type=float, default=DECODE.temp, help="0 = greedy")
     p.add_argument("--seed", type=int, default=DECODE.seed)
     p.add_argument(
@@ -139,7 +147,13 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             prompt = sm.encode(args.prompt)
-        cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
+        cfg = DecodeConfig(
+            gamma=gamma,
+            max_tokens=args.max_tokens,
+            temp=args.temp,
+            seed=args.seed,
+            verify_form=args.verify_form,
+        )
         res = generate(
             sm, list(prompt), drafter, cfg, profiles, args.records, append=args.append,
             routing=routing,
