@@ -14,7 +14,8 @@ positions then scores a draft with logits plain decoding never computes, and whe
 are close the argmax flips (issue 24: 0.78 apart on one backend, top two 0.0117 apart).
 
 The decode form runs each decoder layer's token mixer (its attention, or SSM / linear attention:
-every direct child of a layer whose call takes a `cache`) once per position, in order, each a
+every direct child of a layer called as (x, mask, cache); a mixer that takes more, as hunyuan's
+shared KV states or deepseek_v41's start position, stays native) once per position, in order, each a
 one-token call of the family's own code with the mask a one-token decode call gets (None at
 batch 1): the absorbed MLA path at every position, the same kernels on the same shapes as
 plain decoding, so attention's outputs equal decoding's bit for bit. The rest of the layer
@@ -43,8 +44,11 @@ FORMS = ("decode", "native")
 _MASK_NAMES = ("mask", "attention_mask")
 
 
-def _takes_cache(cls: type) -> bool:
-    return "cache" in inspect.signature(cls.__call__).parameters
+def _positionwise_ok(cls: type) -> bool:
+    """A mixer called as (x, mask?, cache): anything else it takes (hunyuan's shared KV states,
+    deepseek_v41's start position) would need its own per-position slicing, so it runs native."""
+    params = list(inspect.signature(cls.__call__).parameters)[2:]  # after self and x
+    return "cache" in params and set(params) <= {"cache", *_MASK_NAMES}
 
 
 class _Positionwise:
@@ -77,14 +81,14 @@ def _positionwise_class(cls: type) -> type:
 
 
 def token_mixers(model: nn.Module) -> list[nn.Module]:
-    """Each decoder layer's direct children whose call takes a `cache`: what mixes positions."""
+    """Each decoder layer's direct children called as (x, mask, cache): what mixes positions."""
     layers = getattr(model, "layers", None) or []
     return [
         child
         for layer in layers
         for child in layer.children().values()
         if isinstance(child, _Positionwise)
-        or (isinstance(child, nn.Module) and _takes_cache(type(child)))
+        or (isinstance(child, nn.Module) and _positionwise_ok(type(child)))
     ]
 
 
