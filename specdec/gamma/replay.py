@@ -196,7 +196,9 @@ def replay_passes(
             seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
             chooser.observe(
                 Observed(n, a, union, misses, plain_misses=seen.plain_misses,
-                         shadow=seen.passes, context=t, spent=spent)
+                         shadow=seen.passes, context=t, spent=spent,
+                         owed=shadows.owed(cache.resident_keys()),
+                         cold=L * E - len(cache.resident_keys()))
             )  # fmt: skip
         t += a + 1
     out.hits = cache.hits
