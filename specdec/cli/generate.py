@@ -18,6 +18,9 @@ the default profile, noted on stderr when --profile gave another; stats' gamma_a
 it). With the self drafter, auto drafts one position at a time and may stop short of its γ
 (specdec/gamma/draft_stop.py): stats hold draft_ends (passes per reason a draft ended: cap,
 rate, bytes) and each --records line its draft_routing (predicted beside actual reads).
+A verify pass computes each position as one-token decoding does (`--verify-form decode`, the
+default: greedy output equals plain greedy's); `--verify-form native` runs the family's own
+multi-token form (specdec/decode/verify_form.py).
 """
 
 from __future__ import annotations
