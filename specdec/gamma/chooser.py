@@ -46,15 +46,15 @@ tokens at plain's rate), and the same for seconds; and the same with only the pa
 certain token credited (every draft rejected), as if the run ended right after it: no credit is
 taken for tokens after the pass, whose plain rate is unknown (a cold start's is far above a warm
 cache's; crediting it let one early rejected pass cost a 96-token run 6%, issue 24). Both also
-charge what the run owes plain after the pass: blocks plain's shadow holds that the run's cache
-does not (Shadows.owed; under LRU each costs at most one extra read whatever follows) plus each
-read the pass makes beyond plain's, as whole reads. The second check prices the pass at its
-worst (every position's and every draft's experts missing, each read past the first position
-owed) against (1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it
-stays within (1 + BOUND) of plain's bytes, by construction under LRU (other policies' leftover
-misses are not bounded so) and in seconds as far as one read's seconds are a plain pass's
-marginal read time. The price: auto drafts only once BOUND of plain's totals covers a pass at
-its worst, about 2(γ−1)·k·L reads, so a short run (or one whose plain reads little) stays
+reserve what the run may read beyond plain once it decodes plainly again: under LRU at most
+the cache's size in whole reads, whatever follows (two LRU caches fed the same keys from any
+states differ by at most their size in misses; `cache_blocks`). The second check prices the
+pass at its worst (every position's and every draft's non-resident experts missing) against
+(1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it stays within
+(1 + BOUND) of plain's bytes, by construction under LRU (other policies are not bounded so),
+and in seconds as far as one read's seconds are a plain pass's marginal read time. The price:
+auto drafts only once BOUND of plain's totals covers a pass at its worst and the cache's size
+in reads, so a short run, or one whose plain reads little against a large cache, stays
 plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND.
 
 A chosen γ is held for a block of BLOCK passes (the guard checked every pass). The first block
@@ -111,7 +111,6 @@ class Candidate:
     # the most the pass can read and take (every position's and every draft's experts missing)
     worst_bytes: float = 0.0
     worst_s: float = 0.0
-    worst_blocks: float = 0.0  # blocks it reads beyond its first position's, at most
 
     @property
     def rate(self) -> float:
@@ -165,9 +164,6 @@ class Observed:
     # (bytes, modeled seconds) the pass really spent, as its record counts them: a rollback's
     # re-feed and a draft stop's unused forwards included (None: the chooser's own cost of it)
     spent: tuple[float, float] | None = None
-    # blocks plain's shadow cache holds and the run's does not, after the pass (Shadows.owed):
-    # reads the run may still owe plain decoding (None: not known, none counted)
-    owed: int | None = None
     # blocks of the main MoE layers not resident after the pass: the most a pass can miss
     # (None: not known, k per position and layer assumed missing)
     cold: int | None = None
@@ -184,6 +180,10 @@ class GammaChooser:
     top_k: int
     block_bytes: np.ndarray | float  # [L] bytes of one expert per layer (or one for all)
     draft_block_bytes: float = 0.0  # one expert of the draft phase's layer (MTP; else 0)
+    # the cache's slots: under LRU the most reads a run that drafted can still make beyond
+    # plain's once it decodes plainly (two LRU caches fed the same keys from any states differ
+    # by at most their size in misses), held in reserve by the guard from the first draft on
+    cache_blocks: float = 0.0
     max_gamma: int = MAX_GAMMA
     passes: int = 0
     _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
@@ -196,7 +196,6 @@ class GammaChooser:
     _plain_s: float = 0.0  # modeled seconds of one plain token (latest candidates)
     _spent: np.ndarray = field(init=False)  # [2] the run's (bytes, seconds) so far
     _plain_total: np.ndarray = field(init=False)  # [2] plain's over the same tokens
-    _owed: float = 0.0  # blocks the run may still read beyond plain (Observed.owed)
     _cold: float = float("inf")  # blocks not resident (Observed.cold): a pass's misses at most
     _miss_s: float = 0.0  # modeled seconds one more read adds to a plain pass (latest)
     _since: int = 0  # blocks since the last exploration
@@ -289,38 +288,34 @@ class GammaChooser:
         self._miss_s = max(whole - self.cost(1, context, k, k - 1.0, 0.0, 0.0), 0.0) / self.n_layers
         return out
 
-    def _worst(self, gamma: int, context: int) -> tuple[float, float, float]:
-        """(bytes, seconds, blocks beyond the first position's) of a pass of γ whose every
-        position's k experts per layer and every draft's k draft-layer experts miss."""
+    def _worst(self, gamma: int, context: int) -> tuple[float, float]:
+        """(bytes, seconds) of a pass of γ whose every position's k experts per layer and every
+        draft's k draft-layer experts miss (no more than the blocks not resident)."""
         k = float(self.top_k)
         u = np.full(self.n_layers, gamma * k)  # [L]
         m = u * min(1.0, self._cold / u.sum())  # [L] no more misses than blocks not resident
         drafts = (gamma - 1) * k if self.draft_block_bytes else 0.0
         nbytes = float(m @ self.block_bytes) + drafts * self.draft_block_bytes
         per_draft = k if drafts else 0.0
-        seconds = self.cost(gamma, context, u, m, per_draft, per_draft)
-        beyond = max(float(m.sum()) - k * self.n_layers, 0.0)  # past the first position's
-        return nbytes, seconds, beyond + drafts
+        return nbytes, self.cost(gamma, context, u, m, per_draft, per_draft)
 
     def slack(self, c: Candidate) -> np.ndarray:
         """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of two
         (negative: no room): (1 + GUARD) times plain's totals with the pass's E(γ) tokens at
-        plain's per-token rate, less the run's spent, the pass's expected cost and what the run
-        owes plain after it (expected); and the same with its one certain token only, the pass
-        at its worst (every expert missing) and every read of it past its first position owed
-        (worst: the run may end right after it, or decode plainly to any length). No credit is
-        taken for tokens after the pass: plain's later rate is not known."""
+        plain's per-token rate, less the run's spent, the pass's expected cost and the reserve
+        (`cache_blocks` whole reads: what the run may read beyond plain afterwards); and
+        (1 + BOUND) times plain's with its one certain token only, the pass at its worst (every
+        non-resident expert missing) and the reserve (the run may end right after it, or decode
+        plainly to any length). No credit for tokens after the pass: plain's rate is not known."""
         per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
-        block = np.array([float(self.block_bytes.max()), self._miss_s])
-        # the run's owed blocks after the pass: those owed now, and each read the pass makes
-        # beyond plain's for its tokens (each evicts at most one block plain keeps)
-        extra = max(c.bytes - c.tokens * per_token[0], 0.0) / block[0]
-        owed = (self._owed + extra) * block
-        owed_worst = (self._owed + c.worst_blocks) * block
-        spent = self._spent + np.array([c.bytes, c.cost_s])
-        spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s])
-        expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent - owed
-        worst = (1.0 + BOUND) * (self._plain_total + per_token) - spent_worst - owed_worst
+        # what the run may read beyond plain once it decodes plainly again, as whole reads (none
+        # where every expert is resident: a cache that holds them all never evicts)
+        reserve = self.cache_blocks if self._cold > 0 else 0.0
+        owed = reserve * np.array([float(self.block_bytes.max()), self._miss_s])
+        spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
+        spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
+        expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
+        worst = (1.0 + BOUND) * (self._plain_total + per_token) - spent_worst
         return np.minimum(expected, worst)
 
     def _affordable(self, c: Candidate) -> bool:
@@ -391,8 +386,6 @@ class GammaChooser:
             self._acc[j] = DECAY * self._acc[j] + (j <= o.accepted)
             self._judged[j] = DECAY * self._judged[j] + 1.0
         u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
-        if o.owed is not None:
-            self._owed = float(o.owed)
         if o.cold is not None:
             self._cold = float(o.cold)
         if o.spent is not None:

@@ -56,7 +56,7 @@ class AutoGamma:
         )
         mtp = clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
         draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
-        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot)
+        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, s.cache.n_slots)
         return cls(sm, clock, profile, chooser, shadows)
 
     def start(self) -> None:
@@ -82,9 +82,8 @@ class AutoGamma:
                 self.profile, context=context, measured_compute_s=0.0, **pass_cost
             ).total_s  # a roofline profile: measured compute not used
         )
-        resident = self.sm.streamer.cache.resident_keys()
-        owed = self.shadows.owed(resident)
-        self.chooser.observe(self._observed(rec, seen, context, spent, owed, self._cold(resident)))
+        cold = self._cold(self.sm.streamer.cache.resident_keys())
+        self.chooser.observe(self._observed(rec, seen, context, spent, cold))
 
     def _cold(self, resident: list[int]) -> int:
         """Blocks of the main MoE layers not resident: the most a pass can miss there."""
@@ -110,7 +109,7 @@ class AutoGamma:
         )  # [committed, L, k]
 
     def _observed(
-        self, rec, seen: ShadowReport, context: int, seconds: float, owed: int, cold: int
+        self, rec, seen: ShadowReport, context: int, seconds: float, cold: int
     ) -> Observed:
         """What the chooser learns from a pass, per main MoE layer in order; `seconds`: its
         modeled time on auto's profile (re-feed and unused draft forwards included)."""
@@ -126,6 +125,5 @@ class AutoGamma:
             shadow=seen.passes,
             context=context,
             spent=(float(rec.bytes_read), seconds),
-            owed=owed,
             cold=cold,
         )

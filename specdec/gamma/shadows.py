@@ -122,13 +122,6 @@ class Shadows:
     def _caches(self) -> list[ExpertCache]:
         return [self.plain, *self.lanes.values()]
 
-    def owed(self, resident: Iterable[int]) -> int:
-        """Blocks plain decoding's cache holds that the run's (`resident`: its keys) lacks: under
-        LRU, the most the run can still read beyond plain over any continuation it decodes
-        plainly (an LRU cache holds its k most recently used keys; a key used after now is in
-        both caches or neither, so each of these costs the run at most one extra read)."""
-        return len(set(self.plain.resident_keys()).difference(resident))
-
     def preload(self, keys: list[int] | None = None) -> None:
         for c in self._caches():
             c.preload(keys)
