@@ -23,6 +23,7 @@ from specdec.core.errors import SpecdecError
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
+from specdec.decode.verify_form import FORMS
 from specdec.gamma.spec import Gamma
 from specdec.stream.config import StreamConfig
 
@@ -86,6 +87,8 @@ class Config:
     max_tokens: int = _DECODE.max_tokens
     temp: float = _DECODE.temp
     seed: int = _DECODE.seed
+    # how a verify pass computes its positions (specdec/decode/verify_form.py): decode | native
+    verify_form: str = _DECODE.verify_form
     prompt: str = DEFAULT_PROMPT
     stop_at_eos: bool = False  # False: every run decodes exactly max_tokens, so runs compare
     sweep: str = "adhoc"  # sweep name: the wandb group and the folder under runs/
@@ -146,6 +149,8 @@ def to_config(cfg: DictConfig) -> Config:
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
     check_sweep_name(typed.sweep)
     typed.gamma = Gamma.parse(typed.gamma)
+    if typed.verify_form not in FORMS:
+        raise SpecdecError(f"verify_form={typed.verify_form}: use {' or '.join(FORMS)}")
     typed.drafter_spec  # noqa: B018 -- a bad drafter option fails here, before any job starts
     bad = [g for g in typed.task.trace_gammas if g < 1]
     if bad:

@@ -82,7 +82,13 @@ def decode(cfg, sm: StreamedModel, run_dir: Path) -> GenerationResult:
             "needs max_tokens >= 2 to measure any verify pass"
         )
     profile = get_profile(cfg.device.profile)
-    dcfg = DecodeConfig(gamma=cfg.gamma, max_tokens=cfg.max_tokens, temp=cfg.temp, seed=cfg.seed)
+    dcfg = DecodeConfig(
+        gamma=cfg.gamma,
+        max_tokens=cfg.max_tokens,
+        temp=cfg.temp,
+        seed=cfg.seed,
+        verify_form=cfg.verify_form,
+    )
     bar = _progress(cfg)
     try:
         return generate(

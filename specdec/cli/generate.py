@@ -25,6 +25,9 @@ the default profile, noted on stderr when --profile gave another; stats' gamma_a
 it). With the self drafter, auto drafts one position at a time and may stop short of its γ
 (specdec/gamma/draft_stop.py): stats hold draft_ends (passes per reason a draft ended: cap,
 rate, bytes) and each --records line its draft_routing (predicted beside actual reads).
+A verify pass computes each position as one-token decoding does (`--verify-form decode`, the
+default: greedy output equals plain greedy's); `--verify-form native` runs the family's own
+multi-token form (specdec/decode/verify_form.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from specdec.core.progress import progress
 from specdec.core.units import DEFAULT_BUDGET
 from specdec.decode.drafters import DrafterSpec, drafter_forms
 from specdec.decode.loop import DecodeConfig
+from specdec.decode.verify_form import FORMS
 from specdec.gamma.spec import Gamma
 from specdec.store.reader import IO_MODES
 from specdec.stream.config import StreamConfig
@@ -150,6 +154,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="mlx-lm's flag: N drafted tokens per pass, the same as --gamma N+1",
     )
+    p.add_argument(
+        "--verify-form",
+        default=DECODE.verify_form,
+        choices=list(FORMS),
+        help="decode: verify computes each position as one-token decoding does (greedy output "
+        "equals plain greedy's); native: the family's multi-token form",
+    )
     p.add_argument("--temp", type=float, default=DECODE.temp, help="0 = greedy")
     p.add_argument(
         "--seed", type=int, default=DECODE.seed, help="sampling (--temp > 0) and drafters' seed"
@@ -222,7 +233,13 @@ def run(args: argparse.Namespace) -> int:
             prompt = chat_prompt(tok, args.prompt, sm.path)
         else:
             prompt = sm.encode(args.prompt)
-        cfg = DecodeConfig(gamma=gamma, max_tokens=args.max_tokens, temp=args.temp, seed=args.seed)
+        cfg = DecodeConfig(
+            gamma=gamma,
+            max_tokens=args.max_tokens,
+            temp=args.temp,
+            seed=args.seed,
+            verify_form=args.verify_form,
+        )
         # text streams to stdout; with --json a bar on stderr counts the tokens instead
         stream = None if args.json else TextStream(tok, args.prompt)
         bar = progress(total=args.max_tokens, desc="generate", unit="tok") if args.json else None

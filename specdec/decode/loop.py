@@ -8,7 +8,9 @@
 One pass: the drafter proposes γ−1 tokens (its expert reads counted as the draft phase), then
 one target forward over γ positions — the last committed token and the drafts — reads the union
 of their experts through the cache (verify phase), the acceptance rule commits 1 + accepted
-tokens, and the KV cache is trimmed past the rejected positions. γ = 1 is plain decoding through
+tokens, and the KV cache is trimmed past the rejected positions. The verify forward (and a
+re-feed after a rollback) computes each position as one-token decoding does unless the config
+asks for the family's native multi-token form (decode/verify_form.py). γ = 1 is plain decoding through
 the same loop. The prompt's prefill is excluded from every pass record.
 
 Plain greedy decoding (no drafter, γ = 1, temperature 0) is pipelined as mlx-lm's
@@ -39,6 +41,7 @@ from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import MIN_TEMP, check_finite, judge
 from specdec.decode.state import DecodeState, begin_routing, forward
+from specdec.decode.verify_form import VerifyForm
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.gamma.controller import AutoGamma
 from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
@@ -59,6 +62,9 @@ class DecodeConfig:
     # a drafter that routes its drafts (self): "stop" ends a draft early by that routing under
     # auto, "record" records its predicted reads (any γ) and never stops, "off" neither
     draft_stop: StopMode = "stop"
+    # how a verify pass computes its positions (decode/verify_form.py): "decode" as one-token
+    # decoding does, so greedy output equals plain greedy's; "native" as the family's own code
+    verify_form: str = "decode"
 
     def __post_init__(self):
         object.__setattr__(self, "gamma", Gamma.parse(self.gamma))
@@ -129,6 +135,7 @@ class Decode:
             raise SpecdecError(f"draft stop {cfg.draft_stop!r}: use {', '.join(MODES)}")
         if not prompt:
             raise SpecdecError("the prompt is empty: give at least one token")
+        self.form = VerifyForm.install(sm.model, cfg.verify_form)
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
         auto = cfg.gamma.auto and drafter.name != "none"  # nothing to draft: plain decoding
@@ -200,12 +207,13 @@ class Decode:
             mark = CacheMark.before(st.cache)  # None unless a layer's state cannot be trimmed
             if streamer.route_override is not None and drafter.planned is not None:
                 streamer.route_override.planned = drafter.planned + 1  # y and the right drafts
-            with streamer.serving(VERIFY):
+            with streamer.serving(VERIFY), self.form.verifying():
                 logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
             verify_steps = streamer.drain()
             verdict = judge(drafts, q, logits, cfg.temp, st.rng)
             keep = [y, *drafts[: verdict.accepted]]
-            with streamer.serving(ROLLBACK):  # the cache back past rejected drafts
+            # the cache back past rejected drafts; a re-feed is positions decoding fed one by one
+            with streamer.serving(ROLLBACK), self.form.verifying():
                 refed = roll_back(st, mark, len(drafts) + 1, keep, drafter.needs_hidden)
             refeed_steps = streamer.drain()
             drafter.commit(st, drafts, verdict)

@@ -42,12 +42,20 @@ each observed pass's record spent: a rollback's re-feed and a draft stop's unuse
 included) and plain's shadow totals over the same committed tokens (its seconds summed token by
 token, each a one-token pass with its own whole reads). A pass of γ > 1 runs only
 while both still fit after it: actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ)
-tokens at plain's rate), and the same for seconds; and, for the run's end, the same with only
-the pass's one certain token credited (every draft rejected), less what plain decoding over the
-tokens left after it wins back (GUARD of plain's per token): a rejected pass early in a run is
-won back by the passes after it, one near the end is not. Else γ = 1 ("guard"). GUARD < the
-1.03 target, RULE < GUARD: the run ends within (1 + GUARD) of plain up to one pass's reads above
-their expectation and the misses it leaves behind.
+tokens at plain's rate), and the same for seconds; and the same with only the pass's one
+certain token credited (every draft rejected), as if the run ended right after it: no credit is
+taken for tokens after the pass, whose plain rate is unknown (a cold start's is far above a warm
+cache's; crediting it let one early rejected pass cost a 96-token run 6%, issue 24). Both also
+reserve what the run may read beyond plain once it decodes plainly again: under LRU at most
+the cache's size in whole reads, whatever follows (two LRU caches fed the same keys from any
+states differ by at most their size in misses; `cache_blocks`). The second check prices the
+pass at its worst (every position's and every draft's non-resident experts missing) against
+(1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it stays within
+(1 + BOUND) of plain's bytes, by construction under LRU (other policies are not bounded so),
+and in seconds as far as one read's seconds are a plain pass's marginal read time. The price:
+auto drafts only once BOUND of plain's totals covers a pass at its worst and the cache's size
+in reads, so a short run, or one whose plain reads little against a large cache, stays
+plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND.
 
 A chosen γ is held for a block of BLOCK passes (the guard checked every pass). The first block
 is plain (warm-up). Acceptance is learnt only from passes that draft, so while plain is chosen
@@ -85,6 +93,7 @@ FORGET = 0.99  # shadows' reads: weight of the past per committed token (~100 to
 EMA_DRAFT = 0.1  # the draft phase's reads: weight of the newest pass that drafted
 GROWTH = 0.6  # prior union growth per extra position, in units of k (next-token overlap ~0.4)
 GUARD = 0.02  # the run's bytes and seconds stay within (1 + GUARD)·plain's (target 1.03)
+BOUND = 0.03  # ... and, were every pass at its worst, within (1 + BOUND)·plain's (the contract)
 RULE = 0.01  # admissible: expected bytes per token within (1 + RULE)·plain's (below GUARD)
 BLOCK = 8  # passes a chosen γ is held for
 LEARN = 16  # judged first drafts below which every block may explore (acceptance unknown)
@@ -99,6 +108,9 @@ class Candidate:
     cost_s: float  # expected modeled seconds of the pass
     bytes: float  # expected bytes read (verify + draft)
     measured: bool  # reads from this γ's shadow (else extrapolated)
+    # the most the pass can read and take (every position's and every draft's experts missing)
+    worst_bytes: float = 0.0
+    worst_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -152,6 +164,9 @@ class Observed:
     # (bytes, modeled seconds) the pass really spent, as its record counts them: a rollback's
     # re-feed and a draft stop's unused forwards included (None: the chooser's own cost of it)
     spent: tuple[float, float] | None = None
+    # blocks of the main MoE layers not resident after the pass: the most a pass can miss
+    # (None: not known, k per position and layer assumed missing)
+    cold: int | None = None
 
 
 # cost(γ, context, verify union [L], verify misses [L], draft union and misses per draft)
@@ -165,6 +180,10 @@ class GammaChooser:
     top_k: int
     block_bytes: np.ndarray | float  # [L] bytes of one expert per layer (or one for all)
     draft_block_bytes: float = 0.0  # one expert of the draft phase's layer (MTP; else 0)
+    # the cache's slots: under LRU the most reads a run that drafted can still make beyond
+    # plain's once it decodes plainly (two LRU caches fed the same keys from any states differ
+    # by at most their size in misses), held in reserve by the guard from the first draft on
+    cache_blocks: float = 0.0
     max_gamma: int = MAX_GAMMA
     passes: int = 0
     _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
@@ -177,6 +196,8 @@ class GammaChooser:
     _plain_s: float = 0.0  # modeled seconds of one plain token (latest candidates)
     _spent: np.ndarray = field(init=False)  # [2] the run's (bytes, seconds) so far
     _plain_total: np.ndarray = field(init=False)  # [2] plain's over the same tokens
+    _cold: float = float("inf")  # blocks not resident (Observed.cold): a pass's misses at most
+    _miss_s: float = 0.0  # modeled seconds one more read adds to a plain pass (latest)
     _since: int = 0  # blocks since the last exploration
     _blocks: int = 0  # blocks started
     _pos: int = 0  # passes into the current block
@@ -257,27 +278,50 @@ class GammaChooser:
                 misses = misses + self._evictions(union)
             cost = self.cost(g, context, union, misses, d_union, d_miss)
             nbytes = float(misses @ self.block_bytes) + (g - 1) * d_miss * self.draft_block_bytes
-            out.append(Candidate(g, self.expected_tokens(g), cost, nbytes, measured))
+            worst = self._worst(g, context)
+            out.append(Candidate(g, self.expected_tokens(g), cost, nbytes, measured, *worst))
         self._plain_s = out[0].cost_s
+        # one more read's seconds at the margin where a pass is most read-bound: every expert
+        # missing, against one fewer per layer (a roofline's slope there is a whole read)
+        k = np.full(self.n_layers, float(self.top_k))
+        whole = self.cost(1, context, k, k, 0.0, 0.0)
+        self._miss_s = max(whole - self.cost(1, context, k, k - 1.0, 0.0, 0.0), 0.0) / self.n_layers
         return out
 
-    def slack(self, c: Candidate, left: int) -> np.ndarray:
-        """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of two
-        (negative: no room). Expected: (1 + GUARD) times plain's totals with the pass's E(γ)
-        tokens at plain's per-token rate, less the run's spent and the pass's expected. At the
-        run's end: the same if the pass commits only its one certain token (every draft
-        rejected), plus what plain decoding over the `left` tokens after it wins back, GUARD of
-        plain's per token: a pass near the end must not leave the run past the floor."""
-        per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
-        cost = self._spent + np.array([c.bytes, c.cost_s])
-        expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - cost
-        worst = (1.0 + GUARD) * (self._plain_total + per_token) - cost
-        return np.minimum(expected, worst + GUARD * per_token * max(left - c.gamma, 0))
+    def _worst(self, gamma: int, context: int) -> tuple[float, float]:
+        """(bytes, seconds) of a pass of γ whose every position's k experts per layer and every
+        draft's k draft-layer experts miss (no more than the blocks not resident)."""
+        k = float(self.top_k)
+        u = np.full(self.n_layers, gamma * k)  # [L]
+        m = u * min(1.0, self._cold / u.sum())  # [L] no more misses than blocks not resident
+        drafts = (gamma - 1) * k if self.draft_block_bytes else 0.0
+        nbytes = float(m @ self.block_bytes) + drafts * self.draft_block_bytes
+        per_draft = k if drafts else 0.0
+        return nbytes, self.cost(gamma, context, u, m, per_draft, per_draft)
 
-    def _affordable(self, c: Candidate, left: int) -> bool:
+    def slack(self, c: Candidate) -> np.ndarray:
+        """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of two
+        (negative: no room): (1 + GUARD) times plain's totals with the pass's E(γ) tokens at
+        plain's per-token rate, less the run's spent, the pass's expected cost and the reserve
+        (`cache_blocks` whole reads: what the run may read beyond plain afterwards); and
+        (1 + BOUND) times plain's with its one certain token only, the pass at its worst (every
+        non-resident expert missing) and the reserve (the run may end right after it, or decode
+        plainly to any length). No credit for tokens after the pass: plain's rate is not known."""
+        per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
+        # what the run may read beyond plain once it decodes plainly again, as whole reads (none
+        # where every expert is resident: a cache that holds them all never evicts)
+        reserve = self.cache_blocks if self._cold > 0 else 0.0
+        owed = reserve * np.array([float(self.block_bytes.max()), self._miss_s])
+        spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
+        spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
+        expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
+        worst = (1.0 + BOUND) * (self._plain_total + per_token) - spent_worst
+        return np.minimum(expected, worst)
+
+    def _affordable(self, c: Candidate) -> bool:
         if c.gamma == 1:
             return True
-        return 1 in self._sums and bool((self.slack(c, left) >= 0).all())
+        return 1 in self._sums and bool((self.slack(c) >= 0).all())
 
     def choose(self, context: int = 0, left: int = 1 << 30) -> Choice:
         """The γ of the next pass (at most `left`, the tokens still to commit)."""
@@ -285,36 +329,42 @@ class GammaChooser:
             return Choice(1, "last" if left <= 1 else "best")
         self._pos += 1
         if self._pos < self._length:  # a block's later pass: its γ while the guard allows
-            if self._current > 1 and not self._affordable(self._held, left):
+            if self._current > 1 and not self._affordable(self._held):
                 self._current = 1  # the rest of the block is plain
                 return Choice(1, "guard")
             return Choice(min(self._current, left), "hold")
         cands = tuple(self.candidates(context, left))
         self._pos, self._blocks = 0, self._blocks + 1
-        g, why = (1, "warmup") if self._blocks == 1 else self._pick(cands, left)
+        g, why = (1, "warmup") if self._blocks == 1 else self._pick(cands)
         self._current, self._held = g, cands[g - 1]
         self._length = 1 if why == "explore" else BLOCK
-        room = tuple(self.slack(self._held, left).tolist()) if 1 in self._sums else None
+        room = tuple(self.slack(self._held).tolist()) if 1 in self._sums else None
         return Choice(g, why, cands, room)
 
-    def _pick(self, cands: tuple[Candidate, ...], left: int) -> tuple[int, str]:
+    def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
         """A block's γ: the best admissible, an exploration, or plain (module doc)."""
         per_token = cands[0].bytes / cands[0].tokens
         allowed = [c for c in cands if c.bytes / c.tokens <= per_token * (1 + RULE)]
         best = max(allowed, key=lambda c: (c.rate, -c.gamma))
         fastest = max(cands, key=lambda c: (c.rate, -c.gamma))
         self._since += 1
+        # the guard prices a pass at its worst, which grows with γ: where the best γ does not
+        # fit, a smaller one may (the widest that fits is what the run can afford yet)
+        affordable = [c for c in cands if self._affordable(c)]
         if best.gamma == 1 and self._judged[1] < LEARN:  # acceptance is learnt by drafting
-            probe = max(cands[1:], key=lambda c: (c.rate, -c.gamma), default=None)
+            probe = max(affordable[1:], key=lambda c: (c.rate, -c.gamma), default=None)
         elif best.gamma == 1 and self._since >= EXPLORE_EVERY:
-            probe = self._hopeful(cands, best.rate, per_token)
+            probe = self._hopeful(affordable, best.rate, per_token)
         else:
             probe = None
-        if probe is not None and self._affordable(probe, left):
+        if probe is not None:
             self._since = 0
             return probe.gamma, "explore"
-        if not self._affordable(best, left):
-            return 1, "guard"
+        if best not in affordable:
+            fits = [c for c in allowed if c in affordable]
+            best = max(fits, key=lambda c: (c.rate, -c.gamma))
+            if best.gamma == 1:
+                return 1, "guard"
         return best.gamma, "best" if best is fastest else "bytes"
 
     def _hopeful(self, cands, rate: float, per_token: float) -> Candidate | None:
@@ -336,6 +386,8 @@ class GammaChooser:
             self._acc[j] = DECAY * self._acc[j] + (j <= o.accepted)
             self._judged[j] = DECAY * self._judged[j] + 1.0
         u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
+        if o.cold is not None:
+            self._cold = float(o.cold)
         if o.spent is not None:
             self._spent += o.spent
         else:

@@ -61,7 +61,7 @@ class AutoGamma:
         )
         mtp = clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
         draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
-        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot)
+        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, s.cache.n_slots)
         return cls(sm, clock, profile, chooser, shadows)
 
     def start(self) -> None:
@@ -87,7 +87,15 @@ class AutoGamma:
                 self.profile, context=context, measured_compute_s=0.0, **pass_cost
             ).total_s  # a roofline profile: measured compute not used
         )
-        self.chooser.observe(self._observed(rec, seen, context, spent))
+        cold = self._cold(self.sm.streamer.cache.resident_keys())
+        self.chooser.observe(self._observed(rec, seen, context, spent, cold))
+
+    def _cold(self, resident: list[int]) -> int:
+        """Blocks of the main MoE layers not resident: the most a pass can miss there."""
+        stride, layers = self.sm.streamer.key_stride, set(self.sm.main_moe_layers)
+        index = self.sm.streamer.index
+        held = sum(1 for key in resident if key // stride in layers)
+        return sum(index.layers[lid].n_experts for lid in layers) - held
 
     def _committed_keys(self, calls: list, committed: int) -> np.ndarray:
         """[committed, L, k] cache keys of the committed tokens' verify routing (the shadows'
@@ -105,7 +113,9 @@ class AutoGamma:
             axis=1,
         )  # [committed, L, k]
 
-    def _observed(self, rec, seen: ShadowReport, context: int, seconds: float) -> Observed:
+    def _observed(
+        self, rec, seen: ShadowReport, context: int, seconds: float, cold: int
+    ) -> Observed:
         """What the chooser learns from a pass, per main MoE layer in order; `seconds`: its
         modeled time on auto's profile (re-feed and unused draft forwards included)."""
         layers = [str(lid) for lid in self.sm.main_moe_layers]
@@ -120,4 +130,5 @@ class AutoGamma:
             shadow=seen.passes,
             context=context,
             spent=(float(rec.bytes_read), seconds),
+            cold=cold,
         )

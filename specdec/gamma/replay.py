@@ -131,7 +131,7 @@ def replay_passes(
         def cost(g, context, union, misses, du, dm) -> float:
             return clock.expected(profile, g, context, layers, union, misses, block, du, dm)
 
-        chooser = GammaChooser(cost, L, k, block, max_gamma=cap)
+        chooser = GammaChooser(cost, L, k, block, cache_blocks=budget_slots, max_gamma=cap)
         shadows = Shadows(
             lambda: spec.cache(budget_slots, hotlist=hotlist),
             range(2, cap + 1),
@@ -199,7 +199,8 @@ def replay_passes(
             seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
             chooser.observe(
                 Observed(n, a, union, misses, plain_misses=seen.plain_misses,
-                         shadow=seen.passes, context=t, spent=spent)
+                         shadow=seen.passes, context=t, spent=spent,
+                         cold=L * E - len(cache.resident_keys()))
             )  # fmt: skip
         t += a + 1
     out.hits = cache.hits

@@ -106,7 +106,8 @@ def test_slug_and_hash():
 
 
 def test_bad_trace_gammas_and_too_few_tokens_are_one_line_errors(tmp_path):
-    """task.trace_gammas=[0] and max_tokens=1 (no verify pass to measure) fail before decoding."""
+    """task.trace_gammas=[0], verify_form=exact and max_tokens=1 (no verify pass to measure) fail
+    before decoding."""
     from types import SimpleNamespace
 
     from experiments.tasks._decode import decode
@@ -117,6 +118,12 @@ def test_bad_trace_gammas_and_too_few_tokens_are_one_line_errors(tmp_path):
         cfg = compose("config", overrides=["task.trace_gammas=[0,2]"])
         with pytest.raises(SpecdecError, match=r"task.trace_gammas=\[0, 2\]: every γ must be >= 1"):
             to_config(cfg)
+        cfg = compose("config", overrides=["verify_form=exact"])
+        with pytest.raises(SpecdecError, match=r"^verify_form=exact: use decode or native$"):
+            to_config(cfg)
+        assert (
+            to_config(compose("config", overrides=["verify_form=native"])).verify_form == "native"
+        )
     with pytest.raises(SpecdecError, match="needs max_tokens >= 2"):
         decode(SimpleNamespace(max_tokens=1), None, tmp_path)
 

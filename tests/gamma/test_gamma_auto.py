@@ -22,7 +22,7 @@ from specdec.cache.policies import make_policy
 from specdec.cli.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import BudgetError, SpecdecError
-from specdec.gamma.chooser import BLOCK, GUARD, GammaChooser, Observed
+from specdec.gamma.chooser import BLOCK, BOUND, GUARD, GammaChooser, Observed
 from specdec.gamma.replay import replay_passes, trace_clock
 from specdec.gamma.shadows import ShadowPass, Shadows
 from specdec.gamma.spec import AUTO, Gamma
@@ -162,17 +162,30 @@ def test_guard_counts_what_a_pass_spent_beyond_its_verify_reads():
     assert blind_spent > 1.5 * blind_ref, "the re-feeds must cost: else this checks nothing"
 
 
-def test_guard_keeps_room_for_a_rejected_pass_near_the_end():
-    # far from the end the guard credits a pass its expected tokens (a rejection's shortfall is
-    # won back by the passes after it); with `left` tokens too few to win it back, the pass
-    # must fit even if it commits its one certain token
-    ch = _chooser(read_s=0.0)
-    _world(ch, 40, alpha=0.8, lane_misses=lambda g: g / 3)
-    cands = ch.candidates(0, 1000)
-    plain, wide = cands[0], cands[-1]
-    far, near = ch.slack(wide, 1000), ch.slack(wide, wide.gamma)
-    shortfall = (1 + GUARD) * (wide.tokens - 1) * np.array([plain.bytes, plain.cost_s])
-    assert near == pytest.approx(far - shortfall), (far, near, shortfall)
+def test_guard_holds_every_run_length_when_every_pass_is_at_its_worst():
+    # the shadows promise a third of plain's reads per position; every real pass misses every
+    # expert of every position (2γ, k = 2) and every draft is rejected. Issue 24: the guard
+    # credited tokens after a pass at an early (cold) plain rate and priced passes at their
+    # expectation, so short runs ended 1.05-1.14x plain. Priced at its worst and with no credit
+    # for what follows, a run cut after any pass is within (1 + BOUND) of plain.
+    worst = 0.0
+    for passes in range(1, 400, 9):  # the same seeded run, cut after `passes` passes
+        ch = _chooser(read_s=1.0)
+        chosen, spent, ref = _world(
+            ch, passes, alpha=0.0, lane_misses=lambda g: g / 3,
+            actual_misses=lambda g: 2.0 * g if g > 1 else 1.0,  # a plain pass: plain's reads
+        )  # fmt: skip
+        worst = max(worst, spent / ref)
+    assert worst <= 1 + BOUND, worst
+    assert max(chosen) > 1, "the guard must let a pass run once its worst fits (else: vacuous)"
+
+
+def test_guard_lets_the_widest_gamma_that_fits_run():
+    # where the best γ's worst pass does not fit yet, a smaller one that fits runs
+    ch = _chooser(read_s=1.0)
+    chosen, spent, ref = _world(ch, 400, alpha=0.95, lane_misses=lambda g: 1.0)
+    first = next(i for i, g in enumerate(chosen) if g > 1)
+    assert chosen[first] < 8 and np.median(chosen[-200:]) >= 6, (first, chosen[first])
 
 
 def _whys(ch: GammaChooser, n: int) -> list[str]:
@@ -294,13 +307,17 @@ def test_auto_replay_never_reads_more_than_plain_where_drafting_costs_bytes(
 
 
 @pytest.mark.slow
-def test_auto_replay_drafts_where_drafting_pays(long_trace):
-    clock, m4 = trace_clock(TINY, long_trace), get_profile("m4-24gb")
-    plain = replay_passes(long_trace, "lru", 64, 1, 0.95, clock, m4)
-    auto = replay_passes(long_trace, "lru", 64, AUTO, 0.95, clock, m4)
-    assert auto.tokens_per_s > 1.3 * plain.tokens_per_s
+def test_auto_replay_drafts_where_drafting_pays():
+    # the guard prices a pass at its worst and holds the cache's size in reads in reserve, so
+    # auto drafts only once 3% of plain's totals pays for both: on 600 positions it stays plain
+    # (1.3x before issue 24, whose guard could lose), on 4000 it reaches 1.36x (~16 s)
+    trace = synthetic_trace(4000, n_layers=4, n_experts=32, top_k=4, expert_bytes=[10, 10, 30, 20])
+    clock, m4 = trace_clock(TINY, trace), get_profile("m4-24gb")
+    plain = replay_passes(trace, "lru", 64, 1, 0.95, clock, m4)
+    auto = replay_passes(trace, "lru", 64, AUTO, 0.95, clock, m4)
+    assert auto.tokens_per_s > 1.2 * plain.tokens_per_s
     assert auto.bytes_per_token <= 1.03 * plain.bytes_per_token
-    assert sum(auto.gamma_hist[2:]) > 0 and auto.passes < 0.8 * auto.committed
+    assert sum(auto.gamma_hist[2:]) > 100
 
 
 def test_fixed_gamma_wider_than_the_cache_is_refused(trace):
@@ -366,3 +383,31 @@ def test_simulate_gamma_auto_names_the_profile_it_priced_on(tmp_path, trace, mon
     assert out["this-machine"][1].startswith("specdec: note: --gamma auto prices passes on")
     assert out["m5-24gb"] == ("m5-24gb", "")
     assert p.parse_args(common).profile == DEFAULT_PROFILE
+
+
+def test_an_lru_run_reads_at_most_its_cache_size_beyond_plain_afterwards():
+    # the guard's reserve (GammaChooser.cache_blocks): a run that read other experts than plain
+    # (a pass's rejected drafts) and then decodes plainly reads at most the cache's size more
+    # than plain, whatever follows. Not the blocks plain holds that the run lost: the run's
+    # fresher draft keys push out old keys plain keeps, so that count (6 here) is exceeded
+    rng = np.random.default_rng(0)
+    over = 0
+    for trial in range(20):
+        sh = Shadows(lambda: ExpertCache(16, make_policy("lru", 16)), (), seed=trial)
+        run = ExpertCache(16, make_policy("lru", 16))
+        for _ in range(30):  # the same history for both
+            keys = rng.choice(48, 4, replace=False).tolist()
+            sh.plain.access(keys)
+            run.access(keys)
+        run.access(rng.choice(np.arange(48, 64), 6, replace=False).tolist())  # a pass's drafts
+        # the continuation asks first for what plain holds and the run lost (each one a miss
+        # for the run alone), then the old keys at random
+        lost = sorted(set(sh.plain.resident_keys()) - set(run.resident_keys()))
+        extra = 0
+        for keys in [lost[i : i + 4] for i in range(0, len(lost), 4)] + [
+            rng.choice(48, 4, replace=False).tolist() for _ in range(60)
+        ]:
+            extra += len(run.access(keys)) - len(sh.plain.access(keys))
+        assert 0 < extra <= 16, (trial, extra)
+        over += extra > len(lost)
+    assert over > 0, "the lost blocks alone would have been a bound: then this checks little"
