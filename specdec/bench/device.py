@@ -38,7 +38,7 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.bench.read import bench_read
-from specdec.clock.profiles import DeviceProfile
+from specdec.clock.profiles import DeviceProfile, capped_latency
 from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
 
@@ -273,9 +273,7 @@ def device_profile(
     )  # fmt: skip
     lc = layer_cost(model, provisional)
     router = lc["per_layer_s"]
-    latency = min(
-        lat["median_s"], 0.9 * min(reads["block_bytes"] / (g * 1e9) * n for n, g in curve)
-    )
+    latency = capped_latency(lat["median_s"], curve, reads["block_bytes"])
     profile = DeviceProfile(
         name,
         mem_gbps=float(f"{kern['gbps']:.4g}"),

@@ -45,8 +45,10 @@ import numpy as np
 
 from specdec.bench import fio as fiobench
 from specdec.clock.profiles import (
+    ASSUMED_LATENCY_S,
     MEASURED_PROFILE,
     DeviceProfile,
+    capped_latency,
     measured_profile_path,
     profile_yaml,
 )
@@ -473,6 +475,7 @@ def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -
         router_sync_s=0.0,
         read_curve=tuple(curve.items()),
         read_block_bytes=block,
+        read_latency_s=capped_latency(ASSUMED_LATENCY_S, curve.items(), block),
         reads_in_flight=8,
         overlap_reads=False,
         description=f"this machine; reads from {what}, path {best!r}",
@@ -484,7 +487,8 @@ def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -
             "read_curve": f"{what}: {best}, GB/s per thread count (median of {rounds} rounds), "
             f"{block:.0f}-byte blocks",
             "read_block_bytes": f"{what}: its block size",
-            "read_latency_s": "assumed: 100 µs, NVMe random read at queue depth 1",
+            "read_latency_s": "assumed: 100 µs, NVMe random read at queue depth 1 (capped below "
+            "a block's time at each curve point)",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",
             "overlap_reads": "this harness: a layer's reads complete before its experts compute",
             "land_gbps": "null: the CPU computes on the memory the read filled",

@@ -222,6 +222,8 @@ def check_output_file(
     """The output rule for one file: refuse a symlink, a device, a FIFO or a directory at
     `path`; an existing regular file only with `replace` (the option `flag` sets), and then only
     one that `ours` (the file's own format, e.g. a hotlist header) says `what` wrote."""
+    if not str(path).strip():  # Path("") is "." (the working directory)
+        raise SpecdecError("the output path is empty; give a file name")
     path = Path(path)
     if path.is_symlink():
         raise SpecdecError(

@@ -284,6 +284,11 @@ def _load_packed(
         reader = open_reader(index, arena)
     cache = new_cache(policy, plan, policy_options, key_stride, index)
     order = sorted(blocks)
+    if lookahead >= len(order):  # no layer that far ahead: nothing would be prefetched
+        raise SpecdecError(
+            f"--lookahead {lookahead}: this model has {len(order)} MoE layers, so a router looks "
+            f"at most {len(order) - 1} ahead; give 0 to {len(order) - 1}"
+        )
     ahead_of = {
         lid: (order[i + lookahead], blocks[order[i + lookahead]])
         for i, lid in enumerate(order)

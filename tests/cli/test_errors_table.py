@@ -195,6 +195,9 @@ def non_empty_dir(ctx: dict) -> None:
 # case name (first column of docs/errors.md) -> how to make its bad input
 SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "model path does not exist": nothing,
+    "device profile missing fields": lambda c: (c["tmp"] / "p.yaml").write_text("name: x\n"),
+    "--lookahead beyond the MoE layers": nothing,
+    "trace hotlist: --out empty": nothing,
     "Hugging Face repo not cached, offline": hub_offline,
     "pack: model directory does not exist": nothing,
     "verify: directory does not exist": nothing,

@@ -192,14 +192,18 @@ def test_load_user_profile_yaml_and_json(tmp_path):
     p = get_profile(str(y))
     assert (p.name, p.mem_gbps, p.read_gbps(16), p.overlap_reads) == ("mac", 200, 6.0, True)
     j = tmp_path / "m.json"
-    j.write_text(json.dumps({"name": "j", "read_curve": [[1, 2.0]]}))
+    full = {"mem_gbps": 9, "peak_tflops": 1, "router_sync_s": 0, "read_block_bytes": 1 << 20}
+    j.write_text(json.dumps({"name": "j", "read_curve": [[1, 2.0]], **full}))
     assert load_profile(j).name == "j"
     for text in (
         "mem_gbps: 5\nspeed: 3\n",  # unknown field
-        "mem_gbps: -1\n",
+        "mem_gbps: -1\npeak_tflops: 1\nrouter_sync_s: 0\nread_curve: [[1, 2]]\n"
+        "read_block_bytes: 4096\n",  # complete, one number out of range
         "- 1\n",
         "read_gbps: 5\nread_latency_s: 0\ncompute_scale: 1\n",  # the old format, named
-        "read_curve: [[1, x]]\n",
+        "mem_gbps: 5\npeak_tflops: 1\nrouter_sync_s: 0\nread_curve: [[1, x]]\n"
+        "read_block_bytes: 4096\n",
+        "name: x\n",  # the model's numbers missing: no defaults of another machine
     ):
         y.write_text(text)
         with pytest.raises(SpecdecError):
@@ -310,7 +314,10 @@ def test_builtin_names_are_the_files_found(tmp_path, monkeypatch):
     extra.mkdir()
     for p in profiles_module.BUILTIN_DIR.glob("*.yaml"):
         (extra / p.name).write_text(p.read_text())
-    (extra / "m9-1tb.yaml").write_text("name: m9-1tb\nread_curve: [[1, 9.0]]\n")
+    (extra / "m9-1tb.yaml").write_text(
+        "name: m9-1tb\nread_curve: [[1, 9.0]]\nmem_gbps: 9\npeak_tflops: 1\nrouter_sync_s: 0\n"
+        "read_block_bytes: 1048576\n"
+    )
     monkeypatch.setattr(profiles_module, "BUILTIN_DIR", extra)
     monkeypatch.setattr(profiles_module, "BUILTIN_NAMES", profiles_module.builtin_names())
     assert get_profile("m9-1tb").read_gbps(1) == 9.0

@@ -56,6 +56,15 @@ DEFAULT_PROFILE = "m4-24gb"
 MEASURED_PROFILE = "this-machine"  # the built-in this machine's read bench replaces
 ASSUMED_LATENCY_S = 100e-6  # NVMe random read at queue depth 1, the usual order; no Mac figure
 PYTHON_ROUTER_SYNC_S = 0.6e-3  # seed question §2: one router call in Python on its M4
+# what a profile file must give: the numbers the device model charges every pass
+REQUIRED_FIELDS = ("mem_gbps", "peak_tflops", "router_sync_s", "read_curve", "read_block_bytes")
+
+
+def capped_latency(latency_s: float, curve, block_bytes: float) -> float:
+    """`latency_s`, lowered below 90% of a block's time at every curve point: a profile's latency
+    cannot exceed what one read took (DeviceProfile checks it), and on a fast or noisy small-block
+    curve a measured or assumed figure can."""
+    return min(latency_s, 0.9 * min(block_bytes / (g * 1e9) * n for n, g in curve))
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,12 @@ def load_profile(path: str | Path) -> DeviceProfile:
     if unknown:
         raise SpecdecError(
             f"device profile {path}: unknown fields {unknown}; allowed {sorted(allowed)}"
+        )
+    missing = [f for f in REQUIRED_FIELDS if f not in data]
+    if missing:  # a default would price passes on numbers of no machine, silently
+        raise SpecdecError(
+            f"device profile {path}: missing {', '.join(missing)}; give every number the device "
+            "model charges (`specdec clock show m4-24gb` prints a complete profile)"
         )
     sources = data.get("sources", {})
     if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
