@@ -11,6 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+SPEEDUP_BYTES = (
+    "speed-up vs γ=1 (bytes)",
+    "bytes per token of the γ = 1 jobs / this job's: the speed-up while streaming experts bounds "
+    "decoding",
+)
 # key -> (header, definition); a key `name/PROFILE` is looked up as `name/`
 COLUMNS: dict[str, tuple[str, str]] = {
     "gamma": ("γ", "positions per verify pass; γ = 1 is plain decoding"),
@@ -42,16 +47,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
         "decode tokens per second on this machine, prefill excluded",
     ),
     "modeled_tokens_per_s/": ("tok/s modeled", "tokens per second the device model gives"),
-    "speedup_vs_plain": (
-        "speed-up vs γ=1 (bytes)",
-        "bytes per token of the γ = 1 jobs / this job's: the speed-up while streaming experts "
-        "bounds decoding",
-    ),
-    "speedup_bytes": (
-        "speed-up vs γ=1 (bytes)",
-        "bytes per token of the γ = 1 jobs / this job's: the speed-up while streaming experts "
-        "bounds decoding",
-    ),
+    "speedup_vs_plain": SPEEDUP_BYTES,
+    "speedup_bytes": SPEEDUP_BYTES,  # the speculation table's name for the same column
     "model_speedup": (
         "union model speed-up",
         "E(α, γ) / (U(γ)/U(1)): what the unions alone predict, every selected expert a read",
