@@ -19,7 +19,7 @@ from specdec.cli.union_model import parse_union
 from specdec.core.errors import SpecdecError
 from specdec.costmodel.model import build_union_model
 
-QUESTION = "1:8,2:13.42,3:17.99,8:35.01"  # ../shared/seed-question.md, top-8 of 256 experts
+QUESTION = "1:8,2:13.42,3:17.99,8:35.01"  # docs/question.md, top-8 of 256 experts
 
 
 def _round(x: float, places: int) -> str:
