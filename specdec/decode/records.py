@@ -1,6 +1,6 @@
 """Step records: one JSON line per verify pass, and the run summary computed from them.
 
-Words as in docs/architecture.md: acceptance α = accepted / (accepted + rejected), where a pass
+The words used here (and in docs/results): acceptance α = accepted / (accepted + rejected), where a pass
 rejects at most one draft and drafts after a rejection are never judged; union = distinct
 experts selected by the γ positions of one verify pass, per MoE layer (rejected drafts
 included); bytes read = bytes actually read from experts.bin for misses.
