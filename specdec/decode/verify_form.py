@@ -60,14 +60,15 @@ class _Positionwise:
     def __call__(self, x: mx.array, *args, **kwargs) -> mx.array:
         if not self._decode_form or x.ndim != 3 or x.shape[1] == 1:  # x: [B, L, D]
             return super().__call__(x, *args, **kwargs)
-        bound = inspect.signature(super().__call__).bind(x, *args, **kwargs)
+        # per layer per verify pass: the signature is the class's, taken once (_positionwise_class)
+        bound = self._mixer_signature.bind(self, x, *args, **kwargs)
         for name in _MASK_NAMES:  # a one-token decode call's mask at batch 1
             if name in bound.arguments:
                 bound.arguments[name] = None
         outs = []
         for i in range(x.shape[1]):
-            bound.arguments[next(iter(bound.arguments))] = x[:, i : i + 1]  # [B, 1, D]
-            outs.append(super().__call__(*bound.args, **bound.kwargs))
+            bound.arguments[self._x_name] = x[:, i : i + 1]  # [B, 1, D]
+            outs.append(super().__call__(*bound.args[1:], **bound.kwargs))
         return mx.concatenate(outs, axis=1)  # [B, L, D]
 
 
@@ -76,7 +77,12 @@ _CLASSES: dict[type, type] = {}
 
 def _positionwise_class(cls: type) -> type:
     if cls not in _CLASSES:
-        _CLASSES[cls] = type(f"Positionwise{cls.__name__}", (_Positionwise, cls), {})
+        signature = inspect.signature(cls.__call__)  # self, x, ...
+        _CLASSES[cls] = type(
+            f"Positionwise{cls.__name__}",
+            (_Positionwise, cls),
+            {"_mixer_signature": signature, "_x_name": list(signature.parameters)[1]},
+        )
     return _CLASSES[cls]
 
 
