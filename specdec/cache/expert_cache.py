@@ -60,13 +60,15 @@ class PassNotes:
     known. The class keeps `_routing` (list of (base, idx)) and defines `judge`."""
 
     _routing: list[tuple[int, np.ndarray]]
+    n_scratch: int = 0  # scratch slots (+scratch; VerifyScratch sets it)
 
     def note(self, base: int, idx: np.ndarray) -> None:
         """A verify call's routing idx [..., positions, k] (keys base + expert), for `verdict`;
         with +scratch its next access learns the keys of the call's first position."""
         self._routing.append((base, idx))
-        rows = idx.reshape(-1, idx.shape[-1])  # [γ, k]
-        self.speculative(rows[0] + base if len(rows) > 1 else None)
+        if self.n_scratch:  # only +scratch reads the first position's keys (per layer: skip)
+            rows = idx.reshape(-1, idx.shape[-1])  # [γ, k]
+            self.speculative(rows[0] + base if len(rows) > 1 else None)
 
     def speculative(self, certain) -> None:
         """The next access is a verify step whose first position selected `certain` (keys; the
