@@ -3,15 +3,18 @@
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
-    python -m analysis.cuda auto | lookahead | exact | overhead
+    python -m analysis.cuda auto | lookahead | exact | overhead | shm
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
 Reads benchmarks/results/cuda/ (what `python benchmarks/bench_cuda.py ...` wrote on the H200:
 STEP.json with each run's summary, STEP.jsonl with its pass records). Modeled times come from the
-records through the device model (specdec.clock.passes `remodel`) on two profiles: `h200.yaml` as
-`specdec bench device` measured it, and the same with `land_gbps` (what landing a read in the GPU's
-memory costs: CUDA managed memory migrates on first touch), `h200-landing.yaml`.
+records through the device model (specdec.clock.passes `remodel`) on the profile of the machine
+each run ran on. Two sessions, two lent machines: the first's `h200.yaml` as `specdec bench device`
+measured it, and the same with `land_gbps` fitted on its five scale runs (what landing a read in
+the GPU's memory costs: CUDA managed memory migrates on first touch), `h200-landing.yaml`; the
+second's `h200-r2.yaml`, every field measured by `specdec bench device` (its `landing`
+microbenchmark included), nothing fitted. A run's `session` (absent: 1) says which.
 """
 
 from __future__ import annotations
@@ -32,12 +35,18 @@ from specdec.decode.records import PassRecord
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "cuda"
 FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
-RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")
+RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")  # from disk: the model's domain
+OWN = {1: "h200-landing", 2: "h200-r2"}  # session -> the profile its runs are modeled on
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 
 
 def profiles() -> dict:
-    return {p: load_profile(RESULTS / f"{p}.yaml") for p in ("h200", "h200-landing")}
+    return {p: load_profile(RESULTS / f"{p}.yaml") for p in ("h200", "h200-landing", "h200-r2")}
+
+
+def own(row: dict) -> str:
+    """The profile of the machine `row` ran on (fitted landing on the first: none was measured)."""
+    return OWN[row.get("session", 1)]
 
 
 def _clock(drafter: str) -> PassClock:
@@ -136,11 +145,11 @@ def spec_table() -> str:
         bytes_ratio = row["bytes_per_token"] / row["plain"]["bytes_per_token"]
         body.append([
             row["budget"], row["drafter"], row["gamma"], _f(row.get("acceptance")),
-            _f(measured_tps(row)), f"{measured:.2f}x", f"{modeled['h200']:.2f}x",
-            f"{modeled['h200-landing']:.2f}x", f"{bytes_ratio:.2f}x",
+            _f(measured_tps(row)), f"{measured:.2f}x", f"{modeled[own(row)]:.2f}x", own(row),
+            f"{bytes_ratio:.2f}x",
         ])  # fmt: skip
-    heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured",
-             "modeled (profile)", "modeled (+landing)", "bytes/token vs plain"]  # fmt: skip
+    heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured", "modeled",
+             "profile", "bytes/token vs plain"]  # fmt: skip
     return md_table(heads, body) + "\n" + break_even_text(profs)
 
 
@@ -151,49 +160,89 @@ def break_even_text(profs: dict) -> str:
     for row in spec_rows():
         if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
             alpha = float(row["drafter"].split(":")[1])
-            by.setdefault((row["budget"], row["gamma"]), []).append((alpha, *_speedups(row, profs)))
+            by.setdefault((row["budget"], row["gamma"]), []).append(
+                (alpha, *_speedups(row, profs), own(row))
+            )
     for (budget, gamma), pts in sorted(by.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
         pts.sort()
-        meas = _crossing([(a, m) for a, m, _ in pts])
-        mod = _crossing([(a, d["h200-landing"]) for a, _, d in pts])
+        meas = _crossing([(a, m) for a, m, _, _ in pts])
+        mod = _crossing([(a, d[prof]) for a, _, d, prof in pts])
         lo, hi = pts[0][0], pts[-1][0]
         lines.append(
             f"- {budget}, γ = {gamma}: measured break-even α {_crossing_text(meas, lo, hi)}; "
-            f"modeled (+landing) {_crossing_text(mod, lo, hi)}"
+            f"modeled ({pts[0][3]}) {_crossing_text(mod, lo, hi)}"
         )
     return "\n".join(lines) + "\n"
 
 
 def _crossing(pts: list[tuple[float, float]]) -> float | None:
-    for (a0, s0), (a1, s1) in zip(pts, pts[1:], strict=False):
-        if s0 < 1 <= s1:
-            return a0 + (1 - s0) * (a1 - a0) / (s1 - s0)
-    return pts[0][0] if pts and pts[0][1] >= 1 else None
+    """The smallest α from which the speed-up stays at or above 1 (interpolated into the last
+    step that crosses it); None where the highest α is still below 1."""
+    if not pts or pts[-1][1] < 1:
+        return None
+    i = len(pts) - 1
+    while i > 0 and pts[i - 1][1] >= 1:
+        i -= 1
+    if i == 0:
+        return pts[0][0]
+    (a0, s0), (a1, s1) = pts[i - 1], pts[i]
+    return a0 + (1 - s0) * (a1 - a0) / (s1 - s0)
 
 
 def _crossing_text(x: float | None, lo: float, hi: float) -> str:
-    return f"{x:.2f}" if x is not None else f"above {hi:g} (below 1x over α {lo:g}-{hi:g})"
+    if x is None:
+        return f"above {hi:g} (below 1x at α {hi:g})"
+    return f"{x:.2f}" + (f" or lower (at or above 1x from α {lo:g})" if x == lo else "")
 
 
 def model_table() -> str:
-    """Modeled vs measured time per token over every run: the device model's error."""
+    """Modeled vs measured time per token over every run from disk, each on the profiles of the
+    machine it ran on: the device model's error."""
     profs = profiles()
+    mine = {1: ("h200", "h200-landing"), 2: ("h200-r2",)}  # session -> its machine's profiles
     errors: dict[str, dict[str, list[float]]] = {n: {} for n in profs}
     for step in RUN_STEPS:
         for row in runs(step):
-            for n, p in profs.items():
-                err = measured_tps(row) / modeled_tps(row, p) - 1  # time modeled / measured - 1
+            for n in mine[row.get("session", 1)]:
+                err = measured_tps(row) / modeled_tps(row, profs[n]) - 1  # modeled / measured - 1
                 errors[n].setdefault(step, []).append(err)
     body = []
     for n in profs:
         allerr = [e for es in errors[n].values() for e in es]
-        for step in (*RUN_STEPS, "all"):
+        for step in (*[s for s in RUN_STEPS if s in errors[n]], "all"):
             es = allerr if step == "all" else errors[n][step]
             body.append([
                 n, step, len(es), f"{statistics.median(es):+.1%}",
                 f"{statistics.median(abs(e) for e in es):.1%}", f"{max(es, key=abs):+.1%}",
             ])  # fmt: skip
     heads = ["profile", "runs", "n", "median error", "median |error|", "worst"]
+    return md_table(heads, body)
+
+
+def shm_table() -> str:
+    """The runs from a copy of the pack in /dev/shm (reads at memory speed: the "fast SSD" end),
+    each against the plain run at its budget there and, where one ran, on disk in the same
+    session (the spec step's plain runs)."""
+    disk = {
+        r["budget"]: r for r in runs("spec") if r.get("session") == 2 and r["drafter"] == "none"
+    }
+    body, plain = [], {}
+    for row in runs("shm"):
+        if row["drafter"] == "none":
+            plain[row["budget"]] = row
+        base = plain[row["budget"]]
+        recs = row["records"]
+        on_disk = disk.get(row["budget"])
+        body.append([
+            row["budget"], _label(row), row["gamma"], _f(measured_tps(row)),
+            f"{measured_tps(row) / measured_tps(base):.2f}x",
+            "—" if on_disk is None else f"{measured_tps(row) / measured_tps(on_disk):.2f}x",
+            f"{row['bytes_per_token'] / 1e6:.0f}",
+            f"{1e3 * sum(r.blocked_s for r in recs) / row['committed']:.0f}",
+            f"{sum(r.bytes_read for r in recs) / max(sum(r.read_s for r in recs), 1e-9) / 1e9:.1f}",
+        ])  # fmt: skip
+    heads = ["budget", "drafter", "γ", "tok/s", "vs plain (shm)", "vs plain on disk",
+             "MB read/token", "blocked ms/token", "read GB/s"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -212,8 +261,9 @@ def auto_table() -> str:
 
 def lookahead_table() -> str:
     body, base = [], {}
-    prof = profiles()["h200-landing"]
+    profs = profiles()
     for row in runs("lookahead"):
+        prof = profs[own(row)]
         key = row["budget"]
         if row["lookahead"] == 0:
             base[key] = row
@@ -231,32 +281,45 @@ def lookahead_table() -> str:
 
 def exact_table() -> str:
     data = json.loads((RESULTS / "exact.json").read_text())
-    body = []
-    for model in ("qwen3", "minimax", "deepseek"):
-        for case, r in data[model].items():
+    body, diffs = [], []
+    for model in ("tiny", "qwen3", "minimax", "deepseek"):
+        for case, r in data.get(model, {}).items():
             if case == "reference":
+                continue
+            if case.startswith("layer_diffs"):
+                diffs.append([model, ", ".join(f"{d:.2g}" for d in r["layers"]),
+                              f"{r['logits']:.3g}", f"{r['resident_margin']:.3g}",
+                              f"{r['argmax'][0]} / {r['argmax'][1]}"])  # fmt: skip
                 continue
             what = "vs mlx-lm resident greedy" if case.startswith("plain") else "vs streamed plain"
             first = "—" if r["first_departure"] is None else r["first_departure"]
             body.append([model, case, what, "equal" if r["equal"] else "departs", first])
-    return md_table(["shape", "run", "compared with", "16 greedy tokens", "first departure"], body)
+    heads = ["shape", "run", "compared with", "16 greedy tokens", "first departure"]
+    dheads = ["shape", "max |streamed − resident| per layer", "logits", "resident top-2 margin",
+              "argmax resident / streamed"]  # fmt: skip
+    return (
+        md_table(heads, body)
+        + "\nAt 100% `--warm`, the prompt in one call:\n\n"
+        + md_table(dheads, diffs)
+    )
 
 
 def overhead_table() -> str:
     data = json.loads((RESULTS / "overhead.json").read_text())
     body = []
     for model in ("qwen3", "minimax"):
-        r = data[model]
+        r, ab = data[model], data["launch_ab"][model]["median"]
         ours, peer = r["specdec_tokens_per_s"]["median"], r["mlx_lm_tokens_per_s"]["median"]
         layers = r["moe_layers"]
         extra = (1 / ours - 1 / peer) / layers * 1e6
         body.append([
             model, layers, f"{ours:.0f}", f"{peer:.0f}", f"{r['ratio']['median']:.2f}x",
             f"{r['ratio']['min']:.2f}-{r['ratio']['max']:.2f}", len(r["ratio"]["all"]),
-            f"{extra:.0f}",
+            f"{extra:.0f}", f"{ab['one graph per token']:.0f}", f"{ab['started per layer']:.0f}",
         ])  # fmt: skip
     heads = ["shape", "MoE layers", "specdec tok/s", "mlx-lm tok/s", "ratio (median)",
-             "per pair", "pairs", "added µs per MoE layer"]  # fmt: skip
+             "per pair", "pairs", "added µs per MoE layer", "in one process: one graph per token",
+             "started per layer"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -300,27 +363,30 @@ def figure() -> str:
     import matplotlib.pyplot as plt
 
     profs = profiles()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     by: dict = {}
     for row in spec_rows():
         if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
             meas, mod = _speedups(row, profs)
             alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
-            by.setdefault((row["budget"], int(row["gamma"])), []).append(
-                (alpha, meas, mod["h200-landing"])
+            by.setdefault(row["budget"], {}).setdefault(int(row["gamma"]), []).append(
+                (alpha, meas, mod[own(row)])
             )
-    for i, ((budget, gamma), pts) in enumerate(sorted(by.items())):
-        pts.sort()
-        color = f"C{i}"
-        ax.plot([p[0] for p in pts], [p[2] for p in pts], "-", color=color, alpha=0.6)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=color,
-                label=f"{budget}, γ = {gamma}")  # fmt: skip
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xlabel("acceptance α of the oracle drafter (as set; 20 tokens a run)")
-    ax.set_ylabel("speed-up over plain decoding")
-    ax.set_title("H200, 16-layer MiniMax-M2.5 shape, trace routing:\n"
-                 "measured (points) and modeled (lines, device model + landing)")  # fmt: skip
-    ax.legend(fontsize=8)
+    budgets = [b for b in ("128slots", "10%", "9GB") if b in by]
+    fig, axes = plt.subplots(1, len(budgets), figsize=(4 * len(budgets), 4), sharey=True)
+    for ax, budget in zip(axes, budgets, strict=True):
+        for i, (gamma, pts) in enumerate(sorted(by[budget].items())):
+            pts.sort()
+            color = f"C{i}"
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], "-", color=color, alpha=0.6)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=color,
+                    label=f"γ = {gamma}")  # fmt: skip
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_title(f"budget {budget}", fontsize=10)
+        ax.set_xlabel("oracle acceptance α (as set)")
+    axes[0].set_ylabel("speed-up over plain decoding")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("H200, 16-layer MiniMax-M2.5 shape, trace routing: measured (points), "
+                 "modeled on the machine's profile (lines)", fontsize=10)  # fmt: skip
     fig.tight_layout()
     tmp = FIGURE.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -335,6 +401,7 @@ TABLES = {
     "auto": auto_table,
     "lookahead": lookahead_table,
     "exact": exact_table,
+    "shm": shm_table,
     "overhead": overhead_table,
     "figure": figure,
     "landing": landing,

@@ -31,6 +31,7 @@ from analysis._runs import md_table
 from specdec.checkpoint.families import TINY_FAMILIES
 from specdec.checkpoint.random_models import make_random
 from specdec.checkpoint.tiny_configs import VOCAB
+from specdec.core.blas import active_blas, ensure_fast_blas
 from specdec.decode.verify_form import VerifyForm, token_mixers
 
 PREFIX, KS, BITS = 24, (2, 4, 8), (None, 4)
@@ -90,28 +91,35 @@ def render(rows: list[dict], command: str, seconds: float) -> str:
     )  # fmt: skip
     return f"""# Lossless: where a forward depends on how many positions a call holds
 
-Written by `{command}` ({seconds:.0f} s on CPU).
+Written by `{command}` ({seconds:.0f} s on CPU, BLAS {active_blas()}).
 
 A verify pass of γ positions is one multi-position call; plain decoding is γ one-token calls. Each
 row: a random checkpoint of the family (make-random, seed 0; float and 4-bit affine, group 64),
 resident mlx-lm alone, a {PREFIX}-token random prefix, then the next k tokens (k = {", ".join(map(str, KS))})
 in one call versus one at a time; the largest logit difference over the three k and the
 positions whose argmax differs. *native*: the family's own multi-token code; *decode*:
-`--verify-form decode` (specdec/decode/verify_form.py), every token mixer (attention, SSM,
-linear attention) run one position at a time inside the call. 0 = bit-equal.
+`--verify-form decode` (specdec/decode/verify_form.py): every token mixer (attention, SSM,
+linear attention) and every other module a layer calls on x alone (dense MLP, router gate,
+shared experts, the whole MoE block of a resident model), and the LM head, run one position at
+a time inside the call. 0 = bit-equal.
 
 Position-count dependent in the native form ({len(depends)} of {len({r["family"] for r in rows})}):
 {", ".join(f"`{f}`" for f in depends) or "none"}.
 Still dependent in the decode form: {", ".join(f"`{f}`" for f in left) or "none"}.
 Token mixers 0: a family whose mixer takes more than (x, mask, cache) (`hunyuan`'s shared KV
-states, `deepseek_v41`'s start position) runs native in both columns.
+states, `deepseek_v41`'s start position) keeps its attention native in both columns. `llama4`
+(float) differs by 1e-6 in the decode form: its model builds a chunked-attention mask from the
+cache's positions, which a per-position call with a one-token call's mask (None) leaves out.
 
 Not only the MLA families: their expanded path at L > 1 (`embed_q` / `unembed_out` on the
 latent cache) is one source, an attention kernel chosen by query length (`exaone_moe`,
 `gpt_oss`) and Mamba-2's chunked scan against its recurrent step (`nemotron_h`,
-`granitemoehybrid`) are others. On this CPU the differences are float rounding (≤ 1e-5) and
-flip no argmax here; issue 24 measured 0.78 on another backend for the bundled model's
-MLA call, which is where a margin of 0.0117 flips. The other MLA families of mlx-lm (`kimi_k3`,
+`granitemoehybrid`) are others, and under a CPU BLAS that sums a several-row product in another
+order than a one-row one (OpenBLAS, as here) every family's float matmuls outside attention are
+a third: that is why the decode form runs the router gate, dense and shared MLPs and the head
+per row too (under MLX's reference BLAS only the first two sources show). On this CPU the
+differences are float rounding (≤ 1e-5) and flip no argmax here; issue 24 measured 0.78 on
+another backend for the bundled model's MLA call, which is where a margin of 0.0117 flips. The other MLA families of mlx-lm (`kimi_k3`,
 `kimi_linear`, `longcat_flash`, `mistral4`, `bailing_hybrid`, `bailing_moe_v3`) have no
 make-random config and are not measured here. By signature (not run): kimi_k3's and
 kimi_linear's MLA and delta attention and bailing_hybrid's MLA are called as (x, mask, cache) and
@@ -123,6 +131,7 @@ linear attention (an `offset`) take more and stay native.
 
 
 def main(argv: list[str] | None = None) -> int:
+    ensure_fast_blas()  # OpenBLAS where installed: its row-count-dependent sums are the hard case
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default=",".join(TINY_FAMILIES))
     ap.add_argument("--out", type=Path, default=OUT)

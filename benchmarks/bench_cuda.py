@@ -15,8 +15,9 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
     models     real-shape random checkpoints in --shm: qwen3-30b-a3b (4 layers), minimax-m2.5
                (2 layers), deepseek-v3 (4 layers, 64 experts, with MTP)
     exact      streamed greedy tokens vs mlx-lm's resident greedy on the same backend, budgets
-               from one token's experts to 100% --warm; γ = 4 lossless for oracle, self,
-               lookup (and MTP on deepseek-v3)
+               from one token's experts to 100% --warm, the bundled tiny model and the three
+               shapes; γ = 4 lossless for oracle, self, lookup (and MTP on the DeepSeek-V3
+               shapes); each layer's largest streamed - resident difference at 100%
     overhead   full budget --warm vs `python -m mlx_lm generate`, fresh processes, interleaved
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
     big        a 16-layer MiniMax-M2.5-shaped checkpoint (33 GB) made in --shm, packed to --disk,
@@ -194,40 +195,88 @@ def reference_greedy(src: Path, prompt: list[int], n: int) -> list[int]:
 
 
 def exact(args) -> dict:
+    from specdec.checkpoint.bundled import resolve_model
+
+    out = {}
+    n = 16
+    models = {"tiny": resolve_model("tiny")} | {key: Path(args.shm) / key for key in SMALL}
+    for key, src in models.items():
+        try:
+            out[key] = _exact_one(key, src, n)
+        except Exception as e:  # noqa: BLE001 -- a fact to report; the other models still run
+            out[key] = {"error": repr(e)[:400]}
+    return out
+
+
+def _exact_one(key: str, src: Path, n: int) -> dict:
+    """One model's greedy tokens against mlx-lm's, per budget; drafters at γ 4; layer diffs."""
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
     from specdec.stream.loader import load
 
-    out = {}
-    n = 16
-    for key in SMALL:
-        src = Path(args.shm) / key
-        row: dict = {}
-        sm = load(src, budget="25%", io="direct", with_mtp=key == "deepseek")
-        prompt = sm.encode(PROMPT)
-        k_slots = sm.top_k * len(sm.main_moe_layers)
-        sm.close()
-        ref = reference_greedy(src, prompt, n)
-        row["reference"] = ref
-        for budget, warm in ((f"{k_slots}slots", False), ("25%", False), ("100%", True)):
-            sm = load(src, budget=budget, io="direct", warm=warm, with_mtp=key == "deepseek")
-            try:
-                res = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False)
-                row[f"plain@{budget}"] = _agree(res.tokens, ref) | {
-                    "bytes_read": res.summary["bytes_read"],
-                    "hit_rate": res.summary["hit_rate"],
-                }
-                if budget == "25%":
-                    drafters = ["oracle:0.9", "self", "lookup"] + (["mtp"] * (key == "deepseek"))
-                    for d in drafters:
-                        sm.reset_cache()
-                        spec = generate(sm, prompt, d, DecodeConfig(4, n), stop_at_eos=False)
-                        row[f"{d}@γ4"] = _agree(spec.tokens, res.tokens) | {
-                            "acceptance": spec.summary.get("acceptance")
-                        }
-            finally:
-                sm.close()
-        out[key] = row
+    mtp = key in ("tiny", "deepseek")  # DeepSeek-V3 shapes: their MTP layer drafts too
+    row: dict = {}
+    sm = load(src, budget="25%", io="direct", with_mtp=mtp)
+    prompt = sm.encode(PROMPT)
+    k_slots = sm.top_k * len(sm.main_moe_layers)
+    sm.close()
+    ref = reference_greedy(src, prompt, n)
+    row["reference"] = ref
+    for budget, warm in ((f"{k_slots}slots", False), ("25%", False), ("100%", True)):
+        sm = load(src, budget=budget, io="direct", warm=warm, with_mtp=mtp)
+        try:
+            res = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False)
+            row[f"plain@{budget}"] = _agree(res.tokens, ref) | {
+                "bytes_read": res.summary["bytes_read"],
+                "hit_rate": res.summary["hit_rate"],
+            }
+            if budget == "100%":
+                row["layer_diffs@100%"] = layer_diffs(src, sm.model, prompt)
+            if budget == "25%":
+                drafters = ["oracle:0.9", "self", "lookup"] + (["mtp"] * mtp)
+                for d in drafters:
+                    sm.reset_cache()
+                    spec = generate(sm, prompt, d, DecodeConfig(4, n), stop_at_eos=False)
+                    row[f"{d}@γ4"] = _agree(spec.tokens, res.tokens) | {
+                        "acceptance": spec.summary.get("acceptance")
+                    }
+        finally:
+            sm.close()
+    return row
+
+
+def layer_diffs(src: Path, streamed, prompt: list[int]) -> dict:
+    """Where streamed and resident part: the largest |difference| of each decoder layer's output
+    over the prompt (one call, no cache), of the last position's logits, and the resident's
+    top-1 minus top-2 logit there (a margin below the difference can flip greedy's first token)."""
+    from mlx_lm import load as mlx_load
+    from mlx_lm.models.base import create_attention_mask
+
+    from specdec.checkpoint.backend import fit_for_backends
+
+    resident, _ = mlx_load(str(src))
+    fit_for_backends(resident)
+    x = mx.array([prompt])  # [1, T]
+    hs, logits = [], []
+    for m in (resident, streamed):
+        h = m.model.embed_tokens(x)  # [1, T, H]
+        mask = create_attention_mask(h, None, return_array=True)
+        outs = []
+        for layer in m.model.layers:
+            h = layer(h, mask, cache=None)
+            outs.append(h.astype(mx.float32))
+        mx.eval(outs)
+        hs.append(outs)
+        logits.append(m(x)[0, -1].astype(mx.float32))  # [V]
+    top2 = np.sort(np.array(logits[0]))[-2:]
+    out = {
+        "layers": [float(mx.abs(a - b).max()) for a, b in zip(*hs, strict=True)],
+        "logits": float(mx.abs(logits[0] - logits[1]).max()),
+        "resident_margin": float(top2[1] - top2[0]),
+        "argmax": [int(mx.argmax(v)) for v in logits],
+    }
+    del resident
+    mx.clear_cache()
     return out
 
 
@@ -239,13 +288,42 @@ def _agree(got: list[int], want: list[int]) -> dict:
 # ---------------------------------------------------------------- overhead, profile
 
 
+def launch_ab(src: Path, tokens: int = 64, rounds: int = 3) -> dict:
+    """In one process, full budget --warm: tok/s with the token one graph (the default where the
+    cache holds every expert) against an evaluation started per MoE layer (as below full
+    budget), alternating; the difference per MoE layer is what a per-layer start costs here."""
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+    from specdec.stream.source import ExpertSource
+
+    sm = load(src, budget="100%", io="buffered", warm=True, with_mtp=False)
+    prompt, one_graph = sm.encode(PROMPT), ExpertSource.holds_everything
+    tps: dict = {"one graph per token": [], "started per layer": []}
+    try:
+        generate(sm, prompt, "none", DecodeConfig(1, 8), stop_at_eos=False)  # warm-up
+        for _ in range(rounds):
+            for name, prop in (("one graph per token", one_graph),
+                               ("started per layer", property(lambda self: False))):  # fmt: skip
+                ExpertSource.holds_everything = prop
+                res = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
+                tps[name].append(res.summary["tokens_per_s"])
+    finally:
+        ExpertSource.holds_everything = one_graph
+        n_moe = len(sm.main_moe_layers)
+        sm.close()
+    med = {k: float(np.median(v)) for k, v in tps.items()}
+    per_layer = (1 / med["started per layer"] - 1 / med["one graph per token"]) / n_moe
+    return {"tokens_per_s": tps, "median": med, "us_per_moe_layer_saved": 1e6 * per_layer}
+
+
 def overhead(args) -> dict:
     from specdec.bench.overhead import cli_pairs
 
-    out = {}
-    for key, pairs in (("qwen3", 5), ("minimax", 3)):
+    out = {"launch_ab": {k: launch_ab(Path(args.shm) / k) for k in ("qwen3", "minimax")}}
+    for key in ("qwen3", "minimax"):
         src = str(Path(args.shm) / key)
-        out[key] = cli_pairs(src, 64, pairs, prompt=PROMPT)
+        out[key] = cli_pairs(src, 64, args.pairs, prompt=PROMPT)
         out[key]["moe_layers"] = SMALL[key][1]
     return out
 
@@ -339,13 +417,14 @@ def _against_plain(name: str, args, runs_at) -> dict:
     """At each speculation budget, trace routing: the plain run first (the oracle's reference and
     the speed-ups' base), then `runs_at` [(drafter, γ)]."""
     plan = []
-    for b in SPEC_BUDGETS:
+    for b in args.spec_budgets.split(","):
         plan += [(b, d, g, "trace", 0) for d, g in [("none", 1), *runs_at]]
     return {"runs": _runs(args, Path(args.disk) / "mm16.packed", plan, "direct", name)}
 
 
 def spec(args) -> dict:
-    return _against_plain("spec", args, [(f"oracle:{a:g}", g) for a in ALPHAS for g in GAMMAS])
+    alphas = [float(a) for a in args.alphas.split(",")]
+    return _against_plain("spec", args, [(f"oracle:{a:g}", g) for a in alphas for g in GAMMAS])
 
 
 def auto(args) -> dict:
@@ -398,6 +477,9 @@ def main() -> int:
     ap.add_argument("--out", default="benchmarks/results/cuda")
     ap.add_argument("--tokens", type=int, default=20, help="decode tokens per run")
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds: start no step after")
+    ap.add_argument("--pairs", type=int, default=5, help="overhead: interleaved process pairs")
+    ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
+    ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
     args = ap.parse_args()
     args.deadline_at = time.perf_counter() + args.deadline
     for d in (args.shm, args.disk, args.out):

@@ -12,13 +12,23 @@ that ("No implementation for problem shape: 8x32x64x4 ..."); the CPU kernel copi
 the weights the input's rank by a reshape (fresh row-major strides: a view, no copy) leaves
 nothing to broadcast but the input, so every backend takes the call; the arithmetic is the same
 kernel on the same values, bit for bit (tests/checkpoint/test_backend.py).
+
+One case stays wrong on CUDA after the reshape: where a row holds a single quantization group
+(in == group size, the scales' last dimension 1: the bundled `tiny` model's `embed_q`, 4 heads of
+32 x 64). Measured on the H200 (MLX 0.32.4): two calls on the same input differ by up to 1.8 and
+the resident tiny model's logits by up to 17 between repeated forwards, while every real
+DeepSeek-V3 shape (several groups per row) equals the CPU's. There, `fit_for_backends` on a CUDA
+device stores those weights dequantized (the values the quantized kernel would use, computed
+once on the CPU) and the module computes as mlx-lm's float `MultiLinear`: a batched float
+matmul, no quantized kernel. Resident and streamed models get the same fix, so streamed logits
+still equal resident ones; the CPU path is unchanged.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.mla import QuantizedMultiLinear
+from mlx_lm.models.mla import MultiLinear, QuantizedMultiLinear
 
 
 class RankedQuantizedMultiLinear(QuantizedMultiLinear):
@@ -39,11 +49,34 @@ class RankedQuantizedMultiLinear(QuantizedMultiLinear):
         )
 
 
-def fit_for_backends(module: nn.Module) -> int:
-    """Make every QuantizedMultiLinear of `module` rank-safe in place; returns how many."""
+def _on_cuda() -> bool:
+    cuda = getattr(mx, "cuda", None)
+    return mx.default_device() == mx.gpu and cuda is not None and cuda.is_available()
+
+
+def _dequantized(m: QuantizedMultiLinear) -> None:
+    """`m` in place as a float MultiLinear holding the values its quantized weights encode."""
+    with mx.stream(mx.cpu):
+        w = mx.dequantize(m["weight"], m["scales"], m.get("biases"), m.group_size, m.bits, m.mode)
+        mx.eval(w)  # [H, out, in], the scales' dtype
+    for name in ("scales", "biases"):
+        m.pop(name, None)
+    m.__class__ = MultiLinear
+    m.weight = w
+
+
+def fit_for_backends(module: nn.Module, dequantize_single_group: bool | None = None) -> int:
+    """Make every QuantizedMultiLinear of `module` rank-safe in place; returns how many.
+    dequantize_single_group (None: on a CUDA device): one whose rows hold a single quantization
+    group becomes a float MultiLinear of its dequantized weights instead."""
+    if dequantize_single_group is None:
+        dequantize_single_group = _on_cuda()
     n = 0
     for _, m in module.named_modules():
         if type(m) is QuantizedMultiLinear:
-            m.__class__ = RankedQuantizedMultiLinear
+            if dequantize_single_group and m["scales"].shape[-1] == 1:
+                _dequantized(m)
+            else:
+                m.__class__ = RankedQuantizedMultiLinear
             n += 1
     return n

@@ -3,6 +3,7 @@
     form = VerifyForm.install(sm.model, "decode")   # once, after loading
     with form.verifying():                          # a verify pass's forward (and its re-feed)
         logits = model(x, cache=cache)              # each position as a one-token call gives it
+    python -m analysis.lossless                     # the forms compared on every family
 
 Some mlx-lm families compute attention differently at one position than at several: the MLA
 families (deepseek_v3, deepseek_v32, glm4_moe_lite, kimi_linear, mistral4, ...) take the absorbed
@@ -13,17 +14,23 @@ mathematics, other rounding — and with quantized weights other kernels: a veri
 positions then scores a draft with logits plain decoding never computes, and where the top two
 are close the argmax flips (issue 24: 0.78 apart on one backend, top two 0.0117 apart).
 
-The decode form runs each decoder layer's token mixer (its attention, or SSM / linear attention:
-every direct child of a layer called as (x, mask, cache); a mixer that takes more, as hunyuan's
-shared KV states or deepseek_v41's start position, stays native) once per position, in order, each a
-one-token call of the family's own code with the mask a one-token decode call gets (None at
-batch 1): the absorbed MLA path at every position, the same kernels on the same shapes as
-plain decoding, so attention's outputs equal decoding's bit for bit. The rest of the layer
-(norms, projections, the MoE block and its expert reads) still sees all γ positions in one
-call, so a pass reads the union of its positions' experts once, as before. What remains
-position-count dependent (a BLAS that sums rows in another order, docs/results/lossless.md)
-is measured, not assumed away. The cost: γ small attention calls per layer instead of one
-(each reads the KV cache again), against expert reads from disk.
+The decode form computes every position of a verify pass as a one-token call computes it.
+Each decoder layer's token mixer (its attention, or SSM / linear attention: every direct child of
+a layer called as (x, mask, cache); a mixer that takes more, as hunyuan's shared KV states or
+deepseek_v41's start position, stays native) runs once per position, in order, each a one-token
+call of the family's own code with the mask a one-token decode call gets (None at batch 1): the
+absorbed MLA path at every position. Every other module a layer calls on its positions (a dense
+MLP; an MoE block's router gate and shared experts; one called with more than x stays native)
+and the LM head run per position too, as one-row calls: a matmul's kernel depends on its row count (a CPU BLAS sums a 4-row product in
+another order than a 1-row one; MLX's CUDA backend takes qmm for several rows, qmv for one), so
+a batched call is not the one-token call's arithmetic. The streamed MoE switch keeps one cache
+step for the union of its positions' experts — a pass still reads the union once — and computes
+each position's experts in a call of its own (specdec.stream.streamed). Row-wise operations
+(norms, activations, the gate's weighting) are left batched: each row's result does not depend
+on the others. So the logits of a verify pass equal one-token decoding's bit for bit on every
+backend whose kernels are deterministic for a given shape. The cost: γ small calls per module
+instead of one (each reads the module's weights again, from memory), against expert reads from
+disk.
 
 The native form leaves every call as the family wrote it (`--verify-form native`).
 """
@@ -60,7 +67,7 @@ class _Positionwise:
     def __call__(self, x: mx.array, *args, **kwargs) -> mx.array:
         if not self._decode_form or x.ndim != 3 or x.shape[1] == 1:  # x: [B, L, D]
             return super().__call__(x, *args, **kwargs)
-        # per layer per verify pass: the signature is the class's, taken once (_positionwise_class)
+        # per layer per verify pass: the signature is the class's, taken once (_mixed_class)
         bound = self._mixer_signature.bind(self, x, *args, **kwargs)
         for name in _MASK_NAMES:  # a one-token decode call's mask at batch 1
             if name in bound.arguments:
@@ -72,18 +79,87 @@ class _Positionwise:
         return mx.concatenate(outs, axis=1)  # [B, L, D]
 
 
-_CLASSES: dict[type, type] = {}
+class _Rowwise:
+    """Mixed into a module called on x [B, L, D] alone (a dense MLP, a router gate, shared
+    experts, an LM head): while `_decode_form` is on, an L-position call is L one-position
+    calls, concatenated (each output, where it returns several: a gate's indices and scores)."""
+
+    _decode_form = False
+
+    def __call__(self, x: mx.array, *args, **kwargs) -> mx.array | tuple[mx.array, ...]:
+        # called with more than x (a family passing extras it may slice by position): native
+        if args or kwargs or not self._decode_form or x.ndim != 3 or x.shape[1] == 1:
+            return super().__call__(x, *args, **kwargs)
+        return _concat([super(_Rowwise, self).__call__(x[:, i : i + 1]) for i in range(x.shape[1])])
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        """A tied LM head (an embedding used as the output projection), one row at a time."""
+        if not self._decode_form or x.ndim != 3 or x.shape[1] == 1:
+            return super().as_linear(x)
+        return _concat(
+            [super(_Rowwise, self).as_linear(x[:, i : i + 1]) for i in range(x.shape[1])]
+        )
 
 
-def _positionwise_class(cls: type) -> type:
-    if cls not in _CLASSES:
+def _concat(outs: list) -> mx.array | tuple[mx.array, ...]:
+    """Per-position outputs [B, 1, ...] joined on the position axis (a tuple: each part)."""
+    if isinstance(outs[0], tuple):
+        return tuple(mx.concatenate(parts, axis=1) for parts in zip(*outs, strict=True))
+    return mx.concatenate(outs, axis=1)
+
+
+_CLASSES: dict[tuple[type, type], type] = {}
+
+
+def _mixed_class(mixin: type, cls: type) -> type:
+    """`cls` with `mixin` in front (one class per pair, made once)."""
+    if (mixin, cls) not in _CLASSES:
         signature = inspect.signature(cls.__call__)  # self, x, ...
-        _CLASSES[cls] = type(
-            f"Positionwise{cls.__name__}",
-            (_Positionwise, cls),
+        _CLASSES[mixin, cls] = type(
+            f"{mixin.__name__.strip('_')}{cls.__name__}",
+            (mixin, cls),
             {"_mixer_signature": signature, "_x_name": list(signature.parameters)[1]},
         )
-    return _CLASSES[cls]
+    return _CLASSES[mixin, cls]
+
+
+def _takes_x_alone(m: nn.Module) -> bool:
+    """Called on x alone (what else it takes has defaults); made row-wise already counts."""
+    if isinstance(m, _Rowwise):
+        return True
+    params = list(inspect.signature(type(m).__call__).parameters.values())[2:]
+    return all(p.default is not inspect.Parameter.empty for p in params)
+
+
+_ROW_INDEPENDENT = (nn.RMSNorm, nn.LayerNorm)  # each row's result depends on that row alone
+
+
+def row_modules(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
+    """(modules run per position by `_Rowwise`, streamed switches that compute per position
+    themselves): each layer's children but its token mixers and norms — inside an MoE block,
+    its children but the switch being streamed — and the LM head (or the tied embedding)."""
+    rows, switches = [], []
+    for layer in getattr(model, "layers", None) or []:
+        for child in layer.children().values():
+            if not isinstance(child, nn.Module) or isinstance(child, _ROW_INDEPENDENT):
+                continue
+            if isinstance(child, _Positionwise) or _positionwise_ok(type(child)):
+                continue  # a token mixer
+            inner = [c for c in child.children().values() if isinstance(c, nn.Module)]
+            streamed = [c for c in inner if getattr(type(c), "streams_experts", False)]
+            if streamed:  # an MoE block on the expert cache: one cache step for the union
+                switches += streamed
+                rows += [
+                    c for c in inner if not any(c is t for t in streamed) and _takes_x_alone(c)
+                ]
+            elif _takes_x_alone(child):
+                rows.append(child)
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, nn.Module):
+        rows.append(head)
+    else:  # tied: the embedding's as_linear is the head
+        rows += [m for _, m in model.named_modules() if hasattr(m, "as_linear")][:1]
+    return rows, switches
 
 
 def token_mixers(model: nn.Module) -> list[nn.Module]:
@@ -103,25 +179,32 @@ class VerifyForm:
     """Which form verify passes take; `verifying()` turns the decode form on for one call."""
 
     form: str = "decode"
-    mixers: list[nn.Module] = field(default_factory=list)
+    mixers: list[nn.Module] = field(default_factory=list)  # per position, through the cache
+    rows: list[nn.Module] = field(default_factory=list)  # per position, x alone
+    switches: list[nn.Module] = field(default_factory=list)  # streamed: per position inside
 
     @classmethod
     def install(cls, model: nn.Module, form: str = "decode") -> VerifyForm:
         """Ready `model`'s token mixers for `form`; idempotent (a model is loaded once)."""
         if form not in FORMS:
             raise SpecdecError(f"verify form {form!r}: use {' or '.join(FORMS)}")
-        mixers = token_mixers(model) if form == "decode" else []
-        for m in mixers:
-            if not isinstance(m, _Positionwise):
-                m.__class__ = _positionwise_class(type(m))
-        return cls(form, mixers)
+        if form == "native":
+            return cls(form)
+        mixers = token_mixers(model)
+        rows, switches = row_modules(model)
+        for mixin, mods in ((_Positionwise, mixers), (_Rowwise, rows)):
+            for m in mods:
+                if not isinstance(m, mixin):
+                    m.__class__ = _mixed_class(mixin, type(m))
+        return cls(form, mixers, rows, switches)
 
     @contextlib.contextmanager
     def verifying(self) -> Iterator[None]:
-        for m in self.mixers:
+        every = [*self.mixers, *self.rows, *self.switches]
+        for m in every:
             m._decode_form = True
         try:
             yield
         finally:
-            for m in self.mixers:
+            for m in every:
                 m._decode_form = False

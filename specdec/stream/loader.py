@@ -295,7 +295,14 @@ def _load_packed(
         if lookahead and i + lookahead < len(order)
     }
     streamer = Streamer(
-        ExpertSource(index, arena, reader, cache, key_stride),
+        ExpertSource(
+            index,
+            arena,
+            reader,
+            cache,
+            key_stride,
+            streamed_experts=sum(index.layers[lid].n_experts for lid in streamed),
+        ),
         last_layer=order[-1],
         lookahead=Lookahead(lookahead, ahead_of),
         warm=tuple(streamed) if stream.warm else (),

@@ -20,7 +20,8 @@ refilled under it.
 
 No sync where no read can be needed: when every expert of a layer is resident (full budget, a
 layer pinned whole) and no read is landing, the call remaps ids on the device through the
-layer's expert -> slot table (`ExpertSource.table`) and defers its host part: the cache step,
+layer's expert -> slot table (`ExpertSource.table`) and defers its host part (and where the
+cache holds every expert, it starts no evaluation either: the token is one graph, as in mlx-lm): the cache step,
 the observers and the step log run from `Streamer.catch_up`, in call order, before any
 other cache step and before the log is drained, so stats and records equal the synced path's.
 A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing.
@@ -122,6 +123,7 @@ class StreamedSwitchGLU(nn.Module):
     model has no expert parameters left. route: the family's router adapter, or None."""
 
     streams_experts = True  # specdec.checkpoint.discover finds it where the switch module was
+    _decode_form = False  # a verify pass in the decode form: one call per position (_compute)
 
     def __init__(
         self,
@@ -177,9 +179,11 @@ class StreamedSwitchGLU(nn.Module):
         if table is not None and ahead is None:  # no read can be needed: no host sync
             if s.route_override is not None:  # given routing: known on the host already
                 indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)))
-            y = h.switch(x, table[indices])  # [..., k, H]
+            y = self._compute(x, table[indices])  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
-            return self._launch(y)
+            # no slot is ever refilled: the token is one lazy graph evaluated once, as mlx-lm
+            # runs it (an evaluation started per layer costs hundreds of µs a layer on CUDA)
+            return y if src.holds_everything else self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.routed(h.layer, s.sync(indices, None if ahead is None else ahead[1]))
         y, experts = self._streamed(x, idx, phase)
@@ -187,6 +191,18 @@ class StreamedSwitchGLU(nn.Module):
         if ahead is not None:  # reads overlap this layer's compute and the next layers'
             s.prefetch(ahead[0], ahead[1], (h.layer, experts, y), phase)  # y's slots: kept
         return y
+
+    def _compute(self, x: mx.array, slots: mx.array) -> mx.array:
+        """The switch on x [..., H] and slots [..., k] -> [..., k, H']: one call; in a verify
+        pass's decode form (decode/verify_form.py) one call per position, shaped as a one-token
+        decode call ([1, 1, H], [1, 1, k]), so each position's experts are computed by the
+        kernels one-token decoding uses (a call's row count picks them)."""
+        n = slots.size // slots.shape[-1]
+        if not self._decode_form or n == 1:
+            return self._h.switch(x, slots)
+        xs, ss = x.reshape(n, 1, 1, -1), slots.reshape(n, 1, 1, -1)  # [N, 1, 1, H], [N, 1, 1, k]
+        y = mx.concatenate([self._h.switch(xs[i], ss[i]) for i in range(n)])  # [N, 1, k, H']
+        return y.reshape(*slots.shape, -1)
 
     def _launch(self, y: mx.array) -> mx.array:
         """Start computing `y` while Python builds the next layer's graph; track its slots."""
@@ -206,10 +222,10 @@ class StreamedSwitchGLU(nn.Module):
         for pos, experts, slots in s.steps(h.layer, idx, phase):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
-                y, used = h.switch(x, mx.array(h.lut[idx])), experts
+                y, used = self._compute(x, mx.array(h.lut[idx])), experts
                 continue
             flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
-            out = h.switch(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
+            out = self._compute(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
             s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
             used += experts

@@ -52,3 +52,22 @@ def test_fit_for_backends_swaps_every_quantized_multilinear_and_nothing_else():
     assert type(a.dense) is MultiLinear and type(a.proj) is nn.QuantizedLinear
     assert fit_for_backends(a) == 0  # once is enough
     assert set(dict(tree_flatten(a.parameters()))) == params  # no weight moved or added
+
+
+@pytest.mark.parametrize("in_dims, dequantized", [(64, True), (128, False)])
+def test_single_group_rows_dequantized_where_asked(in_dims, dequantized):
+    """CUDA's batched quantized matmul is wrong where a row holds one group (measured on the
+    H200); there the weights become the float values they encode: the same products up to the
+    float rounding of another kernel, and no quantized parameters left."""
+    q = MultiLinear(in_dims, 32, 4).to_quantized(64, 4)
+    x = mx.random.normal((1, 4, 3, in_dims), key=mx.random.key(3))  # [B, H, L, in]
+    want = q(x)
+    w = mx.dequantize(q.weight, q.scales, q.biases, 64, 4)
+    assert fit_for_backends(q, dequantize_single_group=True) == 1
+    assert (type(q) is MultiLinear) is dequantized
+    names = {k for k, _ in tree_flatten(q.parameters())}
+    if dequantized:
+        assert names == {"weight"} and mx.array_equal(q.weight, w).item()
+        assert mx.allclose(q(x), want, atol=1e-4).item()
+    else:
+        assert mx.array_equal(q(x), want).item()

@@ -2,8 +2,9 @@
 
 Run: `pytest tests/decode/test_verify_form.py`. On the bundled model (DeepSeek-V3 MLA attention,
 4-bit): a γ-position call in the decode form gives the logits of γ one-token calls bit for bit
-(the native form's expanded MLA path differs in the last bits on CPU, by up to 0.78 on another
-backend: issue 24), and the issue's prompt decodes to plain greedy's tokens with every drafter at
+under the BLAS the suite runs with (OpenBLAS where installed: its 4-row and 1-row products sum
+in other orders, so the gate and head must run per row too; the native form's expanded MLA path
+differs in the last bits on CPU, by up to 0.78 on another backend: issue 24), and the issue's prompt decodes to plain greedy's tokens with every drafter at
 γ 4 and at budgets 10% and 25%.
 """
 
@@ -49,10 +50,15 @@ def test_decode_form_equals_one_token_calls_bitwise():
         seq = seq + plain_greedy(sm, seq, 80 - len(seq) + 8, stop_at_eos=False)
         form = VerifyForm.install(model, "decode")
         assert len(form.mixers) == len(model.layers)  # every layer's MLA attention
+        # per position too: the dense first layer's MLP, each MoE block's gate and shared
+        # experts, the LM head; the streamed switches compute per position themselves
+        names = [type(m).__name__.removeprefix("Rowwise") for m in form.rows]
+        assert names == ["DeepseekV3MLP"] + ["MoEGate", "DeepseekV3MLP"] * 4 + ["QuantizedLinear"]
+        assert form.switches == [layer.mlp.switch_mlp for layer in model.layers[1:]]
         for k in (2, 4, 8):
             batched, single = _batched_and_single(model, seq[: 71 + k], 71, form)
             assert np.array_equal(batched, single), (k, np.abs(batched - single).max())
-        assert not any(m._decode_form for m in form.mixers)  # only inside verifying()
+        assert not any(m._decode_form for m in form.mixers + form.rows + form.switches)
         assert VerifyForm.install(model, "native").mixers == []
         with pytest.raises(SpecdecError, match="^verify form 'exact': use decode or native$"):
             VerifyForm.install(model, "exact")

@@ -73,6 +73,21 @@ def test_warm_full_budget_needs_no_sync_and_keeps_stats(ckpt, syncs, drafter, ga
     assert dev[3]["misses"] == 0 and dev[3]["hits"] > 0
 
 
+def test_cache_holding_every_expert_tracks_nothing(ckpt):
+    """Full budget: no slot is ever refilled, so no MoE output is tracked or started early (the
+    token is one graph, evaluated once); below it, outputs on slots are tracked."""
+    prompt = list(range(40, 56))
+    for budget, warm, holds in (("100%", True, True), ("50%", False, False)):
+        sm = load(ckpt, io="buffered", with_mtp=False, budget=budget, warm=warm)
+        try:
+            src = sm.streamer.source
+            assert src.holds_everything is holds
+            _decode(sm, prompt, n=8)
+            assert (src.pending == []) is holds
+        finally:
+            sm.close()
+
+
 def test_lookahead_whose_target_is_resident_is_skipped(ckpt, syncs):
     prompt = list(range(40, 56))
     kw = {"budget": "100%", "warm": True, "lookahead": 2}
