@@ -6,7 +6,8 @@ The device model (specdec.clock.roofline) charges a forward with roofline comput
 per MoE layer and the reads it waits for. Each field here comes from one measurement on this
 machine, named in the profile's `sources`, none of them from the runs the profile then models:
 
-    read_curve        the read bench (specdec.bench.read, O_DIRECT into the arena) at the model's
+    read_curve        the read bench (specdec.bench.read, O_DIRECT into the arena; on CUDA into
+                      slots the GPU has just computed on, as a decode's are) at the model's
                       block size, one point per reads in flight (--threads)
     read_latency_s    O_DIRECT 4 KiB reads one at a time from the same file: the per-read cost
     peak_tflops       a 16-bit dense matmul (4096³), the accelerator's compute ceiling here
@@ -261,8 +262,9 @@ def device_profile(
     mm = matmul_tflops()
     kern = expert_kernel(hidden, inter)
     land = landing(hidden, inter)
-    reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=2,
-                       paths=("preadv_direct_arena",))  # fmt: skip
+    # on CUDA the runs read into slots the GPU computes on: the bench reads into such slots too
+    path = "preadv_direct_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
+    reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=2, paths=(path,))
     lat = read_latency(directory)
     curve = tuple(
         (float(p["threads"]), float(p["gbps"])) for p in reads["paths"] if not p["page_cache"]
@@ -294,7 +296,7 @@ def device_profile(
             f"{lc['wall_s'] * 1e3:.2f} ms median over {lc['passes']} passes, of which "
             f"{lc['beyond_compute_s'] * 1e3:.2f} ms beyond roofline compute, over "
             f"{lc['moe_layers']} MoE layers",
-            "read_curve": f"read bench, preadv_direct_arena, {reads['block_bytes']}-byte blocks, "
+            "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
             f"threads {list(threads)}, median of 2 rounds, {directory}",
             "read_latency_s": f"O_DIRECT 4 KiB random reads one at a time: median "
             f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",

@@ -8,6 +8,8 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
     ..._one_by_one         the same, one block per read() (a lone miss)            bypassed
     ..._4k_pages           the same arena without transparent huge pages            bypassed
+    ..._gpu_touched        into slots the device has just computed on (CUDA: managed  bypassed
+                           pages on the GPU migrate back before O_DIRECT pins them)
     preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
     mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
 
@@ -236,6 +238,15 @@ def _reader_path(io: str, huge_pages: bool = True):
     return run
 
 
+def _direct_touched(bf: BenchFile, order: list[int], threads: int) -> float:
+    """O_DIRECT into arena slots a computation on the default device has just read, as a
+    decode's slots are between reads: on CUDA the arena is managed memory and those pages live
+    on the GPU, so each read first migrates them back (what the runs pay and the plain arena
+    path does not; docs/results/cuda.md). On a CPU or unified memory: the plain path's reads."""
+    bf.arena.touch()  # before the clock, as the reader's setup is
+    return _reader_path("direct")(bf, order, threads)
+
+
 def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> float:
     """Each block alone, as a lone miss (the reader splits blocks over 2 x SPLIT_MIN)."""
     with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=threads) as reader:
@@ -251,6 +262,7 @@ PATHS: dict[str, tuple[Callable, bool]] = {
     "preadv_direct_arena": (_reader_path("direct"), False),
     "preadv_direct_arena_one_by_one": (_direct_one_by_one, False),
     "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
+    "preadv_direct_arena_gpu_touched": (_direct_touched, False),
     "preadv_buffered_arena": (_reader_path("buffered"), True),
     "mmap_copy": (_reader_path("mmap"), True),
 }

@@ -30,6 +30,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.mla import MultiLinear, QuantizedMultiLinear
 
+from specdec.core.accelerator import on_cuda
+
 
 class RankedQuantizedMultiLinear(QuantizedMultiLinear):
     """QuantizedMultiLinear whose weights take the input's rank before the matmul."""
@@ -49,11 +51,6 @@ class RankedQuantizedMultiLinear(QuantizedMultiLinear):
         )
 
 
-def _on_cuda() -> bool:
-    cuda = getattr(mx, "cuda", None)
-    return mx.default_device() == mx.gpu and cuda is not None and cuda.is_available()
-
-
 def _dequantized(m: QuantizedMultiLinear) -> None:
     """`m` in place as a float MultiLinear holding the values its quantized weights encode."""
     with mx.stream(mx.cpu):
@@ -70,7 +67,7 @@ def fit_for_backends(module: nn.Module, dequantize_single_group: bool | None = N
     dequantize_single_group (None: on a CUDA device): one whose rows hold a single quantization
     group becomes a float MultiLinear of its dequantized weights instead."""
     if dequantize_single_group is None:
-        dequantize_single_group = _on_cuda()
+        dequantize_single_group = on_cuda()
     n = 0
     for _, m in module.named_modules():
         if type(m) is QuantizedMultiLinear:

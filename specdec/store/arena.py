@@ -308,6 +308,11 @@ class Arena:
             raise StoreError(f"MLX buffer at {addr:#x} is not 8-byte aligned; cannot build arena")
         return region, host
 
+    def touch(self) -> None:
+        """Every region read once by a computation on the default device: on CUDA its managed
+        pages then live on the GPU, as a decode's slots do after their experts ran."""
+        mx.eval([region.max() for region in self._regions])
+
     @property
     def huge_page_fraction(self) -> float | None:
         """Measured share of the arena's whole 2 MiB pages that are huge (None: none asked for,
