@@ -102,3 +102,12 @@ def test_families_decode_form_is_bit_equal(tmp_path):
 
     row = measure("granitemoehybrid", 4, tmp_path)
     assert row["mixers"] == 3 and row["decode"] == 0.0 and row["native"] > 0.0, row
+
+
+def test_in_memory_mla_family_decode_form_is_bit_equal(tmp_path):
+    """A family make-random has no checkpoint for (kimi_linear: MLA and delta attention), built
+    in memory by analysis/lossless.py: every layer's mixer taken per position, bit-equal."""
+    from analysis.lossless import measure
+
+    row = measure("kimi_linear", 4, tmp_path)
+    assert row["mixers"] == 3 and row["decode"] == 0.0 and row["decode_flips"] == 0, row
