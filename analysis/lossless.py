@@ -159,9 +159,11 @@ Position-count dependent in the native form ({len(depends)} of {len({r["family"]
 {", ".join(f"`{f}`" for f in depends) or "none"}.
 Still dependent in the decode form: {", ".join(f"`{f}`" for f in left) or "none"}.
 Token mixers 0: a family whose mixer takes more than (x, mask, cache) (`hunyuan`'s shared KV
-states, `deepseek_v41`'s start position) keeps its attention native in both columns. `llama4`
-(float) differs by 1e-6 in the decode form: its model builds a chunked-attention mask from the
-cache's positions, which a per-position call with a one-token call's mask (None) leaves out.
+states, `deepseek_v41`'s start position, `mistral4`'s per-position `attn_scale`) keeps its
+attention native in both columns (`bailing_hybrid`: its linear attention, with an `offset`).
+`llama4` (float) differs by 1e-6 in the decode form: its model builds a chunked-attention mask
+from the cache's positions, which a per-position call with a one-token call's mask (None) leaves
+out; `kimi_k3` (float) by 8e-7, not traced.
 
 Not only the MLA families: their expanded path at L > 1 (`embed_q` / `unembed_out` on the
 latent cache) is one source, an attention kernel chosen by query length (`exaone_moe`,
@@ -174,9 +176,7 @@ differences are float rounding (≤ 1e-5) and flip no argmax here; issue 24 meas
 another backend for the bundled model's MLA call, which is where a margin of 0.0117 flips. The other MLA and linear-attention families of mlx-lm (`kimi_k3`, `kimi_linear`, `longcat_flash`,
 `mistral4`, `bailing_hybrid`, `bailing_moe_v3`) have no make-random checkpoint (specdec does not
 stream them yet); their rows come from scaled-down random models built in memory
-(analysis/lossless.py `IN_MEMORY`). A mixer that takes more than (x, mask, cache) — mistral4's
-attention (a per-position `attn_scale`), bailing_hybrid's linear attention (an `offset`) — stays
-native.
+(analysis/lossless.py `IN_MEMORY`).
 
 {table}
 """

@@ -134,18 +134,27 @@ def _takes_x_alone(m: nn.Module) -> bool:
 _ROW_INDEPENDENT = (nn.RMSNorm, nn.LayerNorm)  # each row's result depends on that row alone
 
 
+def _children(module: nn.Module) -> list:
+    """A module's direct children, those held in a list (longcat_flash's two attentions and two
+    MLPs a layer) one by one."""
+    out = []
+    for child in module.children().values():
+        out += child if isinstance(child, (list, tuple)) else [child]
+    return out
+
+
 def row_modules(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
     """(modules run per position by `_Rowwise`, streamed switches that compute per position
     themselves): each layer's children but its token mixers and norms — inside an MoE block,
     its children but the switch being streamed — and the LM head (or the tied embedding)."""
     rows, switches = [], []
     for layer in getattr(model, "layers", None) or []:
-        for child in layer.children().values():
+        for child in _children(layer):
             if not isinstance(child, nn.Module) or isinstance(child, _ROW_INDEPENDENT):
                 continue
             if isinstance(child, _Positionwise) or _positionwise_ok(type(child)):
                 continue  # a token mixer
-            inner = [c for c in child.children().values() if isinstance(c, nn.Module)]
+            inner = [c for c in _children(child) if isinstance(c, nn.Module)]
             streamed = [c for c in inner if getattr(type(c), "streams_experts", False)]
             if streamed:  # an MoE block on the expert cache: one cache step for the union
                 switches += streamed
@@ -168,7 +177,7 @@ def token_mixers(model: nn.Module) -> list[nn.Module]:
     return [
         child
         for layer in layers
-        for child in layer.children().values()
+        for child in _children(layer)
         if isinstance(child, _Positionwise)
         or (isinstance(child, nn.Module) and _positionwise_ok(type(child)))
     ]
