@@ -16,13 +16,15 @@ scratch slots) is computed in chunks of positions whose union fits, each chunk e
 the next read can overwrite its slots; so any budget of at least one position's top-k works.
 Outputs stay lazy (one host sync per MoE layer, the router's), but every output still pending
 is evaluated before a read may overwrite a slot: no lazy graph ever computes on a slot that was
-refilled under it.
+refilled under it. In a verify pass's decode form (specdec/decode/verify_form.py) a call keeps
+its one cache step for the union of its positions' experts and computes each position in a
+switch call of its own, shaped as one-token decoding's (`_compute`).
 
 No sync where no read can be needed: when every expert of a layer is resident (full budget, a
 layer pinned whole) and no read is landing, the call remaps ids on the device through the
-layer's expert -> slot table (`ExpertSource.table`) and defers its host part (and where the
-cache holds every expert, it starts no evaluation either: the token is one graph, as in mlx-lm): the cache step,
-the observers and the step log run from `Streamer.catch_up`, in call order, before any
+layer's expert -> slot table (`ExpertSource.table`) and defers its host part (where the cache
+holds every expert it starts no evaluation either: the token is one graph, as in mlx-lm): the
+cache step, the observers and the step log run from `Streamer.catch_up`, in call order, before any
 other cache step and before the log is drained, so stats and records equal the synced path's.
 A lookahead whose target layer is wholly resident is skipped: its prefetch would read nothing.
 A call served resident-only (`Call.resident_only`, the cache-only self-drafter) reads nothing:
@@ -182,7 +184,7 @@ class StreamedSwitchGLU(nn.Module):
             y = self._compute(x, table[indices])  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
             # no slot is ever refilled: the token is one lazy graph evaluated once, as mlx-lm
-            # runs it (an evaluation started per layer costs hundreds of µs a layer on CUDA)
+            # runs it (on the H200 as fast as a start per layer: docs/results/cuda.md)
             return y if src.holds_everything else self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.routed(h.layer, s.sync(indices, None if ahead is None else ahead[1]))
