@@ -30,7 +30,8 @@ each position's experts in a call of its own (specdec.stream.streamed). Row-wise
 on the others. So the logits of a verify pass equal one-token decoding's bit for bit on every
 backend whose kernels are deterministic for a given shape. The cost: γ small calls per module
 instead of one (each reads the module's weights again, from memory), against expert reads from
-disk.
+disk; measured on the bundled model at 25%, γ 4, 96 tokens, this 2-core CPU: 8-9% fewer tokens
+per second than the native form (self 124 vs 135, mtp 107 vs 115; medians of 3).
 
 The native form leaves every call as the family wrote it (`--verify-form native`).
 """
