@@ -295,22 +295,19 @@ def launch_ab(src: Path, tokens: int = 64, rounds: int = 3) -> dict:
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
     from specdec.stream.loader import load
-    from specdec.stream.source import ExpertSource
 
     sm = load(src, budget="100%", io="buffered", warm=True, with_mtp=False)
-    prompt, one_graph = sm.encode(PROMPT), ExpertSource.holds_everything
+    source, prompt = sm.streamer.source, sm.encode(PROMPT)
     tps: dict = {"one graph per token": [], "started per layer": []}
     try:
         generate(sm, prompt, "none", DecodeConfig(1, 8), stop_at_eos=False)  # warm-up
         for _ in range(rounds):
-            for name, prop in (("one graph per token", one_graph),
-                               ("started per layer", property(lambda self: False))):  # fmt: skip
-                ExpertSource.holds_everything = prop
+            for name, holds_all in (("one graph per token", True), ("started per layer", False)):
+                source.holds_all = holds_all  # False: the path below full budget
                 res = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
                 tps[name].append(res.summary["tokens_per_s"])
-    finally:
-        ExpertSource.holds_everything = one_graph
         n_moe = len(sm.main_moe_layers)
+    finally:
         sm.close()
     med = {k: float(np.median(v)) for k, v in tps.items()}
     per_layer = (1 / med["started per layer"] - 1 / med["one graph per token"]) / n_moe

@@ -295,14 +295,7 @@ def _load_packed(
         if lookahead and i + lookahead < len(order)
     }
     streamer = Streamer(
-        ExpertSource(
-            index,
-            arena,
-            reader,
-            cache,
-            key_stride,
-            streamed_experts=sum(index.layers[lid].n_experts for lid in streamed),
-        ),
+        ExpertSource(index, arena, reader, cache, key_stride, holds_all=plan.holds_all),
         last_layer=order[-1],
         lookahead=Lookahead(lookahead, ahead_of),
         warm=tuple(streamed) if stream.warm else (),

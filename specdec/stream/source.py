@@ -47,16 +47,11 @@ class ExpertSource:
     prefetch_failures: int = 0  # lookahead batches whose read failed (their keys forgotten)
     pending: list[mx.array] = field(default_factory=list)  # lazy outputs computing on slots
     device_tables: bool = True  # False: every call syncs on its router (the reference path)
-    streamed_experts: int | None = None  # experts of the layers the model streams (None: all)
+    # the plan holds every streamed expert (SlotPlan/PoolPlan.holds_all): no slot is ever
+    # refilled, so outputs computing on slots need neither tracking nor an early start
+    holds_all: bool = False
     # layer -> (cache, cache.version, [n_experts] expert -> slot on the device, or None)
     tables: dict[int, tuple[ExpertCache, int, mx.array | None]] = field(default_factory=dict)
-
-    @property
-    def holds_everything(self) -> bool:
-        """The cache has a slot for every packed expert: no slot is ever refilled, so outputs
-        computing on slots need neither tracking nor an early start (full budget, --warm)."""
-        n = self.index.n_blocks if self.streamed_experts is None else self.streamed_experts
-        return self.cache.n_slots >= n
 
     def table(self, layer: int) -> mx.array | None:
         """`layer`'s expert -> slot table on the device while all its experts are resident and

@@ -185,7 +185,7 @@ class StreamedSwitchGLU(nn.Module):
             s.deferred.add(h.layer, indices, phase)
             # no slot is ever refilled: the token is one lazy graph evaluated once, as mlx-lm
             # runs it (on the H200 as fast as a start per layer: docs/results/cuda.md)
-            return y if src.holds_everything else self._launch(y)
+            return y if src.holds_all else self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.routed(h.layer, s.sync(indices, None if ahead is None else ahead[1]))
         y, experts = self._streamed(x, idx, phase)

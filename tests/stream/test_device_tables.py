@@ -81,7 +81,7 @@ def test_cache_holding_every_expert_tracks_nothing(ckpt):
         sm = load(ckpt, io="buffered", with_mtp=False, budget=budget, warm=warm)
         try:
             src = sm.streamer.source
-            assert src.holds_everything is holds
+            assert src.holds_all is holds
             _decode(sm, prompt, n=8)
             assert (src.pending == []) is holds
         finally:
