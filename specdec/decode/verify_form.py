@@ -65,6 +65,12 @@ class _Positionwise:
 
     _decode_form = False
 
+    @staticmethod
+    def _class_attrs(cls: type) -> dict:
+        """The mixer's call signature, taken once per class: each call is rebound by it."""
+        signature = inspect.signature(cls.__call__)  # self, x, ...
+        return {"_mixer_signature": signature, "_x_name": list(signature.parameters)[1]}
+
     def __call__(self, x: mx.array, *args, **kwargs) -> mx.array:
         if not self._decode_form or x.ndim != 3 or x.shape[1] == 1:  # x: [B, L, D]
             return super().__call__(x, *args, **kwargs)
@@ -86,20 +92,21 @@ class _Rowwise:
     calls, concatenated (each output, where it returns several: a gate's indices and scores)."""
 
     _decode_form = False
+    _class_attrs = staticmethod(lambda cls: {})  # a row-wise call needs nothing of its class
 
     def __call__(self, x: mx.array, *args, **kwargs) -> mx.array | tuple[mx.array, ...]:
-        # called with more than x (a family passing extras it may slice by position): native
-        if args or kwargs or not self._decode_form or x.ndim != 3 or x.shape[1] == 1:
+        if args or kwargs:  # called with more than x (extras it may slice by position): native
             return super().__call__(x, *args, **kwargs)
-        return _concat([super(_Rowwise, self).__call__(x[:, i : i + 1]) for i in range(x.shape[1])])
+        return self._per_row(super().__call__, x)
 
     def as_linear(self, x: mx.array) -> mx.array:
         """A tied LM head (an embedding used as the output projection), one row at a time."""
+        return self._per_row(super().as_linear, x)
+
+    def _per_row(self, call, x: mx.array):
         if not self._decode_form or x.ndim != 3 or x.shape[1] == 1:
-            return super().as_linear(x)
-        return _concat(
-            [super(_Rowwise, self).as_linear(x[:, i : i + 1]) for i in range(x.shape[1])]
-        )
+            return call(x)
+        return _concat([call(x[:, i : i + 1]) for i in range(x.shape[1])])
 
 
 def _concat(outs: list) -> mx.array | tuple[mx.array, ...]:
@@ -113,14 +120,11 @@ _CLASSES: dict[tuple[type, type], type] = {}
 
 
 def _mixed_class(mixin: type, cls: type) -> type:
-    """`cls` with `mixin` in front (one class per pair, made once)."""
+    """`cls` with `mixin` in front (one class per pair, made once, with what the mixin keeps of
+    the class: `_class_attrs`)."""
     if (mixin, cls) not in _CLASSES:
-        signature = inspect.signature(cls.__call__)  # self, x, ...
-        _CLASSES[mixin, cls] = type(
-            f"{mixin.__name__.strip('_')}{cls.__name__}",
-            (mixin, cls),
-            {"_mixer_signature": signature, "_x_name": list(signature.parameters)[1]},
-        )
+        name = f"{mixin.__name__.strip('_')}{cls.__name__}"
+        _CLASSES[mixin, cls] = type(name, (mixin, cls), mixin._class_attrs(cls))
     return _CLASSES[mixin, cls]
 
 
