@@ -30,7 +30,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from analysis._runs import md_table
 from specdec.checkpoint.families import TINY_FAMILIES
-from specdec.checkpoint.random_models import make_random
+from specdec.checkpoint.random_models import make_random, random_model
 from specdec.checkpoint.tiny_configs import VOCAB
 from specdec.core.blas import active_blas, ensure_fast_blas
 from specdec.decode.verify_form import VerifyForm, token_mixers
@@ -71,20 +71,10 @@ IN_MEMORY: dict[str, dict] = {
 
 
 def in_memory(family: str, bits: int | None) -> nn.Module:
-    """A random resident model of an IN_MEMORY family (seed 0), 4-bit where bits says so (every
-    matrix whose input is a multiple of the group size, as mlx-lm's convert quantizes)."""
-    from mlx_lm.utils import _get_classes
-
+    """A random resident model of an IN_MEMORY family, drawn and quantized as make-random's are
+    (seed 0)."""
     cfg = {**IN_MEMORY[family], "model_type": family}
-    model_class, args_class = _get_classes(cfg)
-    mx.random.seed(0)
-    model = model_class(args_class.from_dict(cfg))
-    if bits:
-        nn.quantize(model, group_size=64, bits=bits,
-                    class_predicate=lambda _, m: hasattr(m, "to_quantized")
-                    and m.weight.shape[-1] % 64 == 0)  # fmt: skip
-    mx.eval(model.parameters())
-    return model
+    return random_model(cfg, bits, mx.random.key(0))[0]
 
 
 def _logits(model, seq: list[int], k: int, form: VerifyForm | None) -> np.ndarray:
@@ -163,7 +153,7 @@ states, `deepseek_v41`'s start position, `mistral4`'s per-position `attn_scale`)
 attention native in both columns (`bailing_hybrid`: its linear attention, with an `offset`).
 `llama4` (float) differs by 1e-6 in the decode form: its model builds a chunked-attention mask
 from the cache's positions, which a per-position call with a one-token call's mask (None) leaves
-out; `kimi_k3` (float) by 8e-7, not traced.
+out; `kimi_k3` (float) differs too (the table), not traced.
 
 Not only the MLA families: their expanded path at L > 1 (`embed_q` / `unembed_out` on the
 latent cache) is one source, an attention kernel chosen by query length (`exaone_moe`,

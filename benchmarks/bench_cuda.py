@@ -178,20 +178,23 @@ def small_models(args) -> dict:
     return out
 
 
-def reference_greedy(src: Path, prompt: list[int], n: int) -> list[int]:
-    """mlx-lm's own greedy decode of the resident model (QuantizedMultiLinear made rank-safe:
-    mlx-lm as is cannot run DeepSeek-V3's MLA on CUDA)."""
+def resident(src: Path):
+    """mlx-lm's resident model of `src` (QuantizedMultiLinear made rank-safe: mlx-lm as is
+    cannot run DeepSeek-V3's MLA on CUDA)."""
     from mlx_lm import load as mlx_load
-    from mlx_lm.generate import generate_step
 
     from specdec.checkpoint.backend import fit_for_backends
 
     model, _ = mlx_load(str(src))
     fit_for_backends(model)
-    toks = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=n)]
-    del model
-    mx.clear_cache()
-    return toks
+    return model
+
+
+def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """mlx-lm's own greedy decode (`generate_step`) of the resident model."""
+    from mlx_lm.generate import generate_step
+
+    return [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=n)]
 
 
 def exact(args) -> dict:
@@ -220,7 +223,8 @@ def _exact_one(key: str, src: Path, n: int) -> dict:
     prompt = sm.encode(PROMPT)
     k_slots = sm.top_k * len(sm.main_moe_layers)
     sm.close()
-    ref = reference_greedy(src, prompt, n)
+    ref_model = resident(src)  # the reference, and the layer diffs' resident side
+    ref = reference_greedy(ref_model, prompt, n)
     row["reference"] = ref
     for budget, warm in ((f"{k_slots}slots", False), ("25%", False), ("100%", True)):
         sm = load(src, budget=budget, io="direct", warm=warm, with_mtp=mtp)
@@ -231,7 +235,7 @@ def _exact_one(key: str, src: Path, n: int) -> dict:
                 "hit_rate": res.summary["hit_rate"],
             }
             if budget == "100%":
-                row["layer_diffs@100%"] = layer_diffs(src, sm.model, prompt)
+                row["layer_diffs@100%"] = layer_diffs(ref_model, sm.model, prompt)
             if budget == "25%":
                 drafters = ["oracle:0.9", "self", "lookup"] + (["mtp"] * mtp)
                 for d in drafters:
@@ -242,23 +246,20 @@ def _exact_one(key: str, src: Path, n: int) -> dict:
                     }
         finally:
             sm.close()
+    del ref_model
+    mx.clear_cache()
     return row
 
 
-def layer_diffs(src: Path, streamed, prompt: list[int]) -> dict:
+def layer_diffs(resident_model, streamed, prompt: list[int]) -> dict:
     """Where streamed and resident part: the largest |difference| of each decoder layer's output
     over the prompt (one call, no cache), of the last position's logits, and the resident's
     top-1 minus top-2 logit there (a margin below the difference can flip greedy's first token)."""
-    from mlx_lm import load as mlx_load
     from mlx_lm.models.base import create_attention_mask
 
-    from specdec.checkpoint.backend import fit_for_backends
-
-    resident, _ = mlx_load(str(src))
-    fit_for_backends(resident)
     x = mx.array([prompt])  # [1, T]
     hs, logits = [], []
-    for m in (resident, streamed):
+    for m in (resident_model, streamed):
         h = m.model.embed_tokens(x)  # [1, T, H]
         mask = create_attention_mask(h, None, return_array=True)
         outs = []
@@ -275,8 +276,6 @@ def layer_diffs(src: Path, streamed, prompt: list[int]) -> dict:
         "resident_margin": float(top2[1] - top2[0]),
         "argmax": [int(mx.argmax(v)) for v in logits],
     }
-    del resident
-    mx.clear_cache()
     return out
 
 

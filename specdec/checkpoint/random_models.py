@@ -171,6 +171,22 @@ def writing_checkpoint(out_dir: str | Path, force: bool, need: int = 0) -> Itera
         raise
 
 
+def random_model(config: dict, bits: int | None, key: mx.array) -> tuple[nn.Module, Any, dict]:
+    """(model, its ModelArgs, the config as quantized) of mlx-lm's class for config.json
+    contents `config`, every parameter drawn (`_randomize`), quantized as mlx-lm's convert
+    does where `bits` is given; in memory (make_random writes one to disk)."""
+    from mlx_lm.utils import _get_classes
+
+    model_class, args_class = _get_classes(config)
+    args = args_class.from_dict(config)
+    model = model_class(args)
+    _randomize(model, key)
+    if bits is not None:
+        config = _quantize(model, config, bits)
+    mx.eval(model.parameters())
+    return model, args, config
+
+
 def make_random(
     family: str,
     out_dir: str | Path,
@@ -182,18 +198,11 @@ def make_random(
     """Write a tiny random checkpoint of `family` to out_dir (see writing_checkpoint).
 
     overrides: config.json entries to change (tests: e.g. a huge expert width, few experts)."""
-    from mlx_lm.utils import _get_classes, save_config, save_model
+    from mlx_lm.utils import save_config, save_model
 
     config = {**family_config(family), **(overrides or {})}
-    model_class, args_class = _get_classes(config)
-    args = args_class.from_dict(config)
-    model = model_class(args)
-    key = mx.random.key(seed)
-    k_model, k_mtp = mx.random.split(key)
-    _randomize(model, k_model)
-    if bits is not None:
-        config = _quantize(model, config, bits)
-    mx.eval(model.parameters())
+    k_model, k_mtp = mx.random.split(mx.random.key(seed))
+    model, args, config = random_model(config, bits, k_model)
 
     weights = tree_flatten(model.parameters())
     need = sum(v.nbytes for _, v in weights) * (2 if family in MTP_FAMILIES else 1)  # MTP < model
