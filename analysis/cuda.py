@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "cuda"
 FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")  # from disk: the model's domain
-OWN = {1: "h200-landing", 2: "h200-r2"}  # session -> the profile its runs are modeled on
+# session -> the profiles of the machine its runs ran on; the last is the one they are modeled on
+# (the first session measured no landing: h200-landing fitted it)
+SESSIONS = {1: ("h200", "h200-landing"), 2: ("h200-r2",)}
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 
 
@@ -46,7 +48,12 @@ def profiles() -> dict:
 
 def own(row: dict) -> str:
     """The profile of the machine `row` ran on (fitted landing on the first: none was measured)."""
-    return OWN[row.get("session", 1)]
+    return SESSIONS[row.get("session", 1)][-1]
+
+
+def _read_gbps(recs: list[PassRecord]) -> float:
+    """GB/s the run's reads reached: bytes read over the time reads were in flight."""
+    return sum(r.bytes_read for r in recs) / max(sum(r.read_s for r in recs), 1e-9) / 1e9
 
 
 def _clock(drafter: str) -> PassClock:
@@ -96,13 +103,12 @@ def scale_table() -> str:
         miss = sum(r.bytes_read for r in recs)
         misses_per_layer = max(1.0, sum(r.reads for r in recs) / len(recs) / LAYERS)
         bench = prof.read_gbps(min(misses_per_layer, prof.reads_in_flight))
-        achieved = miss / max(sum(r.read_s for r in recs), 1e-9) / 1e9
         compute = 1 / modeled_tps({**row, "records": [_no_reads(r) for r in recs]}, prof) * n
         limit = max(compute, miss / (bench * 1e9))
         body.append([
             row["budget"], row["routing"], _f(measured_tps(row)), f"{1e3 * wall / n:.0f}",
             f"{1e3 * blocked / n:.0f}", f"{miss / n / 1e6:.0f}", f"{row['hit_rate']:.2f}",
-            f"{achieved:.2f}", f"{bench:.2f}", f"{wall / limit:.2f}",
+            f"{_read_gbps(recs):.2f}", f"{bench:.2f}", f"{wall / limit:.2f}",
         ])  # fmt: skip
     heads = ["budget", "routing", "tok/s", "ms/token", "blocked ms/token", "MB read/token",
              "hit rate", "read GB/s", "bench GB/s", "time / limit"]  # fmt: skip
@@ -199,11 +205,10 @@ def model_table() -> str:
     """Modeled vs measured time per token over every run from disk, each on the profiles of the
     machine it ran on: the device model's error."""
     profs = profiles()
-    mine = {1: ("h200", "h200-landing"), 2: ("h200-r2",)}  # session -> its machine's profiles
     errors: dict[str, dict[str, list[float]]] = {n: {} for n in profs}
     for step in RUN_STEPS:
         for row in runs(step):
-            for n in mine[row.get("session", 1)]:
+            for n in SESSIONS[row.get("session", 1)]:
                 err = measured_tps(row) / modeled_tps(row, profs[n]) - 1  # modeled / measured - 1
                 errors[n].setdefault(step, []).append(err)
     body = []
@@ -239,7 +244,7 @@ def shm_table() -> str:
             "—" if on_disk is None else f"{measured_tps(row) / measured_tps(on_disk):.2f}x",
             f"{row['bytes_per_token'] / 1e6:.0f}",
             f"{1e3 * sum(r.blocked_s for r in recs) / row['committed']:.0f}",
-            f"{sum(r.bytes_read for r in recs) / max(sum(r.read_s for r in recs), 1e-9) / 1e9:.1f}",
+            f"{_read_gbps(recs):.1f}",
         ])  # fmt: skip
     heads = ["budget", "drafter", "γ", "tok/s", "vs plain (shm)", "vs plain on disk",
              "MB read/token", "blocked ms/token", "read GB/s"]  # fmt: skip
