@@ -31,49 +31,20 @@ from mlx_lm.models.cache import make_prompt_cache
 from analysis._runs import md_table
 from specdec.checkpoint.families import TINY_FAMILIES
 from specdec.checkpoint.random_models import make_random, random_model
-from specdec.checkpoint.tiny_configs import VOCAB
+from specdec.checkpoint.tiny_configs import RESIDENT_ONLY, VOCAB
 from specdec.core.blas import active_blas, ensure_fast_blas
 from specdec.decode.verify_form import VerifyForm, token_mixers
 
 PREFIX, KS, BITS = 24, (2, 4, 8), (None, 4)
 OUT = Path(__file__).resolve().parent.parent / "docs" / "results" / "lossless.md"
 
-# mlx-lm's other MLA and linear-attention families, which make-random has no checkpoint for
-# (specdec does not stream them yet): scaled-down configs built in memory, resident only
-_SMALL = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-          "num_key_value_heads": 4, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-          "max_position_embeddings": 2048, "tie_word_embeddings": False}  # fmt: skip
-_MLA = {"kv_lora_rank": 64, "q_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
-        "v_head_dim": 32}  # fmt: skip
-_MOE = {"intermediate_size": 128, "moe_intermediate_size": 64, "num_experts_per_tok": 4,
-        "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 1.0}  # fmt: skip
-_KIMI = {"head_dim": 16, "model_max_length": 2048, "num_experts": 16,
-         "linear_attn_config": {"kda_layers": [1, 3], "full_attn_layers": [2], "head_dim": 16,
-                                "num_heads": 4, "short_conv_kernel_size": 4}}  # fmt: skip
-IN_MEMORY: dict[str, dict] = {
-    "kimi_linear": {**_SMALL, **_MLA, **_MOE, **_KIMI},
-    "kimi_k3": {**_SMALL, **_MLA, **_MOE, **_KIMI, "num_experts_per_token": 4,
-                "num_shared_experts": 1, "activation_situ_beta": 1.0},
-    "longcat_flash": {**_SMALL, **_MLA, "attention_method": "MLA", "zero_expert_type": "identity",
-                      "ffn_hidden_size": 128, "moe_topk": 4, "expert_ffn_hidden_size": 64,
-                      "n_routed_experts": 16, "zero_expert_num": 2, "num_layers": 2,
-                      "routed_scaling_factor": 1.0, "mla_scale_q_lora": True,
-                      "mla_scale_kv_lora": True, "attention_bias": False},
-    "mistral4": {**_SMALL, **_MLA, **_MOE, "n_shared_experts": 1, "n_routed_experts": 16,
-                 "norm_topk_prob": True,
-                 "rope_parameters": {"rope_theta": 10000.0, "llama_4_scaling_beta": 0.1,
-                                     "original_max_position_embeddings": 2048}},
-    "bailing_hybrid": {**_SMALL, **_MLA, **_MOE, "num_experts": 16, "num_shared_experts": 1,
-                       "layer_group_size": 3, "group_norm_size": 1, "head_dim": 16},
-    "bailing_moe_v3": {**_SMALL, **_MLA, **_MOE, "num_experts": 16, "num_shared_experts": 1,
-                       "head_dim": 16},
-}  # fmt: skip
+FAMILIES = [*TINY_FAMILIES, *RESIDENT_ONLY]  # make-random's, then those built in memory
 
 
 def in_memory(family: str, bits: int | None) -> nn.Module:
-    """A random resident model of an IN_MEMORY family, drawn and quantized as make-random's are
-    (seed 0)."""
-    cfg = {**IN_MEMORY[family], "model_type": family}
+    """A random resident model of a RESIDENT_ONLY family (specdec.checkpoint.tiny_configs),
+    drawn and quantized as make-random's are (seed 0)."""
+    cfg = {**RESIDENT_ONLY[family], "model_type": family}
     return random_model(cfg, bits, mx.random.key(0))[0]
 
 
@@ -99,7 +70,7 @@ def _single(model, seq: list[int], k: int) -> np.ndarray:
 
 def measure(family: str, bits: int | None, root: Path) -> dict:
     """One checkpoint's worst difference and argmax flips, native and decode form, over KS."""
-    if family in IN_MEMORY:
+    if family in RESIDENT_ONLY:
         model = in_memory(family, bits)
     else:
         src = make_random(family, root / f"{family}-{bits or 'f32'}", bits=bits, seed=0)
@@ -166,7 +137,7 @@ differences are float rounding (≤ 1e-5) and flip no argmax here; issue 24 meas
 another backend for the bundled model's MLA call, which is where a margin of 0.0117 flips. The other MLA and linear-attention families of mlx-lm (`kimi_k3`, `kimi_linear`, `longcat_flash`,
 `mistral4`, `bailing_hybrid`, `bailing_moe_v3`) have no make-random checkpoint (specdec does not
 stream them yet); their rows come from scaled-down random models built in memory
-(analysis/lossless.py `IN_MEMORY`).
+(specdec/checkpoint/tiny_configs.py `RESIDENT_ONLY`).
 
 {table}
 """
@@ -175,7 +146,7 @@ stream them yet); their rows come from scaled-down random models built in memory
 def main(argv: list[str] | None = None) -> int:
     ensure_fast_blas()  # OpenBLAS where installed: its row-count-dependent sums are the hard case
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default=",".join([*TINY_FAMILIES, *IN_MEMORY]))
+    ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -188,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{family} {r['bits']}: native {r['native']:.3g} decode {r['decode']:.3g}",
                       file=sys.stderr)  # fmt: skip
     command = "python -m analysis.lossless" + (
-        ""
-        if args.families == ",".join([*TINY_FAMILIES, *IN_MEMORY])
-        else f" --families {args.families}"
+        "" if args.families == ",".join(FAMILIES) else f" --families {args.families}"
     )
     text = render(rows, command, time.perf_counter() - t0)
     tmp_out = args.out.with_suffix(".md.tmp")

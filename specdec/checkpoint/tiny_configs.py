@@ -315,3 +315,43 @@ TINY["deepseek_v32"] = {
 }
 for _fam in ("glm4_moe_lite",):  # DeepSeek-style MLA with GLM's router
     TINY[_fam] = {**TINY["glm4_moe"], **_MLA, "num_key_value_heads": 4}
+
+# mlx-lm's other MLA and linear-attention families, which specdec does not stream yet (so not in
+# TINY: make-random writes no checkpoint of them): full configs (COMMON included) for resident
+# random models built in memory, e.g. by analysis/lossless.py
+_KIMI = {
+    "head_dim": 16,
+    "model_max_length": 2048,
+    "num_experts": 16,
+    "linear_attn_config": {"kda_layers": [1, 3], "full_attn_layers": [2], "head_dim": 16,
+                           "num_heads": 4, "short_conv_kernel_size": 4},
+}  # fmt: skip
+_RESIDENT_BASE = {
+    "vocab_size": VOCAB,
+    **COMMON,
+    **_MOE,
+    **_MLA,
+    "num_key_value_heads": 4,
+    "n_group": 1,
+    "topk_group": 1,
+    "first_k_dense_replace": 1,
+    "routed_scaling_factor": 1.0,
+}
+RESIDENT_ONLY: dict[str, dict[str, Any]] = {
+    "kimi_linear": {**_RESIDENT_BASE, **_KIMI},
+    "kimi_k3": {**_RESIDENT_BASE, **_KIMI, "num_experts_per_token": 4, "num_shared_experts": 1,
+                "activation_situ_beta": 1.0},
+    "longcat_flash": {**_RESIDENT_BASE, "attention_method": "MLA", "zero_expert_type": "identity",
+                      "ffn_hidden_size": 128, "moe_topk": 4, "expert_ffn_hidden_size": 64,
+                      "n_routed_experts": 16, "zero_expert_num": 2, "num_layers": 2,
+                      "mla_scale_q_lora": True, "mla_scale_kv_lora": True,
+                      "attention_bias": False},
+    "mistral4": {**_RESIDENT_BASE, "n_shared_experts": 1, "n_routed_experts": 16,
+                 "norm_topk_prob": True,
+                 "rope_parameters": {"rope_theta": 10000.0, "llama_4_scaling_beta": 0.1,
+                                     "original_max_position_embeddings": 2048}},
+    "bailing_hybrid": {**_RESIDENT_BASE, "num_experts": 16, "num_shared_experts": 1,
+                       "layer_group_size": 3, "group_norm_size": 1, "head_dim": 16},
+    "bailing_moe_v3": {**_RESIDENT_BASE, "num_experts": 16, "num_shared_experts": 1,
+                       "head_dim": 16},
+}  # fmt: skip
