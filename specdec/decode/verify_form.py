@@ -94,19 +94,24 @@ class _Rowwise:
     _decode_form = False
     _class_attrs = staticmethod(lambda cls: {})  # a row-wise call needs nothing of its class
 
+    # every decode call of these modules passes here: outside a verify pass one attribute test,
+    # 0.24 µs a call over the plain module's 1.64 of graph building (this CPU)
     def __call__(self, x: mx.array, *args, **kwargs) -> mx.array | tuple[mx.array, ...]:
-        if args or kwargs:  # called with more than x (extras it may slice by position): native
-            return super().__call__(x, *args, **kwargs)
-        return self._per_row(super().__call__, x)
+        # called with more than x (extras it may slice by position): native
+        if self._decode_form and not (args or kwargs):
+            return _per_row(super().__call__, x)
+        return super().__call__(x, *args, **kwargs)
 
     def as_linear(self, x: mx.array) -> mx.array:
         """A tied LM head (an embedding used as the output projection), one row at a time."""
-        return self._per_row(super().as_linear, x)
+        return _per_row(super().as_linear, x) if self._decode_form else super().as_linear(x)
 
-    def _per_row(self, call, x: mx.array):
-        if not self._decode_form or x.ndim != 3 or x.shape[1] == 1:
-            return call(x)
-        return _concat([call(x[:, i : i + 1]) for i in range(x.shape[1])])
+
+def _per_row(call, x: mx.array):
+    """call(x) [B, L, D] as L one-position calls, joined (one call where L is 1)."""
+    if x.ndim != 3 or x.shape[1] == 1:
+        return call(x)
+    return _concat([call(x[:, i : i + 1]) for i in range(x.shape[1])])
 
 
 def _concat(outs: list) -> mx.array | tuple[mx.array, ...]:
