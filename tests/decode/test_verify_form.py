@@ -4,8 +4,8 @@ Run: `pytest tests/decode/test_verify_form.py`. On the bundled model (DeepSeek-V
 4-bit): a γ-position call in the decode form gives the logits of γ one-token calls bit for bit
 under the BLAS the suite runs with (OpenBLAS where installed: its 4-row and 1-row products sum
 in other orders, so the gate and head must run per row too; the native form's expanded MLA path
-differs in the last bits on CPU, by up to 0.78 on another backend: issue 24), and the issue's prompt decodes to plain greedy's tokens with every drafter at
-γ 4 and at budgets 10% and 25%.
+differs in the last bits on CPU, by up to 0.78 on another backend: issue 24), and the issue's
+prompt decodes to plain greedy's tokens with every drafter at γ 4 and at budgets 10% and 25%.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def test_decode_form_equals_one_token_calls_bitwise():
         # experts, the LM head; the streamed switches compute per position themselves
         names = [type(m).__name__.removeprefix("Rowwise") for m in form.rows]
         assert names == ["DeepseekV3MLP"] + ["MoEGate", "DeepseekV3MLP"] * 4 + ["QuantizedLinear"]
-        assert form.switches == [layer.mlp.switch_mlp for layer in model.layers[1:]]
+        want = [layer.mlp.switch_mlp for layer in model.layers[1:]]
+        assert len(form.switches) == len(want)
+        assert all(got is w for got, w in zip(form.switches, want, strict=True))
         for k in (2, 4, 8):
             batched, single = _batched_and_single(model, seq[: 71 + k], 71, form)
             assert np.array_equal(batched, single), (k, np.abs(batched - single).max())
@@ -106,7 +108,7 @@ def test_families_decode_form_is_bit_equal(tmp_path):
 
 def test_in_memory_mla_family_decode_form_is_bit_equal(tmp_path):
     """A family make-random has no checkpoint for (kimi_linear: MLA and delta attention), built
-    in memory by analysis/lossless.py: every layer's mixer taken per position, bit-equal."""
+    in memory (tiny_configs.RESIDENT_ONLY): every layer's mixer taken per position, bit-equal."""
     from analysis.lossless import measure
 
     row = measure("kimi_linear", 4, tmp_path)
