@@ -183,9 +183,7 @@ class StreamedSwitchGLU(nn.Module):
                 indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)))
             y = self._compute(x, table[indices])  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
-            # no slot is ever refilled: the token is one lazy graph evaluated once, as mlx-lm
-            # runs it (on the H200 as fast as a start per layer: docs/results/cuda.md)
-            return y if src.holds_all else self._launch(y)
+            return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.routed(h.layer, s.sync(indices, None if ahead is None else ahead[1]))
         y, experts = self._streamed(x, idx, phase)
@@ -207,10 +205,14 @@ class StreamedSwitchGLU(nn.Module):
         return y.reshape(*slots.shape, -1)
 
     def _launch(self, y: mx.array) -> mx.array:
-        """Start computing `y` while Python builds the next layer's graph; track its slots."""
+        """Start computing `y` while Python builds the next layer's graph; track its slots.
+        Where the cache holds every expert no slot is ever refilled: nothing to track, and the
+        token stays one lazy graph evaluated once, as mlx-lm runs it (on the H200 as fast as a
+        start per layer: docs/results/cuda.md)."""
         s = self._h.streamer
-        mx.async_eval(y)
-        s.source.track(y)
+        if not s.source.holds_all:
+            mx.async_eval(y)
+            s.source.track(y)
         if len(s.deferred) > 1024:  # model calls with no drain between (probes, tests)
             s.catch_up()
         return y

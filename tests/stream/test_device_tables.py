@@ -9,6 +9,7 @@ skipped the syncs it claims to skip.
 
 from __future__ import annotations
 
+import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
@@ -86,6 +87,19 @@ def test_cache_holding_every_expert_tracks_nothing(ckpt):
             assert (src.pending == []) is holds
         finally:
             sm.close()
+
+
+def test_deferred_steps_stay_bounded_without_a_drain_at_full_budget(ckpt):
+    """Model calls with no drain between (probes): the deferred host steps are caught up past
+    1024 even where the cache holds every expert and no output is tracked."""
+    sm = load(ckpt, io="buffered", with_mtp=False, budget="100%", warm=True)
+    try:
+        cache = make_prompt_cache(sm.model)
+        for t in range(2048 // len(sm.main_moe_layers)):  # 2048 deferred steps without a bound
+            sm.model(mx.array([[t % 500]]), cache=cache)
+        assert sm.streamer.source.holds_all and len(sm.streamer.deferred) <= 1024
+    finally:
+        sm.close()
 
 
 def test_lookahead_whose_target_is_resident_is_skipped(ckpt, syncs):
