@@ -20,6 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
+from specdec.core.accelerator import on_cuda
 from specdec.core.errors import BudgetError, StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import ExpertIndex
@@ -166,7 +167,10 @@ class ExpertSource:
 
     def preload(self, warm: tuple[int, ...] = ()) -> None:
         """Read the policy's preload set (a seeded hotlist) into an empty cache; then every
-        expert of the `warm` layers too, as mlx-lm loads every weight before decoding."""
+        expert of the `warm` layers too, as mlx-lm loads every weight before decoding. On CUDA a
+        warm load also lands them on the GPU (one read of the arena by a GPU computation): the
+        arena is managed memory, so the first kernel on a freshly read page migrates it there,
+        which mlx-lm's load pays before decoding and a warm load must pay too."""
         reqs = self.cache.preload()
         if warm:
             index = self.index
@@ -183,6 +187,8 @@ class ExpertSource:
             reqs += self.cache.preload(keys)
         if reqs:
             self.reader.read(self._requests(reqs))
+        if warm and on_cuda():
+            self.arena.touch()
 
     def _requests(self, misses: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
         s = self.key_stride

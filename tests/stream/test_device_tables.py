@@ -159,3 +159,24 @@ def test_warm_reads_the_layers_the_model_streams(tmp_path, monkeypatch, with_mtp
         assert sm.streamer.reader.stats.reads == sm.streamer.cache.n_slots
     finally:
         sm.close()
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_warm_lands_the_experts_on_cuda_only(ckpt, monkeypatch, cuda):
+    # CUDA's arena is managed memory: a page read by the host migrates on its first kernel, so a
+    # warm load must land every slot there before decoding (as mlx-lm's load evaluates its
+    # weights); on CPU the memory is the device's already and a touch would only cost a pass
+    from specdec.store.arena import Arena
+
+    touched = []
+    monkeypatch.setattr("specdec.stream.source.on_cuda", lambda: cuda)
+    monkeypatch.setattr(Arena, "touch", lambda self: touched.append(self.nbytes))
+    sm = load(ckpt, budget="100%", io="buffered", with_mtp=False, warm=True)
+    try:
+        assert touched == ([sm.streamer.source.arena.nbytes] if cuda else [])
+    finally:
+        sm.close()
+    touched.clear()
+    sm = load(ckpt, budget="100%", io="buffered", with_mtp=False)  # not warm: nothing landed
+    sm.close()
+    assert touched == []
