@@ -1,7 +1,7 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
-    steps: check models exact overhead profile big scale spec auto drafters lookahead shm
+    steps: check models exact overhead profile reads big scale spec auto drafters lookahead shm
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -18,8 +18,12 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
                from one token's experts to 100% --warm, the bundled tiny model and the three
                shapes; γ = 4 lossless for oracle, self, lookup (and MTP on the DeepSeek-V3
                shapes); each layer's largest streamed - resident difference at 100%
-    overhead   full budget --warm vs `python -m mlx_lm generate`, fresh processes, interleaved
+    overhead   full budget --warm vs `python -m mlx_lm generate`, fresh processes, interleaved;
+               and warm in one process (mlx-lm's generate_step against ours, alternating), with
+               the host µs per MoE layer call by part (specdec.bench.overhead `in_process`)
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
+    reads      `specdec bench read` at the 16-layer model's block size: into a fresh arena, into
+               slots the GPU has just read (managed pages migrate back), one block at a time
     big        a 16-layer MiniMax-M2.5-shaped checkpoint (33 GB) made in --shm, packed to --disk,
                the source deleted; a calibrated MiniMax trace for routing
     scale      budgets from one token's experts to 9 GB, page cache bypassed (O_DIRECT), routing
@@ -204,6 +208,8 @@ def exact(args) -> dict:
     n = 16
     models = {"tiny": resolve_model("tiny")} | {key: Path(args.shm) / key for key in SMALL}
     for key, src in models.items():
+        if args.exact_models and key not in args.exact_models.split(","):
+            continue
         try:
             out[key] = _exact_one(key, src, n)
         except Exception as e:  # noqa: BLE001 -- a fact to report; the other models still run
@@ -314,13 +320,18 @@ def launch_ab(src: Path, tokens: int = 64, rounds: int = 3) -> dict:
 
 
 def overhead(args) -> dict:
-    from specdec.bench.overhead import cli_pairs
+    from specdec.bench.overhead import cli_pairs, in_process
 
-    out = {"launch_ab": {k: launch_ab(Path(args.shm) / k) for k in ("qwen3", "minimax")}}
+    out: dict = {"launch_ab": {}}
     for key in ("qwen3", "minimax"):
         src = str(Path(args.shm) / key)
-        out[key] = cli_pairs(src, 64, args.pairs, prompt=PROMPT)
-        out[key]["moe_layers"] = SMALL[key][1]
+        try:  # each model's figures kept as they come: a failure loses only what is left
+            out["launch_ab"][key] = launch_ab(Path(src))
+            out[key] = cli_pairs(src, 64, args.pairs, prompt=PROMPT)
+            out[key]["moe_layers"] = SMALL[key][1]
+            out[key]["in_process"] = in_process(src, 64, 3, "25%")
+        except Exception as e:  # noqa: BLE001 -- a fact to report; the other model still runs
+            out.setdefault(key, {})["error"] = repr(e)[:400]
     return out
 
 
@@ -329,6 +340,15 @@ def profile(args) -> dict:
     sh(*SPECDEC, "bench", "device", "--out", str(prof), "--name", "h200", "--model",
        str(Path(args.shm) / "minimax"), "--dir", args.disk, "--details", str(det))  # fmt: skip
     return {"profile": prof.read_text(), "details": json.loads(det.read_text())}
+
+
+def reads(args) -> dict:
+    paths = ("preadv_direct_arena", "preadv_direct_arena_gpu_touched",
+             "preadv_direct_arena_one_by_one")  # fmt: skip
+    got = sh(*SPECDEC, "bench", "read", "--json", "--no-profile", "--quiet", "--dir", args.disk,
+             "--block-bytes", str(MINIMAX_BLOCK), "--file-bytes", str(4 << 30), "--threads", "1",
+             "4", "8", "--rounds", "2", "--paths", *paths)  # fmt: skip
+    return json.loads(got)
 
 
 # ---------------------------------------------------------------- the 16-layer model
@@ -455,6 +475,7 @@ STEPS = {
     "exact": exact,
     "overhead": overhead,
     "profile": profile,
+    "reads": reads,
     "big": big,
     "scale": scale,
     "spec": spec,
@@ -476,6 +497,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5, help="overhead: interleaved process pairs")
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
+    ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     args = ap.parse_args()
     args.deadline_at = time.perf_counter() + args.deadline
     for d in (args.shm, args.disk, args.out):

@@ -21,7 +21,8 @@ Three measurements, all greedy decode of the same prompt:
   launch (the layer's async_eval: scheduling its graph, which mlx-lm does once per token for the
   whole graph, so it is left out of `added_cpu`; the all-in figure above counts both), cache step, deferred steps (run after the token), read issue and lookahead (L+d's router graph
   and the prefetch's cache work); sync wait as wall time. For a warm full budget (device tables,
-  the synced path, lookahead 2) and a partial budget with lookahead 0 and 2. Each part is its
+  the synced path, lookahead 2) and a partial budget with lookahead 0 and 2 (lookahead 1 on a
+  model of 2 MoE layers, none on one of 1: a router looks at most to the last). Each part is its
   CPU time less the timer's own cost (a thread CPU clock read is a system call: 1-4 µs here),
   calibrated on an empty function before and after each decode; `host_cpu_with_timer` keeps
   the uncorrected sum.
@@ -294,12 +295,14 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         split["full_budget_synced"] = _split(sm, prompt, tokens, split_runs)
     finally:
         sm.close()
-    sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True, lookahead=2)
-    try:
-        split["full_budget_lookahead_2"] = _split(sm, prompt, tokens, split_runs)
-    finally:
-        sm.close()
-    for d in (0, 2):
+    ahead = min(2, layers - 1)  # a router looks at most to the last MoE layer
+    if ahead:
+        sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True, lookahead=ahead)
+        try:
+            split[f"full_budget_lookahead_{ahead}"] = _split(sm, prompt, tokens, split_runs)
+        finally:
+            sm.close()
+    for d in sorted({0, ahead}):
         sm = load(model, budget=lookahead_budget, io="buffered", with_mtp=False, lookahead=d)
         try:
             split[f"budget_{lookahead_budget}_lookahead_{d}"] = _split(
