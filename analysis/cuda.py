@@ -3,18 +3,20 @@
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
-    python -m analysis.cuda auto | lookahead | exact | overhead | shm
+    python -m analysis.cuda auto | lookahead | exact | overhead | shm | reads
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
 Reads benchmarks/results/cuda/ (what `python benchmarks/bench_cuda.py ...` wrote on the H200:
 STEP.json with each run's summary, STEP.jsonl with its pass records). Modeled times come from the
 records through the device model (specdec.clock.passes `remodel`) on the profile of the machine
-each run ran on. Two sessions, two lent machines: the first's `h200.yaml` as `specdec bench device`
+each run ran on. Three sessions, three lent machines: the first's `h200.yaml` as `specdec bench device`
 measured it, and the same with `land_gbps` fitted on its five scale runs (what landing a read in
 the GPU's memory costs: CUDA managed memory migrates on first touch), `h200-landing.yaml`; the
 second's `h200-r2.yaml`, every field measured by `specdec bench device` (its `landing`
-microbenchmark included), nothing fitted. A run's `session` (absent: 1) says which.
+microbenchmark included), nothing fitted; the third's `h200-r3.yaml`, the same with its read curve
+measured into slots the GPU has just read (`reads`: that and the fresh arena side by side). A
+run's `session` (absent: 1) says which.
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")  # from disk: the model's domain
 # session -> the profiles of the machine its runs ran on; the last is the one they are modeled on
 # (the first session measured no landing: h200-landing fitted it)
-SESSIONS = {1: ("h200", "h200-landing"), 2: ("h200-r2",)}
+SESSIONS = {1: ("h200", "h200-landing"), 2: ("h200-r2",), 3: ("h200-r3",)}
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 
 
 def profiles() -> dict:
-    return {p: load_profile(RESULTS / f"{p}.yaml") for p in ("h200", "h200-landing", "h200-r2")}
+    return {p: load_profile(RESULTS / f"{p}.yaml") for s in SESSIONS.values() for p in s}
 
 
 def own(row: dict) -> str:
@@ -127,7 +129,7 @@ def spec_rows() -> list[dict]:
     out, plain = [], {}
     for step in ("spec", "drafters", "auto"):
         for row in runs(step):
-            key = (step, row["budget"], row["routing"])
+            key = (step, row.get("session", 1), row["budget"], row["routing"])
             if row["drafter"] == "none":
                 plain.setdefault(key, row)
                 continue
@@ -166,16 +168,19 @@ def break_even_text(profs: dict) -> str:
     for row in spec_rows():
         if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
             alpha = float(row["drafter"].split(":")[1])
-            by.setdefault((row["budget"], row["gamma"]), []).append(
+            by.setdefault((row.get("session", 1), row["budget"], row["gamma"]), []).append(
                 (alpha, *_speedups(row, profs), own(row))
             )
-    for (budget, gamma), pts in sorted(by.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
+    for (session, budget, gamma), pts in sorted(
+        by.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2]))
+    ):
         pts.sort()
         meas = _crossing([(a, m) for a, m, _, _ in pts])
         mod = _crossing([(a, d[prof]) for a, _, d, prof in pts])
         lo, hi = pts[0][0], pts[-1][0]
         lines.append(
-            f"- {budget}, γ = {gamma}: measured break-even α {_crossing_text(meas, lo, hi)}; "
+            f"- session {session}, {budget}, γ = {gamma}: measured break-even α "
+            f"{_crossing_text(meas, lo, hi)}; "
             f"modeled ({pts[0][3]}) {_crossing_text(mod, lo, hi)}"
         )
     return "\n".join(lines) + "\n"
@@ -289,7 +294,7 @@ def exact_table() -> str:
     body, diffs = [], []
     for model in ("tiny", "qwen3", "minimax", "deepseek"):
         for case, r in data.get(model, {}).items():
-            if case == "reference":
+            if case == "reference" or not isinstance(r, dict):  # session, command
                 continue
             if case.startswith("layer_diffs"):
                 diffs.append([model, ", ".join(f"{d:.2g}" for d in r["layers"]),
@@ -326,6 +331,23 @@ def overhead_table() -> str:
              "per pair", "pairs", "added µs per MoE layer", "in one process: one graph per token",
              "started per layer"]  # fmt: skip
     return md_table(heads, body)
+
+
+def reads_table() -> str:
+    """The read bench of the third session's machine at the 16-layer model's block size: into
+    a fresh arena, into slots a GPU computation has just read (CUDA managed pages then live on
+    the GPU and migrate back under the read), and one block at a time."""
+    data = json.loads((RESULTS / "reads.json").read_text())
+    rows: dict = {}
+    for p in data["paths"]:
+        rows.setdefault(p["name"], {})[p["threads"]] = p["gbps"]
+    threads = sorted({t for r in rows.values() for t in r})
+    base = rows["preadv_direct_arena"]
+    body = [[name, *(f"{r[t]:.2f} ({r[t] / base[t]:.2f}x)" for t in threads)]
+            for name, r in rows.items()]  # fmt: skip
+    heads = ["path (O_DIRECT, page cache bypassed)", *(f"{t} threads, GB/s" for t in threads)]
+    return (f"{data['block_bytes']}-byte blocks, {data['bytes_per_run'] >> 20} MiB a run, median "
+            f"of {data['rounds']} runs; ratio to the fresh arena\n\n") + md_table(heads, body)  # fmt: skip
 
 
 def landing(write: bool = False) -> str:
@@ -373,20 +395,24 @@ def figure() -> str:
         if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
             meas, mod = _speedups(row, profs)
             alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
-            by.setdefault(row["budget"], {}).setdefault(int(row["gamma"]), []).append(
+            panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
+            by.setdefault(panel, {}).setdefault(int(row["gamma"]), []).append(
                 (alpha, meas, mod[own(row)])
             )
-    budgets = [b for b in ("128slots", "10%", "9GB") if b in by]
-    fig, axes = plt.subplots(1, len(budgets), figsize=(4 * len(budgets), 4), sharey=True)
-    for ax, budget in zip(axes, budgets, strict=True):
-        for i, (gamma, pts) in enumerate(sorted(by[budget].items())):
+    order = ("128slots", "10%", "9GB")
+    panels = sorted((p for p in by if len({a for pts in by[p].values() for a, *_ in pts}) > 1),
+                    key=lambda p: (p[0], order.index(p[1])))  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharey=True)
+    for ax, panel in zip(axes, panels, strict=True):
+        for i, (gamma, pts) in enumerate(sorted(by[panel].items())):
             pts.sort()
             color = f"C{i}"
             ax.plot([p[0] for p in pts], [p[2] for p in pts], "-", color=color, alpha=0.6)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=color,
                     label=f"γ = {gamma}")  # fmt: skip
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_title(f"budget {budget}", fontsize=10)
+        ax.set_title(f"budget {panel[1]}, session {panel[0]} ({SESSIONS[panel[0]][-1]})",
+                     fontsize=10)  # fmt: skip
         ax.set_xlabel("oracle acceptance α (as set)")
     axes[0].set_ylabel("speed-up over plain decoding")
     axes[0].legend(fontsize=8)
@@ -408,6 +434,7 @@ TABLES = {
     "exact": exact_table,
     "shm": shm_table,
     "overhead": overhead_table,
+    "reads": reads_table,
     "figure": figure,
     "landing": landing,
 }
