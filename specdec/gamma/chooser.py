@@ -48,7 +48,9 @@ taken for tokens after the pass, whose plain rate is unknown (a cold start's is 
 cache's; crediting it let one early rejected pass cost a 96-token run 6%, issue 24). Both also
 reserve what the run may read beyond plain once it decodes plainly again: under LRU at most
 the cache's size in whole reads, whatever follows (two LRU caches fed the same keys from any
-states differ by at most their size in misses; `cache_blocks`). The second check prices the
+states differ by at most their size in misses; `cache_blocks`; and no smaller reserve is a bound:
+one key plain never read, then the old keys asked oldest first, costs the run exactly its size,
+tests/gamma/test_gamma_auto.py). The second check prices the
 pass at its worst (every position's and every draft's non-resident experts missing) against
 (1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it stays within
 (1 + BOUND) of plain's bytes, by construction under LRU (other policies are not bounded so),

@@ -411,3 +411,18 @@ def test_an_lru_run_reads_at_most_its_cache_size_beyond_plain_afterwards():
         assert 0 < extra <= 16, (trial, extra)
         over += extra > len(lost)
     assert over > 0, "the lost blocks alone would have been a bound: then this checks little"
+
+
+def test_one_extra_key_can_cost_an_lru_run_its_whole_cache_size():
+    # the reserve above is tight: no smaller one holds by construction under LRU. One key plain
+    # never read (a rejected draft's expert) evicts the run's oldest; asking the old keys again,
+    # oldest first, then evicts each next one just before it is asked for: the run misses every
+    # one of them while plain hits them all, and only then are the two caches alike again
+    k = 16
+    plain, run = (ExpertCache(k, make_policy("lru", k)) for _ in range(2))
+    for c in (plain, run):
+        c.access(list(range(k)))
+    run.access([k + 100])  # the pass's extra key
+    extra = sum(len(run.access([key])) - len(plain.access([key])) for key in range(k))
+    assert extra == k
+    assert sorted(run.resident_keys()) == sorted(plain.resident_keys())
