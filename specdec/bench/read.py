@@ -320,6 +320,13 @@ def bench_read(
         directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
     if directory is not None and not Path(directory).is_dir():
         raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
+    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+    free = shutil.disk_usage(where).free
+    if file_bytes > free:  # before the block table and the file are made
+        raise StoreError(
+            f"--file-bytes {file_bytes}: more than the {free} bytes free in {where}; "
+            "give a smaller file or another --dir"
+        )
     work = Path(tempfile.mkdtemp(prefix="specdec-bench-read-", dir=directory))
     try:
         bf = make_bench_file(work, block_bytes, file_bytes)

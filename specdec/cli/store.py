@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,12 +129,6 @@ def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise StoreError(f"--{name.replace('_', '-')} {getattr(args, name)}: give at least 1")
     if min(args.threads) < 1:
         raise StoreError(f"--threads {min(args.threads)}: give at least 1 thread")
-    free = shutil.disk_usage(args.dir).free if Path(args.dir).is_dir() else None
-    if free is not None and args.file_bytes > free:  # it allocated a block table first
-        raise StoreError(
-            f"--file-bytes {args.file_bytes}: more than the {free} bytes free in --dir {args.dir}; "
-            "give a smaller file"
-        )
     return bench_read(
         args.dir,
         args.block_bytes,

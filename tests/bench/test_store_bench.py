@@ -97,3 +97,15 @@ def test_bench_read_refuses_a_file_larger_than_the_free_space(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"specdec: error: --file-bytes {2**62}: more than")
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_bench_read_without_dir_checks_the_space_where_it_writes(tmp_path, monkeypatch, capsys):
+    """No --dir (the documented `python benchmarks/bench_read.py` form) was a TypeError
+    traceback: the free-space check took the missing --dir for a path."""
+    from specdec.cli import main
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    assert main(["bench", "read", "--file-bytes", str(2**62)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"specdec: error: --file-bytes {2**62}: more than")
+    assert list(tmp_path.iterdir()) == []
