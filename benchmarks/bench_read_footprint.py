@@ -7,20 +7,18 @@ Each round, in a shuffled order: a plain Python loop of `os.preadv` (one thread,
 226 distinct blocks in random order, O_DIRECT) into a single buffer, and into 64 buffers used in
 turn, each buffer of huge pages (MAP_HUGETLB where huge pages are reserved: as root this script
 reserves them and restores the setting after, as bench_read.py does for fio; else transparent
-huge pages), and fio psync with `--mem=shmhuge` (one buffer per job) on the same file with a fresh
-random order. No specdec code reads here: it isolates the destination's footprint. Writes
+huge pages), and fio psync with `--mem=shmhuge` (one buffer per job; specdec.bench.fio, as
+`specdec bench read` runs it) on the same file with a fresh random order. No specdec code reads here: it isolates the destination's footprint. Writes
 benchmarks/results/read_footprint.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,11 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specdec.bench import fio as fiobench  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 BLOCK, N_BLOCKS, READS, SLOTS = 1183744, 900, 226, 64
 MAP_HUGETLB = 0x40000  # Linux; Python's mmap module does not export it before 3.13
 NR = Path("/proc/sys/vm/nr_hugepages")
+FIO = fiobench.FioConfig("psync", 1, "shmhuge")  # fio's best at one read in flight here
 
 
 def buffer(size: int) -> tuple[mmap.mmap, str]:
@@ -65,14 +65,6 @@ def python_loop(path: Path, slots: int, seed: int) -> float:
         buf.close()
 
 
-def fio(path: Path) -> float:
-    cmd = ["fio", "--name=r", f"--filename={path}", "--rw=randread", f"--bs={BLOCK}", "--direct=1",
-           "--ioengine=psync", "--mem=shmhuge", "--numjobs=1", f"--size={N_BLOCKS * BLOCK}",
-           f"--io_size={READS * BLOCK}", "--randrepeat=0", "--output-format=json"]  # fmt: skip
-    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    return out["jobs"][0]["read"]["bw_bytes"] / 1e9
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=ROOT)
@@ -102,7 +94,10 @@ def main() -> int:
                     os.close(fd)
                     seed = rng.randrange(1 << 30)
                     slots = 1 if name == "one buffer" else SLOTS
-                    got = fio(path) if name.startswith("fio") else python_loop(path, slots, seed)
+                    if name.startswith("fio"):
+                        got = fiobench.run(path, BLOCK, FIO, READS, seed)
+                    else:
+                        got = python_loop(path, slots, seed)
                     runs[name].append(got)
         finally:
             if old is not None:
@@ -111,7 +106,9 @@ def main() -> int:
     per_round = {k: [a / b for a, b in zip(v, runs["fio psync shmhuge"], strict=True)]
                  for k, v in runs.items() if not k.startswith("fio")}  # fmt: skip
     result = {
-        "command": "python benchmarks/bench_read_footprint.py " + " ".join(sys.argv[1:]),
+        # results name no machine's paths
+        "command": "python benchmarks/bench_read_footprint.py "
+        + " ".join(sys.argv[1:]).replace(str(args.dir), "DIR"),
         "block_bytes": BLOCK, "reads_per_run": READS, "buffers": kind,
         "gbps": runs, "median_gbps": med, "over_fio_per_round": per_round,
         "machine": machine_info(),

@@ -2,7 +2,9 @@
 
 Every configuration reads the same file with O_DIRECT random reads of whole blocks, no block
 twice in a run (a time-based run loops over the file, and a host-side cache of a virtual disk
-could serve the repeats), with `threads` reads in flight:
+could serve the repeats), in an order drawn from the run's seed as our paths' are (fio's default
+repeats one order every run: the same blocks each round, which such a cache could serve too),
+with `threads` reads in flight:
 
     psync      numjobs = threads, each job on its own 1/threads slice (our thread pool's model)
     libaio     one job, iodepth = threads
@@ -76,8 +78,9 @@ def configs(block_bytes: int, threads: tuple[int, ...]) -> list[FioConfig]:
     return [FioConfig(e, t, m) for t in threads for e in ENGINES for m in mems]
 
 
-def command(file: Path, block_bytes: int, cfg: FioConfig, n_reads: int) -> list[str]:
-    """fio random O_DIRECT reads of n_reads distinct blocks, cfg.threads in flight."""
+def command(file: Path, block_bytes: int, cfg: FioConfig, n_reads: int, seed: int = 0) -> list[str]:
+    """fio random O_DIRECT reads of n_reads distinct blocks, cfg.threads in flight, the order
+    drawn from `seed`."""
     n_blocks = file.stat().st_size // block_bytes
     if cfg.engine == "psync":
         span = n_blocks // cfg.threads * block_bytes
@@ -101,13 +104,14 @@ def command(file: Path, block_bytes: int, cfg: FioConfig, n_reads: int) -> list[
         *jobs,
         f"--size={span}",
         f"--io_size={per_job}",
+        f"--randseed={seed}",
         "--group_reporting",
         "--output-format=json",
     ]
 
 
-def run(file: Path, block_bytes: int, cfg: FioConfig, n_reads: int) -> float:
+def run(file: Path, block_bytes: int, cfg: FioConfig, n_reads: int, seed: int = 0) -> float:
     """GB/s of one fio run (see `command`)."""
-    cmd = command(file, block_bytes, cfg, n_reads)
+    cmd = command(file, block_bytes, cfg, n_reads, seed)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out[out.index("{") :])["jobs"][0]["read"]["bw_bytes"] / 1e9

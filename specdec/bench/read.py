@@ -347,7 +347,8 @@ def bench_read(
                 name, t = jobs[i]
                 seed = 1000 * r + int(i)
                 if name in fio_cfgs:
-                    gbps = fiobench.run(work / EXPERTS_BIN, block_bytes, fio_cfgs[name], n_reads)
+                    cfg = fio_cfgs[name]
+                    gbps = fiobench.run(work / EXPERTS_BIN, block_bytes, cfg, n_reads, seed)
                 else:
                     gbps, amp = time_path(name, bf, t, n_reads, seed)
                     if amp is not None:
