@@ -10,13 +10,13 @@
 Reads benchmarks/results/cuda/ (what `python benchmarks/bench_cuda.py ...` wrote on the H200:
 STEP.json with each run's summary, STEP.jsonl with its pass records). Modeled times come from the
 records through the device model (specdec.clock.passes `remodel`) on the profile of the machine
-each run ran on. Three sessions, three lent machines: the first's `h200.yaml` as `specdec bench device`
+each run ran on. Four sessions, four lent machines: the first's `h200.yaml` as `specdec bench device`
 measured it, and the same with `land_gbps` fitted on its five scale runs (what landing a read in
 the GPU's memory costs: CUDA managed memory migrates on first touch), `h200-landing.yaml`; the
 second's `h200-r2.yaml`, every field measured by `specdec bench device` (its `landing`
 microbenchmark included), nothing fitted; the third's `h200-r3.yaml`, the same with its read curve
-measured into slots the GPU has just read (`reads`: that and the fresh arena side by side). A
-run's `session` (absent: 1) says which.
+measured into slots the GPU has just read (`reads`: that and the fresh arena side by side); the
+fourth's `h200-r4.yaml`, measured the same way. A run's `session` (absent: 1) says which.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from analysis._runs import md_table
@@ -40,7 +41,7 @@ FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")  # from disk: the model's domain
 # session -> the profiles of the machine its runs ran on; the last is the one they are modeled on
 # (the first session measured no landing: h200-landing fitted it)
-SESSIONS = {1: ("h200", "h200-landing"), 2: ("h200-r2",), 3: ("h200-r3",)}
+SESSIONS = {1: ("h200", "h200-landing"), 2: ("h200-r2",), 3: ("h200-r3",), 4: ("h200-r4",)}
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 
 
@@ -78,6 +79,17 @@ def runs(step: str) -> list[dict]:
 def modeled_tps(row: dict, profile) -> float:
     clock = _clock(row["drafter"])
     seconds = sum(clock.remodel(profile, r).total_s for r in row["records"])
+    return row["committed"] / seconds
+
+
+def own_reads_tps(row: dict, profile) -> float:
+    """The model with the disk taken out: its modeled time on a profile whose reads cost nothing
+    (compute, syncs, landing) plus the time the run was measured blocked on reads. Its error is
+    what the model gets wrong apart from the disk's rate (which drifts between the profile's bench
+    and the runs)."""
+    clock = _clock(row["drafter"])
+    diskless = replace(profile, read_curve=((1.0, 1e9),), read_latency_s=0.0)
+    seconds = sum(clock.remodel(diskless, r).total_s + r.blocked_s for r in row["records"])
     return row["committed"] / seconds
 
 
@@ -143,6 +155,12 @@ def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
     return measured, modeled
 
 
+def _departure(got: list[int], plain: list[int]) -> str:
+    """Where a speculative run's tokens part from its plain run's (lossless: never)."""
+    first = next((i for i, (a, b) in enumerate(zip(got, plain, strict=False)) if a != b), None)
+    return "equal" if first is None and len(got) == len(plain) else f"departs at {first}"
+
+
 def spec_table() -> str:
     profs = profiles()
     body = []
@@ -154,10 +172,10 @@ def spec_table() -> str:
         body.append([
             row["budget"], row["drafter"], row["gamma"], _f(row.get("acceptance")),
             _f(measured_tps(row)), f"{measured:.2f}x", f"{modeled[own(row)]:.2f}x", own(row),
-            f"{bytes_ratio:.2f}x",
+            f"{bytes_ratio:.2f}x", _departure(row["tokens"], row["plain"]["tokens"]),
         ])  # fmt: skip
     heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured", "modeled",
-             "profile", "bytes/token vs plain"]  # fmt: skip
+             "profile", "bytes/token vs plain", "tokens vs plain"]  # fmt: skip
     return md_table(heads, body) + "\n" + break_even_text(profs)
 
 
@@ -208,24 +226,29 @@ def _crossing_text(x: float | None, lo: float, hi: float) -> str:
 
 def model_table() -> str:
     """Modeled vs measured time per token over every run from disk, each on the profiles of the
-    machine it ran on: the device model's error."""
+    machine it ran on: the device model's error, and its error with each run's own read time
+    (`own_reads_tps`: what the model misses apart from the disk's rate)."""
     profs = profiles()
-    errors: dict[str, dict[str, list[float]]] = {n: {} for n in profs}
+    errors: dict[str, dict[str, list[tuple[float, float]]]] = {n: {} for n in profs}
     for step in RUN_STEPS:
         for row in runs(step):
             for n in SESSIONS[row.get("session", 1)]:
                 err = measured_tps(row) / modeled_tps(row, profs[n]) - 1  # modeled / measured - 1
-                errors[n].setdefault(step, []).append(err)
+                own = measured_tps(row) / own_reads_tps(row, profs[n]) - 1
+                errors[n].setdefault(step, []).append((err, own))
     body = []
     for n in profs:
         allerr = [e for es in errors[n].values() for e in es]
         for step in (*[s for s in RUN_STEPS if s in errors[n]], "all"):
-            es = allerr if step == "all" else errors[n][step]
+            pairs = allerr if step == "all" else errors[n][step]
+            es, owns = [e for e, _ in pairs], [o for _, o in pairs]
             body.append([
                 n, step, len(es), f"{statistics.median(es):+.1%}",
                 f"{statistics.median(abs(e) for e in es):.1%}", f"{max(es, key=abs):+.1%}",
+                f"{statistics.median(abs(o) for o in owns):.1%}", f"{max(owns, key=abs):+.1%}",
             ])  # fmt: skip
-    heads = ["profile", "runs", "n", "median error", "median |error|", "worst"]
+    heads = ["profile", "runs", "n", "median error", "median |error|", "worst",
+             "own reads: median |error|", "worst"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -274,17 +297,17 @@ def lookahead_table() -> str:
     profs = profiles()
     for row in runs("lookahead"):
         prof = profs[own(row)]
-        key = row["budget"]
+        key = (row.get("session", 1), row["budget"])
         if row["lookahead"] == 0:
             base[key] = row
         b = base[key]
         body.append([
-            key, row["lookahead"], _f(measured_tps(row)),
+            *key, row["lookahead"], _f(measured_tps(row)),
             f"{measured_tps(row) / measured_tps(b):.2f}x",
             f"{modeled_tps(row, prof) / modeled_tps(b, prof):.2f}x",
             f"{row['bytes_per_token'] / 1e6:.0f}", f"{row['hit_rate']:.2f}",
         ])  # fmt: skip
-    heads = ["budget", "lookahead", "tok/s", "vs none, measured", "vs none, modeled",
+    heads = ["session", "budget", "lookahead", "tok/s", "vs none, measured", "vs none, modeled",
              "MB read/token", "hit rate"]  # fmt: skip
     return md_table(heads, body)
 
@@ -322,14 +345,19 @@ def overhead_table() -> str:
         ours, peer = r["specdec_tokens_per_s"]["median"], r["mlx_lm_tokens_per_s"]["median"]
         layers = r["moe_layers"]
         extra = (1 / ours - 1 / peer) / layers * 1e6
+        warm = r.get("in_process") or {}  # mlx-lm's generate_step and ours, warm, one process
+        host = warm.get("host_us_per_moe_layer", {}).get("full_budget", {})
         body.append([
             model, layers, f"{ours:.0f}", f"{peer:.0f}", f"{r['ratio']['median']:.2f}x",
             f"{r['ratio']['min']:.2f}-{r['ratio']['max']:.2f}", len(r["ratio"]["all"]),
             f"{extra:.0f}", f"{ab['one graph per token']:.0f}", f"{ab['started per layer']:.0f}",
+            _f(warm.get("ratio")), _f(warm.get("added_us_per_moe_layer"), ".0f"),
+            _f(host.get("host_cpu"), ".0f"),
         ])  # fmt: skip
     heads = ["shape", "MoE layers", "specdec tok/s", "mlx-lm tok/s", "ratio (median)",
              "per pair", "pairs", "added µs per MoE layer", "in one process: one graph per token",
-             "started per layer"]  # fmt: skip
+             "started per layer", "warm, one process: ours / mlx-lm", "added µs per MoE layer",
+             "our host CPU µs per MoE layer"]  # fmt: skip
     return md_table(heads, body)
 
 

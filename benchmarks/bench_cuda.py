@@ -31,7 +31,8 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
     spec       oracle α 0.5-1.0 × γ 1/2/3/4/8 at three budgets, trace routing: measured seconds
     auto       --gamma auto beside them
     drafters   self and lookup at the same budgets
-    lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router)
+    lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); since
+               the fourth session refused on CUDA (its runs changed greedy output)
     shm        the scale runs from a copy of the pack in /dev/shm: the "fast SSD" end
 """
 
@@ -408,7 +409,7 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
                 s = res.summary
                 row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma),
                        "routing": routing, "lookahead": lookahead, "io": io,
-                       "tokens": res.tokens}  # fmt: skip
+                       "session": args.session, "tokens": res.tokens}  # fmt: skip
                 rows.append(row)
                 sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
                                        "records": [r.__dict__ for r in res.records]},
@@ -497,6 +498,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5, help="overhead: interleaved process pairs")
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
+    ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     args = ap.parse_args()
     args.deadline_at = time.perf_counter() + args.deadline
@@ -510,7 +512,7 @@ def main() -> int:
         t0 = time.perf_counter()
         print(f"[{step}] start", flush=True)
         try:
-            save(Path(args.out), step, STEPS[step](args), t0)
+            save(Path(args.out), step, {"session": args.session, **STEPS[step](args)}, t0)
         except Exception as e:  # noqa: BLE001 -- the next steps still run; the failure is kept
             import traceback
 

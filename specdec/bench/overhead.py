@@ -22,7 +22,8 @@ Three measurements, all greedy decode of the same prompt:
   whole graph, so it is left out of `added_cpu`; the all-in figure above counts both), cache step, deferred steps (run after the token), read issue and lookahead (L+d's router graph
   and the prefetch's cache work); sync wait as wall time. For a warm full budget (device tables,
   the synced path, lookahead 2) and a partial budget with lookahead 0 and 2 (lookahead 1 on a
-  model of 2 MoE layers, none on one of 1: a router looks at most to the last). Each part is its
+  model of 2 MoE layers, none on one of 1: a router looks at most to the last; none on CUDA,
+  where lookahead is refused). Each part is its
   CPU time less the timer's own cost (a thread CPU clock read is a system call: 1-4 µs here),
   calibrated on an empty function before and after each decode; `host_cpu_with_timer` keeps
   the uncorrected sum.
@@ -43,6 +44,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
+from specdec.core.accelerator import on_cuda
 from specdec.core.blas import fast_blas_env
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
@@ -295,7 +297,8 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         split["full_budget_synced"] = _split(sm, prompt, tokens, split_runs)
     finally:
         sm.close()
-    ahead = min(2, layers - 1)  # a router looks at most to the last MoE layer
+    # a router looks at most to the last MoE layer; none on CUDA, where it is refused (loader)
+    ahead = 0 if on_cuda() else min(2, layers - 1)
     if ahead:
         sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True, lookahead=ahead)
         try:

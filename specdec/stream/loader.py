@@ -34,6 +34,7 @@ from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL, resolve_model
 from specdec.checkpoint.config_check import check_config, check_quantized
 from specdec.checkpoint.discover import model_classes, switch_sites
 from specdec.checkpoint.families import Family, get_family
+from specdec.core.accelerator import on_cuda
 from specdec.core.errors import SpecdecError, StoreError
 from specdec.core.files import cache_root, check_readable
 from specdec.pack.agree import check_experts, check_layers
@@ -255,6 +256,12 @@ def _load_packed(
     blocks = {lid: site.block for lid, site in sites.items()}
     if lookahead:
         family.require_route(f"--lookahead {lookahead}")
+        if on_cuda():  # measured: docs/results/cuda.md, "Router lookahead where reads dominate"
+            raise SpecdecError(
+                f"--lookahead {lookahead} on CUDA: its reads land in managed memory while kernels "
+                "run on neighbouring slots, and on an H200 that changed greedy output in every "
+                "run measured; use --lookahead 0 there (on CPU and Apple silicon it is exact)"
+            )
     n_main = len(model.layers)
     check_layers(packed, sorted(blocks), n_main, index)
 

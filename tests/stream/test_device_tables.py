@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from specdec.core.errors import BudgetError
+from specdec.core.errors import BudgetError, SpecdecError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import Decode, DecodeConfig
 from specdec.stream.loader import load
@@ -180,3 +180,15 @@ def test_warm_lands_the_experts_on_cuda_only(ckpt, monkeypatch, cuda):
     sm = load(ckpt, budget="100%", io="buffered", with_mtp=False)  # not warm: nothing landed
     sm.close()
     assert touched == []
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_lookahead_is_refused_on_cuda_only(ckpt, monkeypatch, cuda):
+    # on the H200 every lookahead run's greedy tokens departed from plain's (its reads land in
+    # managed memory while kernels run); the backend check is patched, as CI has no GPU
+    monkeypatch.setattr("specdec.stream.loader.on_cuda", lambda: cuda)
+    if cuda:
+        with pytest.raises(SpecdecError, match="--lookahead 1 on CUDA.*use --lookahead 0"):
+            load(ckpt, budget="50%", io="buffered", with_mtp=False, lookahead=1)
+        return
+    load(ckpt, budget="50%", io="buffered", with_mtp=False, lookahead=1).close()
