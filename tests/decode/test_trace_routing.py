@@ -81,6 +81,23 @@ def test_speculation_under_trace_routing_is_lossless_and_rejects_route_apart(tin
     assert apart > 0, "rejected drafts route as the replay models them, not as the trace"
 
 
+def test_trace_routed_greedy_is_the_same_at_every_budget(tiny, trace):
+    # given routing leaves only the slots to vary with the budget, and streaming must not change
+    # what the model computes (on the H200 trace-routed plain split by budget at 16 layers)
+    prompt = tiny.encode("import os\n")
+    tiny.reset_cache()
+    want = generate(tiny, prompt, "none", DecodeConfig(1, 24), stop_at_eos=False, routing=trace)
+    for budget, warm in (("16slots", False), ("100%", True)):
+        sm = load("tiny", budget=budget, io="buffered", with_mtp=False, warm=warm)
+        try:
+            got = generate(sm, prompt, "none", DecodeConfig(1, 24), stop_at_eos=False,
+                           routing=trace)  # fmt: skip
+        finally:
+            sm.close()
+        assert got.tokens == want.tokens, budget
+        assert got.summary["hit_rate"] != want.summary["hit_rate"], "the budgets must differ"
+
+
 def test_a_trace_of_another_shape_is_refused(tiny):
     other = synthetic_trace(50, n_layers=4, n_experts=16, top_k=4, seed=1)
     with pytest.raises(SpecdecError, match="record or synthesize a trace of this model's shape"):
