@@ -34,6 +34,7 @@ from specdec.clock.passes import PassClock
 from specdec.clock.profiles import load_profile
 from specdec.clock.shapes import ModelShape
 from specdec.decode.records import PassRecord
+from specdec.decode.run import first_departure
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "cuda"
@@ -87,9 +88,10 @@ def own_reads_tps(row: dict, profile) -> float:
     (compute, syncs, landing) plus the time the run was measured blocked on reads. Its error is
     what the model gets wrong apart from the disk's rate (which drifts between the profile's bench
     and the runs)."""
-    clock = _clock(row["drafter"])
     diskless = replace(profile, read_curve=((1.0, 1e9),), read_latency_s=0.0)
-    seconds = sum(clock.remodel(diskless, r).total_s + r.blocked_s for r in row["records"])
+    seconds = row["committed"] / modeled_tps(row, diskless) + sum(
+        r.blocked_s for r in row["records"]
+    )
     return row["committed"] / seconds
 
 
@@ -157,8 +159,8 @@ def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
 
 def _departure(got: list[int], plain: list[int]) -> str:
     """Where a speculative run's tokens part from its plain run's (lossless: never)."""
-    first = next((i for i, (a, b) in enumerate(zip(got, plain, strict=False)) if a != b), None)
-    return "equal" if first is None and len(got) == len(plain) else f"departs at {first}"
+    first = first_departure(got, plain)
+    return "equal" if first is None else f"departs at {first}"
 
 
 def spec_table() -> str:

@@ -287,8 +287,9 @@ def layer_diffs(resident_model, streamed, prompt: list[int]) -> dict:
 
 
 def _agree(got: list[int], want: list[int]) -> dict:
-    first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
-    return {"equal": got == want, "first_departure": first}
+    from specdec.decode.run import first_departure
+
+    return {"equal": got == want, "first_departure": first_departure(got, want)}
 
 
 # ---------------------------------------------------------------- overhead, profile

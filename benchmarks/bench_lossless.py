@@ -39,7 +39,7 @@ from specdec.checkpoint.bundled import resolve_model  # noqa: E402
 from specdec.core.blas import ensure_fast_blas  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 from specdec.decode.loop import DecodeConfig  # noqa: E402
-from specdec.decode.run import generate  # noqa: E402
+from specdec.decode.run import first_departure, generate  # noqa: E402
 from specdec.probes.report import md_table  # noqa: E402
 from specdec.stream.loader import load  # noqa: E402
 from specdec.trace.prompts import load_prompts  # noqa: E402
@@ -59,11 +59,6 @@ def margins(model, prompt: list[int], plain: list[int]) -> np.ndarray:
         row = np.sort(np.array(model(mx.array([[tok]]), cache=cache)[0, -1].astype(mx.float32)))
         out.append(float(row[-1] - row[-2]))
     return np.array(out)
-
-
-def first_departure(got: list[int], ref: list[int]) -> int | None:
-    at = next((i for i, (a, b) in enumerate(zip(got, ref, strict=False)) if a != b), None)
-    return min(len(got), len(ref)) if at is None and len(got) != len(ref) else at
 
 
 def run_prompts(budget: str, indices: list[int], tokens: int) -> list[dict]:

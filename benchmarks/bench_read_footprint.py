@@ -8,8 +8,8 @@ Each round, in a shuffled order: a plain Python loop of `os.preadv` (one thread,
 turn, each buffer of huge pages (MAP_HUGETLB where huge pages are reserved: as root this script
 reserves them and restores the setting after, as bench_read.py does for fio; else transparent
 huge pages), and fio psync with `--mem=shmhuge` (one buffer per job; specdec.bench.fio, as
-`specdec bench read` runs it) on the same file with a fresh random order. No specdec code reads here: it isolates the destination's footprint. Writes
-benchmarks/results/read_footprint.json.
+`specdec bench read` runs it) on the same file with a fresh random order. No specdec code reads
+here: it isolates the destination's footprint. Writes benchmarks/results/read_footprint.json.
 """
 
 from __future__ import annotations

@@ -19,14 +19,14 @@ Three measurements, all greedy decode of the same prompt:
   CPU time (robust to waiting and to other processes on the cores): graph building (our call's
   own Python; `added_cpu` subtracts what mlx-lm's SwitchGLU spends on the same arithmetic),
   launch (the layer's async_eval: scheduling its graph, which mlx-lm does once per token for the
-  whole graph, so it is left out of `added_cpu`; the all-in figure above counts both), cache step, deferred steps (run after the token), read issue and lookahead (L+d's router graph
-  and the prefetch's cache work); sync wait as wall time. For a warm full budget (device tables,
-  the synced path, lookahead 2) and a partial budget with lookahead 0 and 2 (lookahead 1 on a
-  model of 2 MoE layers, none on one of 1: a router looks at most to the last; none on CUDA,
-  where lookahead is refused). Each part is its
-  CPU time less the timer's own cost (a thread CPU clock read is a system call: 1-4 µs here),
-  calibrated on an empty function before and after each decode; `host_cpu_with_timer` keeps
-  the uncorrected sum.
+  whole graph, so it is left out of `added_cpu`; the all-in figure above counts both), cache
+  step, deferred steps (run after the token), read issue and lookahead (L+d's router graph and
+  the prefetch's cache work); sync wait as wall time. For a warm full budget (device tables, the
+  synced path, lookahead 2) and a partial budget with lookahead 0 and 2 (lookahead 1 on a model
+  of 2 MoE layers, none on one of 1: a router looks at most to the last; none on CUDA, where
+  lookahead is refused). Each part is its CPU time less the timer's own cost (a thread CPU
+  clock read is a system call: 1-4 µs here), calibrated on an empty function before and after
+  each decode; `host_cpu_with_timer` keeps the uncorrected sum.
 """
 
 from __future__ import annotations

@@ -80,6 +80,13 @@ def plain_greedy(
     return list(run.generated)
 
 
+def first_departure(got: list[int], want: list[int]) -> int | None:
+    """The first position where `got` parts from `want` (the shorter one's length where one is
+    a prefix of the other); None where they are equal token for token (the lossless contract)."""
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    return min(len(got), len(want)) if at is None and len(got) != len(want) else at
+
+
 def generate(
     sm: StreamedModel,
     prompt: list[int],

@@ -22,7 +22,7 @@ from mlx_lm.generate import generate_step
 
 from specdec.cache.policies import POLICIES
 from specdec.decode.loop import DecodeConfig
-from specdec.decode.run import generate
+from specdec.decode.run import first_departure, generate
 from specdec.stream.loader import load
 from tests.helpers import random_checkpoint
 
@@ -76,3 +76,9 @@ def test_speculation_is_lossless(reference, gamma, drafter, seed, slots, policy,
     s = res.summary
     assert s["committed"] == N_TOKENS - 1  # the prefill commits the first token
     assert s["hits"] + s["misses"] == sum(r.accesses for r in res.records)
+
+
+def test_first_departure_names_where_two_runs_part():
+    assert first_departure([1, 2, 3], [1, 2, 3]) is None
+    assert first_departure([1, 5, 3], [1, 2, 3]) == 1
+    assert first_departure([1, 2], [1, 2, 3]) == 2  # one a prefix of the other: not equal
