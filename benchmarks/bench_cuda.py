@@ -1,7 +1,7 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
-    steps: check models exact overhead profile reads big scale spec auto drafters lookahead shm
+    steps: check offsets models exact overhead profile reads big scale spec auto drafters lookahead shm
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -12,8 +12,13 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
                array of slots' strided views is refused; mlx-lm's QuantizedMultiLinear refused
                as is, taken rank-safe (checkpoint/backend.py); O_DIRECT into the arena (CUDA
                managed memory) or the staging fallback
+    offsets    where MLX's CUDA gather kernels stop finding a slot: gather_qmm (8 rows, 1 row,
+               64 sorted rows; bf16 and float32 activations) and gather_mm on weights whose
+               experts run past 2^31 and 2^32 elements, each slot's output against the same
+               expert alone; and the arena's copy path (stream/streamed.py) at the same slots
     models     real-shape random checkpoints in --shm: qwen3-30b-a3b (4 layers), minimax-m2.5
-               (2 layers), deepseek-v3 (4 layers, 64 experts, with MTP)
+               (2 and 4 layers), deepseek-v3 (4 layers, 64 experts, with MTP); with
+               --exact-models, those and the 2-layer minimax (`profile` runs on it)
     exact      streamed greedy tokens vs mlx-lm's resident greedy on the same backend, budgets
                from one token's experts to 100% --warm, the bundled tiny model and the three
                shapes; γ = 4 lossless for oracle, self, lookup (and MTP on the DeepSeek-V3
@@ -52,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from specdec.core.machine import machine_info  # noqa: E402
+from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 SPECDEC = [sys.executable, "-m", "specdec"]
 PROMPT = "def f(x):"
@@ -66,6 +71,8 @@ SMALL = {  # preset, layers, experts
     "qwen3": ("qwen3-30b-a3b", 4, None),
     "minimax": ("minimax-m2.5", 2, None),
     "deepseek": ("deepseek-v3", 4, 64),
+    # 1024 experts of 4.7M 4-bit elements a projection: at 100% the arena passes 2^32 of them
+    "minimax4": ("minimax-m2.5", 4, None),
 }
 
 
@@ -85,10 +92,8 @@ def save(out: Path, step: str, result: dict, t0: float) -> None:
         "machine": machine_info(),
         **result,
     }
-    path = out / f"{step}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    tmp.replace(path)
+    # the home directory as "~", the repository relative: results are read on other machines
+    write_result(out / f"{step}.json", json.loads(json.dumps(result, default=str)))
     print(f"[{step}] done in {result['seconds']} s", flush=True)
 
 
@@ -169,12 +174,85 @@ def check(args) -> dict:
     return out
 
 
+def offsets(args, limits=(2**31, 2**32), qmm_nk=(1536, 3072), mm_nk=(2048, 2048)) -> dict:
+    """The kernels at slots just below and past each of `limits` elements (the defaults: a
+    MiniMax-M2.5 gate projection's 4.7M 4-bit elements a slot, bf16 experts of 4.2M)."""
+    from specdec.stream.streamed import _union_copy
+
+    out: dict = {"mlx": mx.__version__}
+    rng = np.random.default_rng(0)
+
+    def case(name, run, w_parts, per_slot, n_rows, dtype, sorted_rows=False):
+        """Slots around 2^31 and 2^32 elements: the output at each against the expert alone."""
+        n_slots = w_parts[0].shape[0]
+        k = w_parts[0].shape[-1] * (8 if w_parts[0].dtype == mx.uint32 else 1)
+        x = mx.array(rng.standard_normal((n_rows, 1, k)).astype(np.float32)).astype(dtype)
+        rows = []
+        for lim in limits:
+            for slot in (lim // per_slot - 1, lim // per_slot + 1):
+                if slot >= n_slots:
+                    continue
+                idx = mx.full((n_rows,), slot, dtype=mx.uint32)
+                row = {"slot": int(slot), "elements_from_start": int(slot) * per_slot}
+                try:  # the expert alone: a one-slot view, its offset taken on the host in 64 bits
+                    alone = run(
+                        x, [p[slot : slot + 1] for p in w_parts], mx.zeros_like(idx), sorted_rows
+                    )
+                    got = run(x, w_parts, idx, sorted_rows)
+                    views, local = _union_copy(dict(enumerate(w_parts)), idx)
+                    copied = run(x, [views[i] for i in range(len(w_parts))], local, sorted_rows)
+                    row["direct_equal"] = bool(mx.array_equal(got, alone).item())
+                    row["copied_equal"] = bool(mx.array_equal(copied, alone).item())
+                except RuntimeError as e:  # a refusal is a finding; the other cases still run
+                    row["refused"] = str(e)[:200]
+                rows.append(row)
+        out[name] = rows
+        print(f"  {name}: {rows}", flush=True)
+
+    def qmm(x, parts, idx, sorted_rows):
+        return mx.gather_qmm(x, *parts, rhs_indices=idx, transpose=True, group_size=64, bits=4,
+                             sorted_indices=sorted_rows)  # fmt: skip
+
+    n, k = qmm_nk
+    n_slots = limits[-1] // (n * k) + 8
+    w = mx.random.randint(0, 2**31, (n_slots, n, k // 8)).astype(mx.uint32)
+    scales = (mx.random.uniform(shape=(n_slots, n, k // 64)) * 0.01).astype(mx.bfloat16)
+    biases = (mx.random.uniform(shape=(n_slots, n, k // 64)) * -0.01).astype(mx.bfloat16)
+    mx.eval(w, scales, biases)
+    parts = [w, scales, biases]
+    for rows, dtype, srt in ((8, mx.bfloat16, False), (1, mx.bfloat16, False),
+                             (64, mx.bfloat16, True), (8, mx.float32, False)):  # fmt: skip
+        case(f"gather_qmm rows={rows} {dtype} sorted={srt}", qmm, parts, n * k, rows, dtype, srt)
+    del w, scales, biases, parts
+    mx.clear_cache()
+
+    def mm(x, parts, idx, sorted_rows):
+        return mx.gather_mm(x, parts[0].swapaxes(-1, -2), rhs_indices=idx,
+                            sorted_indices=sorted_rows)  # fmt: skip
+
+    n, k = mm_nk
+    # made on the host: a device kernel over more than 2^32 elements fails to launch (seen)
+    bits = rng.integers(0x3C00, 0x3F80, (limits[-1] // (n * k) + 8, n, k), dtype=np.uint16)
+    wf = mx.array(bits).view(mx.bfloat16)  # values in [2^-7, 1)
+    del bits
+    mx.eval(wf)
+    for rows, srt in ((8, False), (64, True)):
+        case(f"gather_mm rows={rows} bf16 sorted={srt}", mm, [wf], n * k, rows, mx.bfloat16, srt)
+    del wf
+    mx.clear_cache()
+    return out
+
+
 # ---------------------------------------------------------------- models, exact
 
 
 def small_models(args) -> dict:
+    """The shapes `--exact-models` names (default: all) and the one `profile` runs on."""
+    only = set(args.exact_models.split(",")) | {"minimax"} if args.exact_models else set(SMALL)
     out = {}
     for key, (preset, layers, experts) in SMALL.items():
+        if key not in only:
+            continue
         src = Path(args.shm) / key
         if not (src / "config.json").exists():
             cmd = [*SPECDEC, "make-random", "--like", preset, "--layers", str(layers), str(src)]
@@ -376,6 +454,22 @@ def big(args) -> dict:
     return out
 
 
+def read_beside(sm, blocks: int = 96, seed: int = 0) -> float:
+    """GB/s of the loaded model's own reader (its threads and io, into its arena's slots, which
+    the GPU has computed on) over `blocks` random expert blocks, read right before a run: the
+    disk's rate that minute, since it drifts ±20% between a profile's bench and the runs. It
+    overwrites slots the cache still names: the caller resets the cache before decoding."""
+    src = sm.streamer.source
+    src.flush()
+    index, n_slots = src.index, src.arena.n_slots
+    keys = [(lid, e) for lid in index.layer_ids for e in range(index.layers[lid].n_experts)]
+    pick = np.random.default_rng(seed).choice(len(keys), min(blocks, len(keys)), replace=False)
+    reqs = [(*keys[i], j % n_slots) for j, i in enumerate(pick)]
+    t = time.perf_counter()
+    src.reader.read(reqs)
+    return len(reqs) * index.slot_bytes / (time.perf_counter() - t) / 1e9
+
+
 def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dict]:
     """Each (budget, drafter, γ, routing, lookahead) in plan, one loaded model per budget and
     routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl."""
@@ -402,6 +496,7 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
             for drafter, gamma in runs:
                 if time.perf_counter() > args.deadline_at:
                     break
+                beside = read_beside(sm)  # the disk's rate this minute; the cache is reset next
                 sm.reset_cache()
                 res = generate(sm, prompt, drafter, DecodeConfig(gamma, args.tokens), (prof,),
                                stop_at_eos=False, routing=given, reference=reference)  # fmt: skip
@@ -410,7 +505,8 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
                 s = res.summary
                 row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma),
                        "routing": routing, "lookahead": lookahead, "io": io,
-                       "session": args.session, "tokens": res.tokens}  # fmt: skip
+                       "session": args.session, "read_beside_gbps": beside,
+                       "tokens": res.tokens}  # fmt: skip
                 rows.append(row)
                 sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
                                        "records": [r.__dict__ for r in res.records]},
@@ -473,6 +569,7 @@ def shm(args) -> dict:
 
 STEPS = {
     "check": check,
+    "offsets": offsets,
     "models": small_models,
     "exact": exact,
     "overhead": overhead,

@@ -39,7 +39,7 @@ class PooledCache(PassNotes):
             for p, n in zip((hot, cold), sizes, strict=True)
         ]
         self.max_step = min(caps)
-        if hot.spec != cold.spec:  # one policy spec builds both pools (model/mixed.py)
+        if hot.spec != cold.spec:  # one policy spec builds both pools (stream/mixed.py)
             raise ValueError(
                 f"pools of one cache take one speculation option set: hot {hot.spec}, "
                 f"cold {cold.spec}"

@@ -5,11 +5,12 @@ by type: specdec.checkpoint.discover). On each call it reads the router's indice
 `Streamer` for the union of the call's experts (hits stay, misses are read from disk into arena
 slots), remaps expert ids to slot ids, and runs the family's own switch module, whose
 `SwitchLinear` projections are swapped for `ArenaLinear`s that call `mx.gather_(q)mm` on views of
-the arena (a mixed-precision pack: two arenas, model/mixed.py): only where the weights are read
-changes. The switch module's structure and activation
-(gpt-oss's and DeepSeek-V4.1's clamped SwiGLU, SwitchMLP's GELU), expert biases and everything
-else in the family's block (gate weighting, shared experts) are the family's own code, so
-streamed logits equal resident logits.
+the arena (a mixed-precision pack: two arenas, stream/mixed.py): only where the weights are read
+changes. On CUDA, an arena larger than MLX's gather kernels can address (`GatherReach`: 2^32
+weight elements) computes each call on copies of the experts it names, the same bits. The switch
+module's structure and activation (gpt-oss's and DeepSeek-V4.1's clamped SwiGLU, SwitchMLP's
+GELU), expert biases and everything else in the family's block (gate weighting, shared experts)
+are the family's own code, so streamed logits equal resident logits.
 
 A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
 scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
@@ -34,6 +35,8 @@ slot holding a partial or stale block is ever computed on (tests/e2e/test_fault_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -41,6 +44,7 @@ from mlx.utils import tree_flatten
 
 from specdec.checkpoint.discover import SWITCH_TYPES, projections
 from specdec.checkpoint.families import Route
+from specdec.core.accelerator import on_cuda
 from specdec.core.errors import SpecdecError
 from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
@@ -56,6 +60,60 @@ class _Hidden:
         self.__dict__.update(kw)
 
 
+@dataclass(frozen=True)
+class GatherReach:
+    """How far into an arena the backend's gather kernels find a slot's weights."""
+
+    elements: int  # a slot starting this many kernel elements in or further is misread
+    float_slots: int  # a float gather of sorted rows takes at most this many experts
+
+
+# Measured on the H200 (`python benchmarks/bench_cuda.py offsets`, MLX 0.32.4): the CUDA quantized
+# gather kernels (qmm_sm80, as 8 rows, 64 sorted rows and float32 activations run) take a slot's
+# weights from (slot × out × in) elements, a product in 32 bits, so a slot at or past 2^32 such
+# elements is read from the wrong place (one row, qmv, offsets in 64 bits and is right); float
+# gather_mm of sorted rows refuses more than 1024 experts. An arena past either computes on copies.
+CUDA_REACH = GatherReach(elements=2**32, float_slots=1024)
+FEW_ROWS = 32  # a call of at most this many (position, expert) rows copies each row's expert
+
+
+def gather_reach() -> GatherReach | None:
+    """The backend's reach; None: no limit (the CPU's and Metal's kernels offset in 64 bits)."""
+    return CUDA_REACH if on_cuda() else None
+
+
+def _past_reach(views: dict[str, mx.array], bits: int | None) -> bool:
+    """Whether an arena's views of one projection run past what the gather kernels address."""
+    reach, weight = gather_reach(), views["weight"]
+    if reach is None:
+        return False
+    return _elements(weight, bits) > reach.elements or (
+        bits is None and weight.shape[0] > reach.float_slots
+    )
+
+
+def _elements(view: mx.array, bits: int | None) -> int:
+    """A view [slots, out, cols]'s size in the kernel's elements (a packed uint32 holds 32/bits)."""
+    return view.size * 32 // bits if bits and view.dtype == mx.uint32 else view.size
+
+
+def _union_copy(views: dict[str, mx.array], indices: mx.array) -> tuple[dict, mx.array]:
+    """The slots `indices` [..., k] names, copied out of the arena into arrays of their own, and
+    indices into those: a call of few rows copies each row's expert (no host read), a longer
+    one (prefill, sorted rows) its distinct slots, in slot order so sorted indices stay sorted.
+    Each row's kernel and weights are the same as on the arena: the results are too."""
+    flat = indices.reshape(-1)  # [n]
+    if flat.size <= FEW_ROWS:
+        picked = flat
+        local = mx.arange(flat.size, dtype=indices.dtype).reshape(indices.shape)
+    else:
+        used = np.unique(np.array(flat))  # [u] sorted; a host read of the call's slots
+        lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
+        lut[used] = np.arange(len(used))
+        picked, local = mx.array(used), mx.array(lut)[indices]
+    return {name: mx.take(v, picked, axis=0) for name, v in views.items()}, local
+
+
 class ArenaLinear(nn.Module):
     """One projection of every slot: mlx-lm's (Quantized)SwitchLinear computed on arena views."""
 
@@ -66,10 +124,13 @@ class ArenaLinear(nn.Module):
             for t in layout.tensors
             if t.name.split(".", 1)[0] == proj
         }
-        self._h = _Hidden(views=views, quant=layout.quant.get(proj))
+        quant = layout.quant.get(proj)
+        self._h = _Hidden(views=views, quant=quant, copy=_past_reach(views, quant and quant.bits))
 
     def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
         v, q = self._h.views, self._h.quant
+        if self._h.copy:  # past the kernels' reach: compute on the call's experts copied out
+            v, indices = _union_copy(v, indices)
         if q is not None:
             x = mx.gather_qmm(
                 x,
