@@ -3,7 +3,7 @@
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
-    python -m analysis.cuda auto | lookahead | exact | overhead | shm | reads
+    python -m analysis.cuda auto | lookahead | exact | offsets | overhead | shm | reads
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -42,12 +42,28 @@ FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")  # from disk: the model's domain
 # session -> the profiles of the machine its runs ran on; the last is the one they are modeled on
 # (the first session measured no landing: h200-landing fitted it)
-SESSIONS = {1: ("h200", "h200-landing"), 2: ("h200-r2",), 3: ("h200-r3",), 4: ("h200-r4",)}
+SESSIONS = {
+    1: ("h200", "h200-landing"),
+    2: ("h200-r2",),
+    3: ("h200-r3",),
+    4: ("h200-r4",),
+    5: ("h200-r5",),
+}
+FIGURE_SESSION = 5  # the figure's runs: the first session whose α grid is lossless at every budget
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 
 
 def profiles() -> dict:
     return {p: load_profile(RESULTS / f"{p}.yaml") for s in SESSIONS.values() for p in s}
+
+
+def misaddressed(row: dict) -> bool:
+    """A run of the first four sessions whose arena passed MLX's CUDA gather kernels' reach:
+    at 25% and 9 GB the 16-layer model's slots from 911 start past 2^32 4-bit elements, and
+    their experts were read from the wrong place (stream/streamed.py `GatherReach`, fixed in
+    the fifth session). Its timing is what those kernels cost; its tokens, and so its realized
+    acceptance, are not the model's."""
+    return row.get("session", 1) < 5 and row["budget"] in ("25%", "9GB")
 
 
 def own(row: dict) -> str:
@@ -95,6 +111,19 @@ def own_reads_tps(row: dict, profile) -> float:
     return row["committed"] / seconds
 
 
+def beside_tps(row: dict, profile) -> float | None:
+    """The model on the profile with its read curve scaled to the read bench run beside this
+    run (`read_beside_gbps`: the run's own reader over random blocks just before it, at the
+    profile's reads in flight), so the disk's drift between the profile's bench and the run is
+    measured, not absorbed; None for runs without one (before the fifth session)."""
+    gbps = row.get("read_beside_gbps")
+    if not gbps:
+        return None
+    scale = gbps / profile.read_gbps(profile.reads_in_flight)
+    curve = tuple((n, g * scale) for n, g in profile.read_curve)
+    return modeled_tps(row, replace(profile, read_curve=curve))
+
+
 def measured_tps(row: dict) -> float:
     """Committed tokens per second of decode (the passes' wall time, prefill excluded)."""
     return row["committed"] / sum(r.wall_s for r in row["records"])
@@ -109,9 +138,10 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 
 def scale_table() -> str:
-    prof = profiles()["h200"]
+    profs = profiles()
     body = []
     for row in runs("scale"):
+        prof = profs[own(row)]  # the machine it ran on: its read bench and compute
         recs = row["records"]
         n = row["committed"]
         wall = sum(r.wall_s for r in recs)
@@ -122,12 +152,13 @@ def scale_table() -> str:
         compute = 1 / modeled_tps({**row, "records": [_no_reads(r) for r in recs]}, prof) * n
         limit = max(compute, miss / (bench * 1e9))
         body.append([
-            row["budget"], row["routing"], _f(measured_tps(row)), f"{1e3 * wall / n:.0f}",
+            row.get("session", 1), row["budget"], row["routing"], _f(measured_tps(row)),
+            f"{1e3 * wall / n:.0f}",
             f"{1e3 * blocked / n:.0f}", f"{miss / n / 1e6:.0f}", f"{row['hit_rate']:.2f}",
             f"{_read_gbps(recs):.2f}", f"{bench:.2f}", f"{wall / limit:.2f}",
         ])  # fmt: skip
-    heads = ["budget", "routing", "tok/s", "ms/token", "blocked ms/token", "MB read/token",
-             "hit rate", "read GB/s", "bench GB/s", "time / limit"]  # fmt: skip
+    heads = ["session", "budget", "routing", "tok/s", "ms/token", "blocked ms/token",
+             "MB read/token", "hit rate", "read GB/s", "bench GB/s", "time / limit"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -157,41 +188,54 @@ def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
     return measured, modeled
 
 
-def _departure(got: list[int], plain: list[int]) -> str:
+def _departure(row: dict) -> str:
     """Where a speculative run's tokens part from its plain run's (lossless: never)."""
-    first = first_departure(got, plain)
-    return "equal" if first is None else f"departs at {first}"
+    first = first_departure(row["tokens"], row["plain"]["tokens"])
+    text = "equal" if first is None else f"departs at {first}"
+    return text + (" (misaddressed experts)" if misaddressed(row) else "")
 
 
-def spec_table() -> str:
+def spec_table(session: int | None = None) -> str:
     profs = profiles()
     body = []
     for row in spec_rows():
-        if row["gamma"] == "auto":
+        if row["gamma"] == "auto" or session not in (None, row.get("session", 1)):
             continue
         measured, modeled = _speedups(row, profs)
         bytes_ratio = row["bytes_per_token"] / row["plain"]["bytes_per_token"]
         body.append([
             row["budget"], row["drafter"], row["gamma"], _f(row.get("acceptance")),
             _f(measured_tps(row)), f"{measured:.2f}x", f"{modeled[own(row)]:.2f}x", own(row),
-            f"{bytes_ratio:.2f}x", _departure(row["tokens"], row["plain"]["tokens"]),
+            f"{bytes_ratio:.2f}x", _departure(row),
         ])  # fmt: skip
     heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured", "modeled",
              "profile", "bytes/token vs plain", "tokens vs plain"]  # fmt: skip
-    return md_table(heads, body) + "\n" + break_even_text(profs)
+    return md_table(heads, body) + "\n" + break_even_text(profs, session)
 
 
-def break_even_text(profs: dict) -> str:
-    """Measured and modeled break-even α per γ (oracle runs), where the speed-up crosses 1."""
+def _oracle_grid(session: int | None = None) -> list[dict]:
+    """The oracle runs at a fixed γ whose computation was the model's (not misaddressed)."""
+    return [
+        row
+        for row in spec_rows()
+        if row["drafter"].startswith("oracle:")
+        and row["gamma"] != "auto"
+        and not misaddressed(row)
+        and session in (None, row.get("session", 1))
+    ]
+
+
+def break_even_text(profs: dict, session: int | None = None) -> str:
+    """Measured and modeled break-even α per γ (oracle runs), where the speed-up crosses 1;
+    misaddressed runs left out."""
     lines = []
     by: dict = {}
-    for row in spec_rows():
-        if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
-            alpha = float(row["drafter"].split(":")[1])
-            by.setdefault((row.get("session", 1), row["budget"], row["gamma"]), []).append(
-                (alpha, *_speedups(row, profs), own(row))
-            )
-    for (session, budget, gamma), pts in sorted(
+    for row in _oracle_grid(session):
+        alpha = float(row["drafter"].split(":")[1])
+        by.setdefault((row.get("session", 1), row["budget"], row["gamma"]), []).append(
+            (alpha, *_speedups(row, profs), own(row))
+        )
+    for (sess, budget, gamma), pts in sorted(
         by.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2]))
     ):
         pts.sort()
@@ -199,7 +243,7 @@ def break_even_text(profs: dict) -> str:
         mod = _crossing([(a, d[prof]) for a, _, d, prof in pts])
         lo, hi = pts[0][0], pts[-1][0]
         lines.append(
-            f"- session {session}, {budget}, γ = {gamma}: measured break-even α "
+            f"- session {sess}, {budget}, γ = {gamma}: measured break-even α "
             f"{_crossing_text(meas, lo, hi)}; "
             f"modeled ({pts[0][3]}) {_crossing_text(mod, lo, hi)}"
         )
@@ -231,52 +275,62 @@ def model_table() -> str:
     machine it ran on: the device model's error, and its error with each run's own read time
     (`own_reads_tps`: what the model misses apart from the disk's rate)."""
     profs = profiles()
-    errors: dict[str, dict[str, list[tuple[float, float]]]] = {n: {} for n in profs}
+    errors: dict[str, dict[str, list[tuple]]] = {n: {} for n in profs}
     for step in RUN_STEPS:
         for row in runs(step):
             for n in SESSIONS[row.get("session", 1)]:
-                err = measured_tps(row) / modeled_tps(row, profs[n]) - 1  # modeled / measured - 1
-                own = measured_tps(row) / own_reads_tps(row, profs[n]) - 1
-                errors[n].setdefault(step, []).append((err, own))
+                m = measured_tps(row)
+                err = m / modeled_tps(row, profs[n]) - 1  # modeled time / measured time - 1
+                own = m / own_reads_tps(row, profs[n]) - 1
+                beside = beside_tps(row, profs[n])
+                errors[n].setdefault(step, []).append((err, own, beside and m / beside - 1))
     body = []
     for n in profs:
         allerr = [e for es in errors[n].values() for e in es]
         for step in (*[s for s in RUN_STEPS if s in errors[n]], "all"):
-            pairs = allerr if step == "all" else errors[n][step]
-            es, owns = [e for e, _ in pairs], [o for _, o in pairs]
-            body.append([
-                n, step, len(es), f"{statistics.median(es):+.1%}",
-                f"{statistics.median(abs(e) for e in es):.1%}", f"{max(es, key=abs):+.1%}",
-                f"{statistics.median(abs(o) for o in owns):.1%}", f"{max(owns, key=abs):+.1%}",
-            ])  # fmt: skip
+            rows = allerr if step == "all" else errors[n][step]
+            cols = [[r[i] for r in rows if r[i] is not None] for i in range(3)]
+            body.append([n, step, len(rows), f"{statistics.median(cols[0]):+.1%}"]
+                        + [c for col in cols for c in _abs_worst(col)])  # fmt: skip
     heads = ["profile", "runs", "n", "median error", "median |error|", "worst",
-             "own reads: median |error|", "worst"]  # fmt: skip
+             "own reads: median |error|", "worst", "read bench beside: median |error|",
+             "worst"]  # fmt: skip
     return md_table(heads, body)
+
+
+def _abs_worst(errs: list[float]) -> list[str]:
+    """Median |error| and the worst error of a column ("—" where no run has it)."""
+    if not errs:
+        return ["—", "—"]
+    return [f"{statistics.median(abs(e) for e in errs):.1%}", f"{max(errs, key=abs):+.1%}"]
 
 
 def shm_table() -> str:
     """The runs from a copy of the pack in /dev/shm (reads at memory speed: the "fast SSD" end),
     each against the plain run at its budget there and, where one ran, on disk in the same
-    session (the spec step's plain runs)."""
-    disk = {
-        r["budget"]: r for r in runs("spec") if r.get("session") == 2 and r["drafter"] == "none"
-    }
+    session (the first plain trace-routed run of the scale and spec steps at that budget)."""
+    disk: dict = {}
+    for step in ("scale", "spec"):
+        for r in runs(step):
+            if r["drafter"] == "none" and r["routing"] == "trace":
+                disk.setdefault((r.get("session", 1), r["budget"]), r)
     body, plain = [], {}
     for row in runs("shm"):
+        key = (row.get("session", 1), row["budget"])
         if row["drafter"] == "none":
-            plain[row["budget"]] = row
-        base = plain[row["budget"]]
+            plain[key] = row
+        base = plain[key]
         recs = row["records"]
-        on_disk = disk.get(row["budget"])
+        on_disk = disk.get(key)
         body.append([
-            row["budget"], _label(row), row["gamma"], _f(measured_tps(row)),
+            key[0], row["budget"], _label(row), row["gamma"], _f(measured_tps(row)),
             f"{measured_tps(row) / measured_tps(base):.2f}x",
             "—" if on_disk is None else f"{measured_tps(row) / measured_tps(on_disk):.2f}x",
             f"{row['bytes_per_token'] / 1e6:.0f}",
             f"{1e3 * sum(r.blocked_s for r in recs) / row['committed']:.0f}",
             f"{_read_gbps(recs):.1f}",
         ])  # fmt: skip
-    heads = ["budget", "drafter", "γ", "tok/s", "vs plain (shm)", "vs plain on disk",
+    heads = ["session", "budget", "drafter", "γ", "tok/s", "vs plain (shm)", "vs plain on disk",
              "MB read/token", "blocked ms/token", "read GB/s"]  # fmt: skip
     return md_table(heads, body)
 
@@ -289,9 +343,11 @@ def auto_table() -> str:
         ratio = measured_tps(row) / measured_tps(row["plain"])
         hist = row.get("gamma_chosen_hist") or []
         drafting = sum(hist[2:]) if len(hist) > 2 else 0
-        body.append([row["budget"], row["drafter"], f"{ratio:.2f}x", drafting, row["passes"]])
-    return md_table(["budget", "drafter", "auto / plain, measured", "passes with γ > 1", "passes"],
-                    body)  # fmt: skip
+        body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x",
+                     drafting, row["passes"]])  # fmt: skip
+    heads = ["session", "budget", "drafter", "auto / plain, measured", "passes with γ > 1",
+             "passes"]  # fmt: skip
+    return md_table(heads, body)
 
 
 def lookahead_table() -> str:
@@ -317,7 +373,7 @@ def lookahead_table() -> str:
 def exact_table() -> str:
     data = json.loads((RESULTS / "exact.json").read_text())
     body, diffs = [], []
-    for model in ("tiny", "qwen3", "minimax", "deepseek"):
+    for model in ("tiny", "qwen3", "minimax", "minimax4", "deepseek"):
         for case, r in data.get(model, {}).items():
             if case == "reference":
                 continue
@@ -337,6 +393,28 @@ def exact_table() -> str:
         + "\nAt 100% `--warm`, the prompt in one call:\n\n"
         + md_table(dheads, diffs)
     )
+
+
+def offsets_table() -> str:
+    """Where MLX's CUDA gather kernels find a slot (bench_cuda.py `offsets`): each case's output
+    at slots just below and past 2^31 and 2^32 elements against the expert alone, direct and
+    through the arena's copy path."""
+    data = json.loads((RESULTS / "offsets.json").read_text())
+    body = []
+    for case, rows in data.items():
+        if not case.startswith("gather_"):
+            continue
+        for r in rows:
+            if "refused" in r:
+                direct, copied = f"refused: {r['refused']}", "—"
+            else:
+                direct, copied = (("equal" if r[k] else "**differs**") for k in
+                                  ("direct_equal", "copied_equal"))  # fmt: skip
+            body.append([case, r["slot"], f"{r['elements_from_start'] / 2**32:.3f}", direct,
+                         copied])  # fmt: skip
+    heads = ["call", "slot", "slot start / 2^32 elements", "direct on the arena",
+             "on the copied experts"]  # fmt: skip
+    return md_table(heads, body)
 
 
 def overhead_table() -> str:
@@ -421,14 +499,13 @@ def figure() -> str:
 
     profs = profiles()
     by: dict = {}
-    for row in spec_rows():
-        if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
-            meas, mod = _speedups(row, profs)
-            alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
-            panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
-            by.setdefault(panel, {}).setdefault(int(row["gamma"]), []).append(
-                (alpha, meas, mod[own(row)])
-            )
+    for row in _oracle_grid(FIGURE_SESSION):
+        meas, mod = _speedups(row, profs)
+        alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
+        panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
+        by.setdefault(panel, {}).setdefault(int(row["gamma"]), []).append(
+            (alpha, meas, mod[own(row)])
+        )
     order = ("128slots", "10%", "9GB")
     panels = sorted((p for p in by if len({a for pts in by[p].values() for a, *_ in pts}) > 1),
                     key=lambda p: (p[0], order.index(p[1])))  # fmt: skip
@@ -462,6 +539,7 @@ TABLES = {
     "auto": auto_table,
     "lookahead": lookahead_table,
     "exact": exact_table,
+    "offsets": offsets_table,
     "shm": shm_table,
     "overhead": overhead_table,
     "reads": reads_table,
@@ -474,8 +552,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("table", choices=list(TABLES))
     p.add_argument("--write", action="store_true", help="landing: write h200-landing.yaml")
+    p.add_argument("--session", type=int, help="spec: only this session's runs")
     args = p.parse_args(argv)
-    out = TABLES[args.table](args.write) if args.table == "landing" else TABLES[args.table]()
+    if args.table == "landing":
+        out = landing(args.write)
+    elif args.table == "spec":
+        out = spec_table(args.session)
+    else:
+        out = TABLES[args.table]()
     print(out, end="")
     return 0
 
