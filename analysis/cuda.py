@@ -3,7 +3,7 @@
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
-    python -m analysis.cuda auto | lookahead | exact | offsets | overhead | shm | reads
+    python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | shm | reads
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -395,6 +395,25 @@ def exact_table() -> str:
     )
 
 
+def batches_table() -> str:
+    """The reader in decoding's batches against the profile's stream-shaped bench, one machine
+    (bench_cuda.py `batches`, then `reads`)."""
+    data = json.loads((RESULTS / "batches.json").read_text())
+    stream = {
+        r["threads"]: r["gbps"]
+        for r in data["reads_same_machine"]["paths"]
+        if r["name"] == "preadv_direct_arena_gpu_touched"
+    }
+    body = []
+    for size, runs in data["gbps"].items():
+        n = int(size) if size.isdigit() else None
+        body.append([size, f"{data['median'][size]:.2f}", ", ".join(f"{g:.2f}" for g in runs),
+                     _f(stream.get(n))])  # fmt: skip
+    heads = ["blocks a batch", "GB/s, median", "per round",
+             "stream bench at as many threads, GB/s"]  # fmt: skip
+    return md_table(heads, body)
+
+
 def offsets_table() -> str:
     """Where MLX's CUDA gather kernels find a slot (bench_cuda.py `offsets`): each case's output
     at slots just below and past 2^31 and 2^32 elements against the expert alone, direct and
@@ -410,7 +429,8 @@ def offsets_table() -> str:
             else:
                 direct, copied = (("equal" if r[k] else "**differs**") for k in
                                   ("direct_equal", "copied_equal"))  # fmt: skip
-            body.append([case, r["slot"], f"{r['elements_from_start'] / 2**32:.3f}", direct,
+            name = case.replace("mlx.core.", "")  # the fifth session named dtypes in full
+            body.append([name, r["slot"], f"{r['elements_from_start'] / 2**32:.3f}", direct,
                          copied])  # fmt: skip
     heads = ["call", "slot", "slot start / 2^32 elements", "direct on the arena",
              "on the copied experts"]  # fmt: skip
@@ -540,6 +560,7 @@ TABLES = {
     "lookahead": lookahead_table,
     "exact": exact_table,
     "offsets": offsets_table,
+    "batches": batches_table,
     "shm": shm_table,
     "overhead": overhead_table,
     "reads": reads_table,

@@ -1,7 +1,7 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
-    steps: check offsets models exact overhead profile reads big scale spec auto drafters lookahead shm
+    steps: check offsets models exact overhead profile reads batches big scale spec auto drafters lookahead shm
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -29,6 +29,8 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
     reads      `specdec bench read` at the 16-layer model's block size: into a fresh arena, into
                slots the GPU has just read (managed pages migrate back), one block at a time
+    batches    the reader into GPU-touched slots in batches of 1-32 blocks with a wait after
+               each (as decoding reads a layer's misses) against one batch of the same blocks
     big        a 16-layer MiniMax-M2.5-shaped checkpoint (33 GB) made in --shm, packed to --disk,
                the source deleted; a calibrated MiniMax trace for routing
     scale      budgets from one token's experts to 9 GB, page cache bypassed (O_DIRECT), routing
@@ -222,7 +224,8 @@ def offsets(args, limits=(2**31, 2**32), qmm_nk=(1536, 3072), mm_nk=(2048, 2048)
     parts = [w, scales, biases]
     for rows, dtype, srt in ((8, mx.bfloat16, False), (1, mx.bfloat16, False),
                              (64, mx.bfloat16, True), (8, mx.float32, False)):  # fmt: skip
-        case(f"gather_qmm rows={rows} {dtype} sorted={srt}", qmm, parts, n * k, rows, dtype, srt)
+        name = f"gather_qmm rows={rows} {str(dtype).split('.')[-1]} sorted={srt}"
+        case(name, qmm, parts, n * k, rows, dtype, srt)
     del w, scales, biases, parts
     mx.clear_cache()
 
@@ -431,6 +434,43 @@ def reads(args) -> dict:
     return json.loads(got)
 
 
+def batches(args, sizes=(1, 2, 3, 4, 8, 16, 32), blocks: int = 128, rounds: int = 2) -> dict:
+    """The reader (8 threads, O_DIRECT) into GPU-touched arena slots, `blocks` random MiniMax
+    blocks read as decoding reads a layer's misses — in batches of B with a wait after each,
+    the slots then touched by the GPU as that layer's experts are — against the same count as
+    one batch (as the profile's read bench reads). Rounds interleave every size."""
+    from specdec.bench.read import ARENA_SLOTS, drop_page_cache, make_bench_file
+    from specdec.store.layout import EXPERTS_BIN
+    from specdec.store.reader import ExpertReader
+
+    d = Path(args.disk) / "batches"
+    d.mkdir(parents=True, exist_ok=True)
+    bf = make_bench_file(d, MINIMAX_BLOCK, 4 << 30)
+    rng = np.random.default_rng(0)
+    gbps: dict = {str(b): [] for b in (*sizes, "one batch")}
+    try:
+        with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=8) as reader:
+            for _ in range(rounds):
+                for b in (*sizes, "one batch"):
+                    order = rng.permutation(bf.layout.n_experts)[:blocks].tolist()
+                    reqs = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
+                    step = blocks if b == "one batch" else b
+                    drop_page_cache(d / EXPERTS_BIN)
+                    bf.arena.touch()
+                    spent = 0.0
+                    for i in range(0, blocks, step):
+                        t0 = time.perf_counter()
+                        reader.read(reqs[i : i + step])
+                        spent += time.perf_counter() - t0
+                        bf.arena.touch()  # the layer's experts run: its slots land on the GPU
+                    gbps[str(b)].append(blocks * MINIMAX_BLOCK / spent / 1e9)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    med = {k: float(np.median(v)) for k, v in gbps.items()}
+    print(f"  batches: {med}", flush=True)
+    return {"block_bytes": MINIMAX_BLOCK, "blocks": blocks, "gbps": gbps, "median": med}
+
+
 # ---------------------------------------------------------------- the 16-layer model
 
 
@@ -575,6 +615,7 @@ STEPS = {
     "overhead": overhead,
     "profile": profile,
     "reads": reads,
+    "batches": batches,
     "big": big,
     "scale": scale,
     "spec": spec,
