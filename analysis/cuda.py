@@ -195,11 +195,11 @@ def _departure(row: dict) -> str:
     return text + (" (misaddressed experts)" if misaddressed(row) else "")
 
 
-def spec_table(session: int | None = None) -> str:
+def spec_table(sessions: tuple[int, ...] | None = None) -> str:
     profs = profiles()
     body = []
     for row in spec_rows():
-        if row["gamma"] == "auto" or session not in (None, row.get("session", 1)):
+        if row["gamma"] == "auto" or (sessions and row.get("session", 1) not in sessions):
             continue
         measured, modeled = _speedups(row, profs)
         bytes_ratio = row["bytes_per_token"] / row["plain"]["bytes_per_token"]
@@ -210,10 +210,10 @@ def spec_table(session: int | None = None) -> str:
         ])  # fmt: skip
     heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured", "modeled",
              "profile", "bytes/token vs plain", "tokens vs plain"]  # fmt: skip
-    return md_table(heads, body) + "\n" + break_even_text(profs, session)
+    return md_table(heads, body) + "\n" + break_even_text(profs, sessions)
 
 
-def _oracle_grid(session: int | None = None) -> list[dict]:
+def _oracle_grid(sessions: tuple[int, ...] | None = None) -> list[dict]:
     """The oracle runs at a fixed γ whose computation was the model's (not misaddressed)."""
     return [
         row
@@ -221,16 +221,16 @@ def _oracle_grid(session: int | None = None) -> list[dict]:
         if row["drafter"].startswith("oracle:")
         and row["gamma"] != "auto"
         and not misaddressed(row)
-        and session in (None, row.get("session", 1))
+        and (sessions is None or row.get("session", 1) in sessions)
     ]
 
 
-def break_even_text(profs: dict, session: int | None = None) -> str:
+def break_even_text(profs: dict, sessions: tuple[int, ...] | None = None) -> str:
     """Measured and modeled break-even α per γ (oracle runs), where the speed-up crosses 1;
     misaddressed runs left out."""
     lines = []
     by: dict = {}
-    for row in _oracle_grid(session):
+    for row in _oracle_grid(sessions):
         alpha = float(row["drafter"].split(":")[1])
         by.setdefault((row.get("session", 1), row["budget"], row["gamma"]), []).append(
             (alpha, *_speedups(row, profs), own(row))
@@ -519,7 +519,7 @@ def figure() -> str:
 
     profs = profiles()
     by: dict = {}
-    for row in _oracle_grid(FIGURE_SESSION):
+    for row in _oracle_grid((FIGURE_SESSION,)):
         meas, mod = _speedups(row, profs)
         alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
         panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
@@ -573,12 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("table", choices=list(TABLES))
     p.add_argument("--write", action="store_true", help="landing: write h200-landing.yaml")
-    p.add_argument("--session", type=int, help="spec: only this session's runs")
+    p.add_argument("--sessions", help="spec: only these sessions' runs (e.g. 5, or 1,2,3,4)")
     args = p.parse_args(argv)
     if args.table == "landing":
         out = landing(args.write)
     elif args.table == "spec":
-        out = spec_table(args.session)
+        out = spec_table(tuple(map(int, args.sessions.split(","))) if args.sessions else None)
     else:
         out = TABLES[args.table]()
     print(out, end="")
