@@ -179,7 +179,7 @@ def check(args) -> dict:
 def offsets(args, limits=(2**31, 2**32), qmm_nk=(1536, 3072), mm_nk=(2048, 2048)) -> dict:
     """The kernels at slots just below and past each of `limits` elements (the defaults: a
     MiniMax-M2.5 gate projection's 4.7M 4-bit elements a slot, bf16 experts of 4.2M)."""
-    from specdec.stream.streamed import _union_copy
+    from specdec.stream.streamed import SlotCopy
 
     out: dict = {"mlx": mx.__version__}
     rng = np.random.default_rng(0)
@@ -201,8 +201,9 @@ def offsets(args, limits=(2**31, 2**32), qmm_nk=(1536, 3072), mm_nk=(2048, 2048)
                         x, [p[slot : slot + 1] for p in w_parts], mx.zeros_like(idx), sorted_rows
                     )
                     got = run(x, w_parts, idx, sorted_rows)
-                    views, local = _union_copy(dict(enumerate(w_parts)), idx)
-                    copied = run(x, [views[i] for i in range(len(w_parts))], local, sorted_rows)
+                    picked, local = SlotCopy()(idx)
+                    copies = [mx.take(p, picked, axis=0) for p in w_parts]
+                    copied = run(x, copies, local, sorted_rows)
                     row["direct_equal"] = bool(mx.array_equal(got, alone).item())
                     row["copied_equal"] = bool(mx.array_equal(copied, alone).item())
                 except RuntimeError as e:  # a refusal is a finding; the other cases still run

@@ -7,10 +7,10 @@ slots), remaps expert ids to slot ids, and runs the family's own switch module, 
 `SwitchLinear` projections are swapped for `ArenaLinear`s that call `mx.gather_(q)mm` on views of
 the arena (a mixed-precision pack: two arenas, stream/mixed.py): only where the weights are read
 changes. On CUDA, an arena larger than MLX's gather kernels can address (`GatherReach`: 2^32
-weight elements) computes each call on copies of the experts it names, the same bits. The switch
-module's structure and activation (gpt-oss's and DeepSeek-V4.1's clamped SwiGLU, SwitchMLP's
-GELU), expert biases and everything else in the family's block (gate weighting, shared experts)
-are the family's own code, so streamed logits equal resident logits.
+weight elements) computes each call on copies of the experts it names (`SlotCopy`), the same
+bits. The switch module's structure and activation (gpt-oss's and DeepSeek-V4.1's clamped
+SwiGLU, SwitchMLP's GELU), expert biases and everything else in the family's block (gate
+weighting, shared experts) are the family's own code, so streamed logits equal resident logits.
 
 A call whose union exceeds one cache step (`ExpertCache.max_step`: the slots, or static's
 scratch slots) is computed in chunks of positions whose union fits, each chunk evaluated before
@@ -82,9 +82,10 @@ def gather_reach() -> GatherReach | None:
     return CUDA_REACH if on_cuda() else None
 
 
-def _past_reach(views: dict[str, mx.array], bits: int | None) -> bool:
-    """Whether an arena's views of one projection run past what the gather kernels address."""
-    reach, weight = gather_reach(), views["weight"]
+def _past_reach(weight: mx.array, bits: int | None) -> bool:
+    """Whether a projection's weight view [slots, out, cols] runs past what the backend's gather
+    kernels address."""
+    reach = gather_reach()
     if reach is None:
         return False
     return _elements(weight, bits) > reach.elements or (
@@ -97,27 +98,40 @@ def _elements(view: mx.array, bits: int | None) -> int:
     return view.size * 32 // bits if bits and view.dtype == mx.uint32 else view.size
 
 
-def _union_copy(views: dict[str, mx.array], indices: mx.array) -> tuple[dict, mx.array]:
-    """The slots `indices` [..., k] names, copied out of the arena into arrays of their own, and
-    indices into those: a call of few rows copies each row's expert (no host read), a longer
-    one (prefill, sorted rows) its distinct slots, in slot order so sorted indices stay sorted.
-    Each row's kernel and weights are the same as on the arena: the results are too."""
-    flat = indices.reshape(-1)  # [n]
-    if flat.size <= FEW_ROWS:
-        picked = flat
-        local = mx.arange(flat.size, dtype=indices.dtype).reshape(indices.shape)
-    else:
-        used = np.unique(np.array(flat))  # [u] sorted; a host read of the call's slots
-        lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
-        lut[used] = np.arange(len(used))
-        picked, local = mx.array(used), mx.array(lut)[indices]
-    return {name: mx.take(v, picked, axis=0) for name, v in views.items()}, local
+class SlotCopy:
+    """Where a call's rows find their experts once those are copied out of the arena: the slots
+    to copy and each row's index into the copies. A switch call hands its projections the same
+    indices array, so the map is made once per call (the memo holds that array: MLX arrays are
+    immutable) and each projection only copies its own tensors."""
+
+    def __init__(self) -> None:
+        self._last: tuple[mx.array, mx.array, mx.array] | None = None
+
+    def __call__(self, indices: mx.array) -> tuple[mx.array, mx.array]:
+        """(picked [u] slots to copy, local [..., k] indices into the copies) for `indices`
+        [..., k]: a call of few rows copies each row's expert (no host read), a longer one
+        (prefill, sorted rows) its distinct slots, in slot order so sorted indices stay sorted."""
+        if self._last is not None and self._last[0] is indices:
+            return self._last[1], self._last[2]
+        flat = indices.reshape(-1)  # [n]
+        if flat.size <= FEW_ROWS:
+            picked = flat
+            local = mx.arange(flat.size, dtype=indices.dtype).reshape(indices.shape)
+        else:
+            used = np.unique(np.array(flat))  # [u] sorted; a host read of the call's slots
+            lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
+            lut[used] = np.arange(len(used))
+            picked, local = mx.array(used), mx.array(lut)[indices]
+        self._last = (indices, picked, local)
+        return picked, local
 
 
 class ArenaLinear(nn.Module):
-    """One projection of every slot: mlx-lm's (Quantized)SwitchLinear computed on arena views."""
+    """One projection of every slot: mlx-lm's (Quantized)SwitchLinear computed on arena views.
+    `copies`: the switch's slot map, used where this projection's views pass the gather
+    kernels' reach (each row's kernel and weights are then the same: so are the results)."""
 
-    def __init__(self, arena: Arena, layout: LayerLayout, proj: str):
+    def __init__(self, arena: Arena, layout: LayerLayout, proj: str, copies: SlotCopy):
         super().__init__()
         views = {
             t.name.split(".", 1)[1]: arena.tensor_view(t)
@@ -125,12 +139,14 @@ class ArenaLinear(nn.Module):
             if t.name.split(".", 1)[0] == proj
         }
         quant = layout.quant.get(proj)
-        self._h = _Hidden(views=views, quant=quant, copy=_past_reach(views, quant and quant.bits))
+        far = _past_reach(views["weight"], quant and quant.bits)
+        self._h = _Hidden(views=views, quant=quant, copies=copies if far else None)
 
     def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
         v, q = self._h.views, self._h.quant
-        if self._h.copy:  # past the kernels' reach: compute on the call's experts copied out
-            v, indices = _union_copy(v, indices)
+        if self._h.copies is not None:  # past the kernels' reach: on the call's experts copied
+            picked, indices = self._h.copies(indices)
+            v = {name: mx.take(view, picked, axis=0) for name, view in v.items()}
         if q is not None:
             x = mx.gather_qmm(
                 x,
@@ -158,8 +174,9 @@ class ArenaLinear(nn.Module):
 
 def _on_arena(switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int) -> nn.Module:
     """`switch` with each projection an ArenaLinear on `arena` (blocks laid out as `layout`)."""
+    copies = SlotCopy()  # one map per call for all of the switch's projections
     for proj in layout.projections:
-        setattr(switch, proj, ArenaLinear(arena, layout, proj))
+        setattr(switch, proj, ArenaLinear(arena, layout, proj, copies))
     left = [name for name, _ in tree_flatten(switch.parameters())]
     if left:  # a parameter the arena does not hold would never be loaded
         raise SpecdecError(

@@ -2,7 +2,7 @@
 
 MLX's CUDA quantized gather kernels address a slot's weights with a 32-bit product, so an arena
 whose weight region passes 2^32 elements computes on the experts it names copied out
-(specdec/stream/streamed.py `_union_copy`). CI has no GPU: here the reach is lowered to one
+(specdec/stream/streamed.py `SlotCopy`). CI has no GPU: here the reach is lowered to one
 element, so every arena takes that path on the CPU, and the streamed model must still equal
 mlx-lm's resident one bit for bit (quantized experts; float ones within the BLAS contract) on
 the synced path (30%: reads every step; prefill rows past FEW_ROWS take the distinct-slot copy),
@@ -36,14 +36,19 @@ def _copies(sm) -> list[bool]:
         for _, m in sm.model.named_modules()
         if isinstance(m, streamed.StreamedSwitchGLU)
     ]
-    return [p._h.copy for s in switches for p in s.values() if isinstance(p, streamed.ArenaLinear)]
+    return [
+        p._h.copies is not None
+        for s in switches
+        for p in s.values()
+        if isinstance(p, streamed.ArenaLinear)
+    ]
 
 
 def test_reach_is_cuda_only_and_counts_packed_elements(monkeypatch):
     packed = mx.zeros((4, 8, 2), dtype=mx.uint32)  # 4 slots of 8 x 16 4-bit weights
     floats = packed.astype(mx.bfloat16)  # 4 slots of 8 x 2
     assert streamed.gather_reach() is None  # the CPU's kernels offset in 64 bits
-    assert not streamed._past_reach({"weight": packed}, 4)
+    assert not streamed._past_reach(packed, 4)
     monkeypatch.setattr(streamed, "on_cuda", lambda: True)
     assert streamed.gather_reach() == streamed.CUDA_REACH
     assert streamed._elements(packed, 4) == 4 * 8 * 16
@@ -56,8 +61,8 @@ def test_reach_is_cuda_only_and_counts_packed_elements(monkeypatch):
     ):
         reach = streamed.GatherReach(elements, float_slots)
         monkeypatch.setattr(streamed, "gather_reach", lambda r=reach: r)
-        assert streamed._past_reach({"weight": packed}, 4) is packed_past
-        assert streamed._past_reach({"weight": floats}, None) is floats_past
+        assert streamed._past_reach(packed, 4) is packed_past
+        assert streamed._past_reach(floats, None) is floats_past
 
 
 @pytest.mark.parametrize("budget,warm", [("30%", False), ("100%", True)])
@@ -106,5 +111,32 @@ def test_speculation_on_copied_experts_is_lossless(ckpt_root, tmp_path, monkeypa
             sm.reset_cache()
             res = generate(sm, prompt, drafter, DecodeConfig(4, 24), stop_at_eos=False)
             assert res.tokens == plain, drafter
+    finally:
+        sm.close()
+
+
+def test_one_slot_map_per_switch_call(ckpt_root, tmp_path, monkeypatch):
+    """The projections of one switch call share its slot map: made once per MoE call (the host
+    read of a long call's slots included), not once per projection."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(streamed, "gather_reach", lambda: streamed.GatherReach(1, 1))
+    made, unique = [], streamed.np.unique
+
+    def counting_unique(a, *args, **kw):
+        made.append(a.size)
+        return unique(a, *args, **kw)
+
+    src = random_checkpoint(ckpt_root, "qwen3_moe", 4)
+    sm = load(src, budget="100%", io="buffered", warm=True, with_mtp=False)
+    try:
+        calls = []
+        for m in (m for _, m in sm.model.named_modules()):
+            if isinstance(m, streamed.StreamedSwitchGLU):
+                monkeypatch.setattr(m, "_launch", lambda y, f=m._launch: calls.append(1) or f(y))
+        monkeypatch.setattr(streamed.np, "unique", counting_unique)
+        tokens = np.arange(16).tolist()  # 16 positions x top-k rows: past FEW_ROWS
+        resident_logits(sm.model, tokens, make_prompt_cache(sm.model))
+        assert calls and len(made) == len(calls), (len(made), len(calls))
+        assert all(n > streamed.FEW_ROWS for n in made)
     finally:
         sm.close()
