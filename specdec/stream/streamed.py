@@ -111,19 +111,19 @@ class SlotCopy:
         """(picked [u] slots to copy, local [..., k] indices into the copies) for `indices`
         [..., k]: a call of few rows copies each row's expert (no host read), a longer one
         (prefill, sorted rows) its distinct slots, in slot order so sorted indices stay sorted."""
-        if self._last is not None and self._last[0] is indices:
-            return self._last[1], self._last[2]
+        if self._last is None or self._last[0] is not indices:
+            self._last = (indices, *self._make(indices))
+        return self._last[1], self._last[2]
+
+    @staticmethod
+    def _make(indices: mx.array) -> tuple[mx.array, mx.array]:
         flat = indices.reshape(-1)  # [n]
         if flat.size <= FEW_ROWS:
-            picked = flat
-            local = mx.arange(flat.size, dtype=indices.dtype).reshape(indices.shape)
-        else:
-            used = np.unique(np.array(flat))  # [u] sorted; a host read of the call's slots
-            lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
-            lut[used] = np.arange(len(used))
-            picked, local = mx.array(used), mx.array(lut)[indices]
-        self._last = (indices, picked, local)
-        return picked, local
+            return flat, mx.arange(flat.size, dtype=indices.dtype).reshape(indices.shape)
+        used = np.unique(np.array(flat))  # [u] sorted; a host read of the call's slots
+        lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
+        lut[used] = np.arange(len(used))
+        return mx.array(used), mx.array(lut)[indices]
 
 
 class ArenaLinear(nn.Module):
