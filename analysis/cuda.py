@@ -4,6 +4,7 @@
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
     python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | shm | reads
+    python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -50,9 +51,14 @@ SESSIONS = {
     3: ("h200-r3",),
     4: ("h200-r4",),
     5: ("h200-r5",),
+    6: ("h200-r6",),
+    7: ("h200-r7",),
 }
-FIGURE_SESSION = 5  # the figure's runs: the first session whose α grid is lossless at every budget
+# the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
+# the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0)
+FIGURE_SESSIONS = (6, 7)
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
+FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-use cost
 
 
 def profiles() -> dict:
@@ -102,8 +108,10 @@ def _clock(drafter: str) -> PassClock:
     return PassClock(shape, tuple(range(LAYERS)), kind, None, None)
 
 
+@functools.cache
 def runs(step: str) -> list[dict]:
-    """The step's runs, each with its records (matched by order: one JSONL line per run)."""
+    """The step's runs, each with its records (matched by order: one JSONL line per run); parsed
+    once a process (every table reads them; none changes them)."""
     rows = json.loads((RESULTS / f"{step}.json").read_text())["runs"]
     lines = (RESULTS / f"{step}.jsonl").read_text().splitlines()
     for row, line in zip(rows, lines, strict=True):
@@ -111,10 +119,16 @@ def runs(step: str) -> list[dict]:
     return rows
 
 
+_MODELED: dict = {}  # (the run's records, profile) -> modeled tok/s: tables share runs
+
+
 def modeled_tps(row: dict, profile) -> float:
-    clock = _clock(row["drafter"])
-    seconds = sum(clock.remodel(profile, r).total_s for r in row["records"])
-    return row["committed"] / seconds
+    key = (id(row["records"]), profile)
+    if key not in _MODELED:
+        clock = _clock(row["drafter"])
+        seconds = sum(clock.remodel(profile, r).total_s for r in row["records"])
+        _MODELED[key] = (row["records"], row["committed"] / seconds)  # records kept: id stays
+    return _MODELED[key][1]
 
 
 def own_reads_tps(row: dict, profile) -> float:
@@ -187,30 +201,56 @@ def _no_reads(r: PassRecord) -> PassRecord:
 
 
 def spec_rows() -> list[dict]:
-    """Every speculative run with the plain run of its step, budget and routing (run minutes
-    apart on the same loaded model: the disk's drift between steps stays out of the ratio)."""
-    out, plain = [], {}
+    """Every speculative run with the plain runs of its step, budget and routing on either side
+    of it: the last before it (its `plain`: the reference of its tokens and bytes) and the first
+    after it, where the step interleaves plain runs (from the sixth session: one before each
+    group and one after the last); before that, one plain run opened each budget."""
+    out = []
     for step in ("spec", "drafters", "auto"):
-        for row in runs(step):
-            key = (step, row.get("session", 1), row["budget"], row["routing"])
+        rows = runs(step)
+        key = [(step, r.get("session", 1), r["budget"], r["routing"]) for r in rows]
+        for i, row in enumerate(rows):
             if row["drafter"] == "none":
-                plain.setdefault(key, row)
                 continue
-            out.append((row, key))
-    return [{**row, "plain": plain[key]} for row, key in out if key in plain]
+            plains = [j for j, r in enumerate(rows) if r["drafter"] == "none" and key[j] == key[i]]
+            before = [rows[j] for j in plains if j < i]
+            after = [rows[j] for j in plains if j > i]
+            if before:
+                out.append({**row, "plain": before[-1], "plains": [before[-1], *after[:1]]})
+    return out
+
+
+def plain_tps(row: dict) -> float:
+    """The plain rate a speculative run is compared with: its bracketing plain runs' mean time
+    per token."""
+    return 1 / statistics.mean(1 / measured_tps(p) for p in row["plains"])
 
 
 def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
-    measured = measured_tps(row) / measured_tps(row["plain"])
-    modeled = {n: modeled_tps(row, p) / modeled_tps(row["plain"], p) for n, p in profs.items()}
+    """Measured speed-up, and modeled on each profile of the machine the run ran on."""
+    measured = measured_tps(row) / plain_tps(row)
+    names = SESSIONS[row.get("session", 1)]
+    modeled = {n: modeled_tps(row, profs[n]) / modeled_tps(row["plain"], profs[n]) for n in names}
     return measured, modeled
+
+
+def first_use(row: dict) -> float | None:
+    """Seconds of a pass whose time off the disk is a one-off first-use cost in the process
+    (over FIRST_USE_S and 5x the run's median pass), or None. Two of the runs have one: the
+    first session's 128-slot γ = 8 at α 0.5 (19.6 s), the seventh's first speculative run
+    (3.9 s, its first γ = 2 pass); bench_cuda.py warms every γ up since."""
+    off = [r.compute_s for r in row["records"]]
+    slow = [c for c in off if c > FIRST_USE_S and c > 5 * statistics.median(off)]
+    return max(slow) if slow else None
 
 
 def _departure(row: dict) -> str:
     """Where a speculative run's tokens part from its plain run's (lossless: never)."""
     first = first_departure(row["tokens"], row["plain"]["tokens"])
     text = "equal" if first is None else f"departs at {first}"
-    return text + (" (misaddressed experts)" if misaddressed(row) else "")
+    slow = first_use(row)
+    return (text + (" (misaddressed experts)" if misaddressed(row) else "")
+            + (f" (a {slow:.1f} s first-use pass)" if slow else ""))  # fmt: skip
 
 
 def spec_table(sessions: tuple[int, ...] | None = None) -> str:
@@ -239,6 +279,7 @@ def _oracle_grid(sessions: tuple[int, ...] | None = None) -> list[dict]:
         if row["drafter"].startswith("oracle:")
         and row["gamma"] != "auto"
         and not misaddressed(row)
+        and not first_use(row)
         and (sessions is None or row.get("session", 1) in sessions)
     ]
 
@@ -296,6 +337,8 @@ def model_table() -> str:
     errors: dict[str, dict[str, list[tuple]]] = {n: {} for n in profs}
     for step in RUN_STEPS:
         for row in runs(step):
+            if first_use(row):  # not what the model prices: listed in the spec table
+                continue
             for n in SESSIONS[row.get("session", 1)]:
                 m = measured_tps(row)
                 err = m / modeled_tps(row, profs[n]) - 1  # modeled time / measured time - 1
@@ -358,7 +401,7 @@ def auto_table() -> str:
     for row in spec_rows():
         if row["gamma"] != "auto":
             continue
-        ratio = measured_tps(row) / measured_tps(row["plain"])
+        ratio = measured_tps(row) / plain_tps(row)
         hist = row.get("gamma_chosen_hist") or []
         drafting = sum(hist[2:]) if len(hist) > 2 else 0
         body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x",
@@ -455,6 +498,66 @@ def offsets_table() -> str:
     return md_table(heads, body)
 
 
+def where_table() -> str:
+    """Where a pass's time goes (bench_cuda.py `where`, sixth session): per committed token, the
+    run's wall and blocked time, then per MoE layer call summed: the router's sync wait, the
+    reads' wall, the layer's own GPU time (its output evaluated at once: its fresh blocks land,
+    then its experts compute) and the call's host CPU; and the per-call fit of that GPU time on
+    the call's fresh blocks and positions (prefill calls and first-use calls left out)."""
+    import numpy as np
+
+    data = json.loads((RESULTS / "where.json").read_text())
+    body = []
+    for name, v in data.items():
+        if not isinstance(v, dict) or "calls" not in v:
+            continue
+        calls = v["calls"][v["prefill_calls"] :]
+        first = [c for c in calls if c["cpu"] > FIRST_USE_S]
+        calls = [c for c in calls if c["cpu"] <= FIRST_USE_S]
+        n = v["committed"]
+        per = {k: 1e3 * sum(c[k] for c in calls) / n for k in ("router", "reads", "gpu", "cpu")}
+        x = np.array([[1, c["fresh"], c["positions"]] for c in calls], float)
+        fit = np.linalg.lstsq(x, 1e3 * np.array([c["gpu"] for c in calls]), rcond=None)[0]
+        body.append([name, n, v["passes"], f"{1e3 * v['wall_s'] / n:.0f}",
+                     f"{1e3 * v['blocked_s'] / n:.0f}", f"{per['router']:.1f}",
+                     f"{per['reads']:.0f}", f"{per['gpu']:.1f}", f"{per['cpu']:.1f}",
+                     f"{sum(c['fresh'] for c in calls) / n:.0f}",
+                     f"{fit[0]:.2f} + {fit[1]:.2f}·blocks + {fit[2]:.2f}·positions",
+                     ", ".join(f"{c['cpu']:.1f} s" for c in first) or "—"])  # fmt: skip
+    heads = ["run", "tokens", "passes", "ms/token", "blocked", "router sync", "reads (wall)",
+             "layer GPU", "host CPU", "fresh blocks/token", "layer GPU ms per call (fit)",
+             "first-use calls left out (host CPU)"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def land_table() -> str:
+    """The landing bench at 1-32 fresh blocks per layer call (`specdec bench device`, from the
+    sixth session), and the device model on those sessions' runs with the curve and with the
+    one 16-block figure (`land_gbps`) at every count."""
+    body = []
+    for sess, names in SESSIONS.items():
+        path = RESULTS / f"profile_details-r{sess}.json"
+        curve = json.loads(path.read_text()).get("landing_curve") if path.exists() else None
+        if not curve:
+            continue
+        prof = load_profile(RESULTS / f"{names[-1]}.yaml")
+        rows = [r for step in RUN_STEPS for r in runs(step)
+                if r.get("session") == sess and not first_use(r)]  # fmt: skip
+        errs = {}
+        for label, p in (("curve", prof), ("16 blocks", replace(prof, land_curve=()))):
+            e = [measured_tps(r) / modeled_tps(r, p) - 1 for r in rows]
+            o = [measured_tps(r) / own_reads_tps(r, p) - 1 for r in rows]
+            errs[label] = _abs_worst(e) + _abs_worst(o)
+        ms = " / ".join(f"{c['extra_s'] * 1e3:.1f}" for c in curve)
+        gbps = " / ".join(f"{c['gbps']:.1f}" for c in curve)
+        for label, cols in errs.items():
+            body.append([sess, ms, gbps, len(rows), label, *cols])
+    heads = ["session", "landing ms, 1/2/4/8/16/32 blocks a call", "GB/s", "runs",
+             "model lands at", "median |error|", "worst", "own reads: median |error|",
+             "worst"]  # fmt: skip
+    return md_table(heads, body)
+
+
 def overhead_table() -> str:
     data = json.loads((RESULTS / "overhead.json").read_text())
     body = []
@@ -537,7 +640,7 @@ def figure() -> str:
 
     profs = profiles()
     by: dict = {}
-    for row in _oracle_grid((FIGURE_SESSION,)):
+    for row in _oracle_grid(FIGURE_SESSIONS):
         meas, mod = _speedups(row, profs)
         alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
         panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
@@ -579,6 +682,8 @@ TABLES = {
     "exact": exact_table,
     "offsets": offsets_table,
     "batches": batches_table,
+    "where": where_table,
+    "land": land_table,
     "shm": shm_table,
     "overhead": overhead_table,
     "reads": reads_table,

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check offsets models exact overhead profile reads batches big scale spec auto drafters lookahead shm
+           where
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -35,12 +36,18 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
                the source deleted; a calibrated MiniMax trace for routing
     scale      budgets from one token's experts to 9 GB, page cache bypassed (O_DIRECT), routing
                by the model's router and by the trace: tok/s, time blocked on reads, GB/s
-    spec       oracle α 0.5-1.0 × γ 1/2/3/4/8 at three budgets, trace routing: measured seconds
+    spec       oracle α 0.5-1.0 × γ 1/2/3/4/8 at three budgets, trace routing: measured seconds,
+               a plain run before each α's runs and after the last (speed-ups against those)
     auto       --gamma auto beside them
     drafters   self and lookup at the same budgets
     lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); since
                the fourth session refused on CUDA (its runs changed greedy output)
     shm        the scale runs from a copy of the pack in /dev/shm: the "fast SSD" end
+    where      where a streamed pass's time not blocked on reads goes, per MoE layer call (trace
+               routing, 9 GB and 10%, plain and oracle:1 γ 8): the router's sync, the wait for
+               earlier layers before a read (slot safety), the reads, the layer's own GPU time
+               (its output evaluated at once: landing its fresh blocks, then its experts), host
+               CPU; with each call's positions and fresh blocks, to fit against
 """
 
 from __future__ import annotations
@@ -511,6 +518,23 @@ def read_beside(sm, blocks: int = 96, seed: int = 0) -> float:
     return len(reqs) * index.slot_bytes / (time.perf_counter() - t) / 1e9
 
 
+def warm_up(sm, prompt: list[int], runs: list[tuple], routing) -> None:
+    """Untimed decodes at every γ the runs use, accepting and rejecting: the first call of a
+    shape pays a one-off cost in the process (the seventh session's first speculative run: 3.9 s
+    in its first γ = 2 pass; `where`: 2.4 s of CPU in the first 9-position call), which a timed
+    run must not carry."""
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+
+    gammas = sorted({g for d, g in runs if d != "none" and g != "auto"} | {2})
+    n = 2 * gammas[-1] + 2
+    ref = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False, routing=routing)
+    for g in gammas:  # α 0.5: accepted and rejected drafts
+        generate(sm, prompt, "oracle:0.5", DecodeConfig(g, 2 * g + 2), stop_at_eos=False,
+                 routing=routing, reference=ref.tokens)  # fmt: skip
+    sm.reset_cache()
+
+
 def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dict]:
     """Each (budget, drafter, γ, routing, lookahead) in plan, one loaded model per budget and
     routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl."""
@@ -533,6 +557,7 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
         given = trace if routing == "trace" else None
         try:
             prompt = sm.encode(PROMPT)
+            warm_up(sm, prompt, runs, given)
             reference = None
             for drafter, gamma in runs:
                 if time.perf_counter() > args.deadline_at:
@@ -568,26 +593,30 @@ def scale(args) -> dict:
     return {"runs": _runs(args, packed, plan, "direct", "scale")}
 
 
-def _against_plain(name: str, args, runs_at) -> dict:
-    """At each speculation budget, trace routing: the plain run first (the oracle's reference and
-    the speed-ups' base), then `runs_at` [(drafter, γ)]."""
+def _against_plain(name: str, args, groups: list[list[tuple]]) -> dict:
+    """At each speculation budget, trace routing: a plain run before each group of (drafter, γ)
+    runs and one after the last (the first is the oracle's reference): each run's speed-up is
+    taken against the plain runs on either side of its group, a minute or less apart, so the
+    disk's drift (±20% over minutes on the H200's) moves both sides of the ratio alike."""
     plan = []
     for b in args.spec_budgets.split(","):
-        plan += [(b, d, g, "trace", 0) for d, g in [("none", 1), *runs_at]]
+        for group in groups:
+            plan += [(b, d, g, "trace", 0) for d, g in [("none", 1), *group]]
+        plan.append((b, "none", 1, "trace", 0))
     return {"runs": _runs(args, Path(args.disk) / "mm16.packed", plan, "direct", name)}
 
 
 def spec(args) -> dict:
     alphas = [float(a) for a in args.alphas.split(",")]
-    return _against_plain("spec", args, [(f"oracle:{a:g}", g) for a in alphas for g in GAMMAS])
+    return _against_plain("spec", args, [[(f"oracle:{a:g}", g) for g in GAMMAS] for a in alphas])
 
 
 def auto(args) -> dict:
-    return _against_plain("auto", args, [(f"oracle:{a:g}", "auto") for a in (0.5, 0.7, 0.9)])
+    return _against_plain("auto", args, [[(f"oracle:{a:g}", "auto") for a in (0.5, 0.7, 0.9)]])
 
 
 def drafters(args) -> dict:
-    return _against_plain("drafters", args, [(d, g) for d in ("self", "lookup") for g in (2, 4)])
+    return _against_plain("drafters", args, [[(d, g) for d in ("self", "lookup") for g in (2, 4)]])
 
 
 def lookahead(args) -> dict:
@@ -608,6 +637,109 @@ def shm(args) -> dict:
         shutil.rmtree(fast, ignore_errors=True)
 
 
+class CallTimes:
+    """Per MoE layer call of a decode: wall seconds in the router's sync, in slot-safety flushes
+    (earlier layers' kernels finishing before a read may refill their slots), in reads, in the
+    layer's own GPU work (its output evaluated as soon as the call returns: the call's fresh
+    blocks land, then its experts compute); main-thread CPU; positions and fresh blocks."""
+
+    PARTS = (("Streamer", "sync", "router"), ("ExpertSource", "flush", "flush"),
+             ("ExpertReader", "read", "reads"))  # fmt: skip
+
+    def __init__(self):
+        from specdec.store.reader import ExpertReader
+        from specdec.stream.source import ExpertSource
+        from specdec.stream.streamed import StreamedSwitchGLU
+        from specdec.stream.streamer import Streamer
+
+        owners = {"Streamer": Streamer, "ExpertSource": ExpertSource, "ExpertReader": ExpertReader}
+        self.calls: list[dict] = []
+        self.cur: dict | None = None
+        self._undo = []
+        for owner, name, part in self.PARTS:
+            self._wrap(owners[owner], name, part)
+        self._wrap_call(StreamedSwitchGLU)
+
+    def _wrap(self, cls, name: str, part: str) -> None:
+        inner = getattr(cls, name)
+
+        def timed(obj, *a, **kw):
+            t = time.perf_counter()
+            try:
+                return inner(obj, *a, **kw)
+            finally:
+                if self.cur is not None:
+                    self.cur[part] += time.perf_counter() - t
+                    if part == "reads":
+                        self.cur["fresh"] += len(a[0])
+
+        self._undo.append((cls, name, inner))
+        setattr(cls, name, timed)
+
+    def _wrap_call(self, cls) -> None:
+        inner = cls.__call__
+
+        def timed(obj, x, indices):
+            self.cur = dict.fromkeys(("router", "flush", "reads", "gpu"), 0.0) | {"fresh": 0}
+            c, t = time.thread_time(), time.perf_counter()
+            y = inner(obj, x, indices)
+            cpu, wall = time.thread_time() - c, time.perf_counter() - t
+            g = time.perf_counter()
+            mx.eval(y)
+            self.cur["gpu"] = time.perf_counter() - g
+            self.cur |= {"cpu": cpu, "wall": wall, "positions": int(np.prod(indices.shape[:-1])),
+                         "layer": obj._h.layer}  # fmt: skip
+            self.calls.append(self.cur)
+            self.cur = None
+            return y
+
+        self._undo.append((cls, "__call__", inner))
+        cls.__call__ = timed
+
+    def restore(self) -> None:
+        for cls, name, inner in reversed(self._undo):
+            setattr(cls, name, inner)
+
+
+def where(args) -> dict:
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+    from specdec.trace.format import load_trace
+
+    trace = load_trace(Path(args.disk) / "minimax.trace")
+    out = {}
+    for budget in args.spec_budgets.split(","):
+        sm = load(Path(args.disk) / "mm16.packed", budget=budget, io="direct", with_mtp=False)
+        try:
+            prompt, reference = sm.encode(PROMPT), None
+            for drafter, gamma in (("none", 1), ("oracle:1", 8)):
+                sm.reset_cache()
+                ct = CallTimes()
+                try:
+                    res = generate(sm, prompt, drafter, DecodeConfig(gamma, args.tokens),
+                                   stop_at_eos=False, routing=trace, reference=reference)  # fmt: skip
+                finally:
+                    ct.restore()
+                reference = reference or res.tokens
+                walls = [r.wall_s for r in res.records]
+                out[f"{budget} {drafter} γ{gamma}"] = {
+                    "committed": res.summary["committed"], "passes": len(res.records),
+                    "wall_s": sum(walls), "blocked_s": res.summary["blocked_s"],
+                    "first_pass_wall_s": walls[0], "calls": ct.calls,
+                    "prefill_calls": len(sm.main_moe_layers),  # the calls before the passes
+                }  # fmt: skip
+                tot = {k: sum(c[k] for c in ct.calls) for k in ("router", "flush", "reads",
+                                                                 "gpu", "cpu", "fresh")}  # fmt: skip
+                print(
+                    f"  where {budget} {drafter} γ{gamma}: wall {sum(walls):.2f} s, {tot}",
+                    flush=True,
+                )
+        finally:
+            sm.close()
+    return out
+
+
 STEPS = {
     "check": check,
     "offsets": offsets,
@@ -624,6 +756,7 @@ STEPS = {
     "drafters": drafters,
     "lookahead": lookahead,
     "shm": shm,
+    "where": where,
 }
 
 

@@ -23,6 +23,8 @@ machine, named in the profile's `sources`, none of them from the runs the profil
     land_gbps         landing: the expert kernel's first call over freshly written slots against
                       the same call again (CUDA managed memory migrates a page on the GPU's first
                       touch; nothing measurable on a CPU or Apple's unified memory: null)
+    land_curve        the same at 1, 2, 4, 8, 16 and 32 fresh slots per call: GB/s by the number
+                      of blocks one layer call lands (a decode lands 2-3, a wide verify 20-30)
 
 reads_in_flight is the reader's thread count; overlap_reads is this harness's (off: a layer's
 reads land before its experts run).
@@ -44,6 +46,7 @@ from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
 
 UNIONS = (1, 2, 4, 8, 16, 32, 64)
+READ_RUN_BYTES, READ_ROUNDS = 1 << 30, 3
 
 
 def _timed(fn, repeats: int = 5) -> float:
@@ -169,6 +172,18 @@ def landing(hidden: int, inter: int, n: int = 16, rounds: int = 5, bits: int = 4
             "gbps": gbps if gbps is not None and gbps < 200 else None}  # fmt: skip
 
 
+def landing_curve(hidden: int, inter: int, ns=(1, 2, 4, 8, 16, 32)) -> list[dict]:
+    """`landing` at several counts of fresh slots per layer call: a decode lands a layer's few
+    misses per call (2-3 at one position of the MiniMax trace), a verify pass more; the curve says
+    whether a call pays a fixed cost beyond its blocks' bytes."""
+    return [landing(hidden, inter, n) for n in ns]
+
+
+def _land_curve_source(curve: list[dict]) -> str:
+    ms = ", ".join(f"{p['slots']}: {p['extra_s'] * 1e3:.2f}" for p in curve)
+    return f"landing at 1-32 freshly written experts per layer call, ms more than again: {ms}"
+
+
 def slot_row_views(rows: mx.array, specs) -> list[mx.array]:
     """Each tensor as a strided column view of an array of slots [n, slot] (uint8): the arena's
     layout before dense regions, for comparisons (refused by MLX's CUDA quantized kernels)."""
@@ -262,9 +277,12 @@ def device_profile(
     mm = matmul_tflops()
     kern = expert_kernel(hidden, inter)
     land = landing(hidden, inter)
+    land_curve = landing_curve(hidden, inter) if on_cuda() else []
     # on CUDA the runs read into slots the GPU computes on: the bench reads into such slots too
     path = "preadv_direct_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
-    reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=2, paths=(path,))
+    # 1 GiB a point, 3 rounds: a 256 MiB point (the default) swung ±10% on the H200's disk
+    reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=READ_ROUNDS,
+                       run_bytes=READ_RUN_BYTES, paths=(path,))  # fmt: skip
     lat = read_latency(directory)
     curve = tuple(
         (float(p["threads"]), float(p["gbps"])) for p in reads["paths"] if not p["page_cache"]
@@ -287,6 +305,11 @@ def device_profile(
         reads_in_flight=8,
         overlap_reads=False,
         land_gbps=None if land["gbps"] is None else float(f"{land['gbps']:.4g}"),
+        land_curve=tuple(
+            (float(p["slots"]), float(f"{p['gbps']:.4g}"))
+            for p in land_curve
+            if p["gbps"] is not None
+        ),  # fmt: skip
         description=f"{name}: measured by `specdec bench device` ({machine_info()['cpu']})",
         sources={
             "mem_gbps": f"expert kernel, {hidden}x{inter} 4-bit experts: {kern['expert_bytes']} "
@@ -297,7 +320,8 @@ def device_profile(
             f"{lc['beyond_compute_s'] * 1e3:.2f} ms beyond roofline compute, over "
             f"{lc['moe_layers']} MoE layers",
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
-            f"threads {list(threads)}, median of 2 rounds, {directory}",
+            f"threads {list(threads)}, {READ_RUN_BYTES >> 20} MiB a point, median of "
+            f"{READ_ROUNDS} rounds, {directory}",
             "read_latency_s": f"O_DIRECT 4 KiB random reads one at a time: median "
             f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",
@@ -305,12 +329,14 @@ def device_profile(
             "land_gbps": land.get("why")
             or f"landing: {land['slots']} freshly written experts' first layer call took "
             f"{land['extra_s'] * 1e3:.2f} ms more than the same call again",
+            "land_curve": land.get("why") or _land_curve_source(land_curve),
         },
     )
     details = {
         "matmul": mm,
         "expert_kernel": kern,
         "landing": land,
+        "landing_curve": land_curve,
         "read_bench": reads,
         "read_latency": lat,
         "layer_cost": lc,

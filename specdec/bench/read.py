@@ -512,6 +512,7 @@ def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -
             "reads_in_flight": "this harness's ExpertReader: 8 threads",
             "overlap_reads": "this harness: a layer's reads complete before its experts compute",
             "land_gbps": "null: the CPU computes on the memory the read filled",
+            "land_curve": "empty: the CPU computes on the memory the read filled",
         },
     )
 

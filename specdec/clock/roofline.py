@@ -17,7 +17,8 @@ Per layer, in order, as the runtime executes it:
    finish before the layer's experts run) nothing overlaps a layer's own misses;
 3. where the accelerator does not compute on host memory where it lies (`land_gbps`: CUDA managed
    memory migrates a page on the GPU's first touch), the layer's blocks just read first reach it
-   (bytes / land_gbps, nothing overlapped: the experts wait for them);
+   (bytes / land_gbps, or at `land_curve`'s rate for that many blocks in one call; nothing
+   overlapped: the experts wait for them);
 4. the MLP: roofline time of shared + router + union × expert bytes and FLOPs;
 5. the LM head once per forward.
 
@@ -105,7 +106,7 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     out = ModeledTime()
     t = disk = 0.0  # device clock; when the disk is next free
     ready: dict[int, float] = {}  # layer -> when its prefetched blocks have landed
-    prefetched_for: dict[int, float] = {}  # layer -> bytes prefetched for it (landing, below)
+    prefetched_for: dict[int, tuple[int, float]] = {}  # layer -> (blocks, bytes) prefetched
     demand, issued = _reads_by_layer(fwd.steps)
     T = fwd.positions
     for layer in fwd.layers:
@@ -132,13 +133,15 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         for p in issued.get(layer, ()):  # lookahead reads start once this layer's have landed
             disk = max(done, disk) + _batch(profile, p.prefetched, p.bytes_read)
             ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
-            prefetched_for[p.layer] = prefetched_for.get(p.layer, 0.0) + p.bytes_read
+            blocks, nb = prefetched_for.get(p.layer, (0, 0.0))
+            prefetched_for[p.layer] = (blocks + p.prefetched, nb + p.bytes_read)
         out.bytes_read += nbytes + sum(p.bytes_read for p in issued.get(layer, ()))
         out.reads += misses + sum(p.prefetched for p in issued.get(layer, ()))
         hidden = mlp * (union - misses) / union if profile.overlap_reads and union else 0.0
         stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
         # the blocks just read (and those prefetched for this layer) reach the accelerator first
-        land = profile.land_time(nbytes + prefetched_for.pop(layer, 0.0))
+        blocks, early = prefetched_for.pop(layer, (0, 0.0))
+        land = profile.land_time(nbytes + early, misses + blocks)
         out.read_s += stall + land
         t += stall + land + mlp
     if fwd.head:

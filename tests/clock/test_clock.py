@@ -216,13 +216,15 @@ def test_load_user_profile_yaml_and_json(tmp_path):
 
 
 def same(a: DeviceProfile, b: DeviceProfile, description: bool = True) -> bool:
-    """Every field equal, as the same floats (and types), sources included. `land_gbps` came
-    after the files (None keeps every built-in's time as before): `a` may name its source."""
+    """Every field equal, as the same floats (and types), sources included. `land_gbps` and
+    `land_curve` came after the files (None and empty keep every built-in's time as before): `a`
+    may name their sources."""
     da, db = asdict(a), asdict(b)
     if not description:
         da.pop("description"), db.pop("description")
-    if a.land_gbps is None and b.land_gbps is None and "land_gbps" not in db["sources"]:
-        da["sources"] = {k: v for k, v in da["sources"].items() if k != "land_gbps"}
+    for later in ("land_gbps", "land_curve"):
+        if not da[later] and not db[later] and later not in db["sources"]:
+            da["sources"] = {k: v for k, v in da["sources"].items() if k != later}
     return da == db and all(type(da[k]) is type(db[k]) for k in da)
 
 
@@ -291,7 +293,8 @@ def test_builtin_files_hold_the_numbers_the_code_computed(name):
     # the file holds every field (none left to a default) and the sources as they were
     data = yaml.safe_load((profiles_module.BUILTIN_DIR / f"{name}.yaml").read_text())
     assert set(data) == set(asdict(new))
-    assert {k: v for k, v in data["sources"].items() if k != "land_gbps"} == old.sources
+    later = ("land_gbps", "land_curve")
+    assert {k: v for k, v in data["sources"].items() if k not in later} == old.sources
 
 
 def test_the_same_check_fails_on_a_different_float(tmp_path):

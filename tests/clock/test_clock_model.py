@@ -14,6 +14,7 @@ from specdec.clock import DeviceProfile, Forward, ModelShape, ReadStep, forward_
 from specdec.clock.check import QUESTION_RUNS, TOLERANCE, reproduce
 from specdec.clock.passes import PassClock
 from specdec.clock.roofline import roof
+from specdec.core.errors import SpecdecError
 from specdec.decode.records import PassRecord, read_records, summarize
 from tests.helpers import fast_cases
 
@@ -130,6 +131,35 @@ def test_prefetch_lands_while_later_layers_compute():
     # the prefetch starts after layer 1's router: layer 1's MLP and layer 2's attention hide it
     hidden = roof(p, s.mlp_cost(1, 1, 2)) + roof(p, s.attention_cost(1, 0))
     assert t_ahead.read_s == pytest.approx(t_demand.read_s - hidden)
+
+
+def test_landing_is_priced_by_the_blocks_one_call_lands():
+    """land_curve: a call landing few blocks pays more per byte than one landing many (the
+    H200's curve, 1 block at 7 GB/s, 32 at 14.7); the same bytes landed by two layers' calls of
+    one block each cost more than by one call of two; prefetched blocks land with the layer's
+    own. Empty curve: land_gbps whatever the count."""
+    cfg = SMALL | {"num_hidden_layers": 3}  # MoE layers 1 and 2
+    s = ModelShape.from_config(cfg)
+    block = int(s.expert_block_bytes)
+    curve = ((1, 7.0), (2, 8.0), (32, 14.7))
+    p = small_profile(router_sync_s=0.0, read_curve=((1, 1e9),), land_curve=curve, land_gbps=10)
+    assert p.land_time(block, 1) == pytest.approx(block / 7e9)
+    assert p.land_time(block, 17) == pytest.approx(block / (8 + 6.7 * 15 / 30) / 1e9)
+    assert p.land_time(block, 64) == pytest.approx(block / 14.7e9)  # clamped at the ends
+    assert replace(p, land_curve=()).land_time(block, 1) == pytest.approx(block / 10e9)
+    assert p.land_time(0, 0) == 0.0
+    spread = Forward(1, 0, (0, 1, 2), {1: 2, 2: 2}, (ReadStep(1, 1, block), ReadStep(2, 1, block)))
+    one = replace(spread, steps=(ReadStep(1, 0, 0), ReadStep(2, 2, 2 * block)))
+    ahead = replace(spread, steps=(ReadStep(1, 0, 0), ReadStep(2, 1, block, prefetched=1),
+                                   ReadStep(2, 1, block)))  # fmt: skip
+    land = {k: forward_time(p, s, f).read_s - 2 * p.read_time(1, block) for k, f in
+            (("spread", spread), ("one", one), ("ahead", ahead))}  # fmt: skip
+    assert land["spread"] == pytest.approx(2 * block / 7e9)
+    assert land["one"] == pytest.approx(2 * block / 8e9)
+    assert land["ahead"] == pytest.approx(2 * block / 8e9)  # two blocks land at layer 2
+    for bad in (((0, 5.0),), ((1, 0.0),)):
+        with pytest.raises(SpecdecError, match="land_curve"):
+            replace(p, land_curve=bad)
 
 
 def test_bundled_m4_profile_reproduces_the_question_within_tolerance():
