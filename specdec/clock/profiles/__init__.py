@@ -61,7 +61,9 @@ REQUIRED_FIELDS = ("mem_gbps", "peak_tflops", "router_sync_s", "read_curve", "re
 
 
 def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
-    """y at x on sorted (x, y) points: linear between them, clamped at the ends."""
+    """y at x on sorted (x, y) points: linear between them, clamped at the ends. Not np.interp:
+    the device model prices every layer's reads with it (and `--gamma auto` every candidate γ
+    per pass), where numpy's call costs ~10x this loop on a curve of a few points."""
     if x <= points[0][0]:
         return points[0][1]
     for (x0, y0), (x1, y1) in zip(points[:-1], points[1:], strict=True):
@@ -103,8 +105,17 @@ class DeviceProfile:
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
-        for curve in ("read_curve", "land_curve"):
+        # (x ≥ 1, GB/s > 0) points, sorted; the read curve needs one, the landing curve may be empty
+        for curve, x, needed in (
+            ("read_curve", "in_flight", True),
+            ("land_curve", "blocks", False),
+        ):
             pts = tuple(sorted((float(n), float(g)) for n, g in getattr(self, curve)))
+            if (needed and not pts) or any(n < 1 or not g > 0 for n, g in pts):
+                raise SpecdecError(
+                    f"profile {self.name!r}: {curve} needs points [{x} ≥ 1, GB/s > 0], got "
+                    f"{list(pts)}"
+                )
             object.__setattr__(self, curve, pts)
         positive = ("mem_gbps", "peak_tflops", "read_block_bytes", "reads_in_flight")
         for name in positive:
@@ -118,20 +129,10 @@ class DeviceProfile:
         land = self.land_gbps
         if land is not None and not (isinstance(land, (int, float)) and land > 0):
             raise SpecdecError(f"profile {self.name!r}: land_gbps must be > 0 or null, got {land}")
-        if any(n < 1 or not g > 0 for n, g in self.land_curve):
-            raise SpecdecError(
-                f"profile {self.name!r}: land_curve needs points [blocks ≥ 1, GB/s > 0], got "
-                f"{list(self.land_curve)}"
-            )
         if self.compute not in ("roofline", "measured"):
             raise SpecdecError(
                 f"profile {self.name!r}: compute must be 'roofline' or 'measured', got "
                 f"{self.compute!r}"
-            )
-        if not self.read_curve or any(n < 1 or not g > 0 for n, g in self.read_curve):
-            raise SpecdecError(
-                f"profile {self.name!r}: read_curve needs points [in_flight ≥ 1, GB/s > 0], "
-                f"got {list(self.read_curve)}"
             )
         for n, g in self.read_curve:
             if not self.read_block_bytes / (g * 1e9) > self.read_latency_s / n:
