@@ -47,6 +47,8 @@ from specdec.core.machine import machine_info
 
 UNIONS = (1, 2, 4, 8, 16, 32, 64)
 READ_RUN_BYTES, READ_ROUNDS = 1 << 30, 3
+LAND_SLOTS = (1, 2, 4, 8, 16, 32)  # fresh slots a layer call lands: a decode 2-3, a verify 20-30
+LAND_GBPS_SLOTS = 16  # the one count `land_gbps` is taken at (the curve's rate where it has none)
 
 
 def _timed(fn, repeats: int = 5) -> float:
@@ -172,13 +174,6 @@ def landing(hidden: int, inter: int, n: int = 16, rounds: int = 5, bits: int = 4
             "gbps": gbps if gbps is not None and gbps < 200 else None}  # fmt: skip
 
 
-def landing_curve(hidden: int, inter: int, ns=(1, 2, 4, 8, 16, 32)) -> list[dict]:
-    """`landing` at several counts of fresh slots per layer call: a decode lands a layer's few
-    misses per call (2-3 at one position of the MiniMax trace), a verify pass more; the curve says
-    whether a call pays a fixed cost beyond its blocks' bytes."""
-    return [landing(hidden, inter, n) for n in ns]
-
-
 def _land_curve_source(curve: list[dict]) -> str:
     ms = ", ".join(f"{p['slots']}: {p['extra_s'] * 1e3:.2f}" for p in curve)
     return f"landing at 1-32 freshly written experts per layer call, ms more than again: {ms}"
@@ -276,8 +271,9 @@ def device_profile(
     """The profile and every measurement behind it."""
     mm = matmul_tflops()
     kern = expert_kernel(hidden, inter)
-    land = landing(hidden, inter)
-    land_curve = landing_curve(hidden, inter) if on_cuda() else []
+    curve_runs = [landing(hidden, inter, n) for n in LAND_SLOTS]
+    land = next(r for r in curve_runs if r["slots"] == LAND_GBPS_SLOTS)
+    land_curve = curve_runs if on_cuda() else []  # elsewhere each says why there is none
     # on CUDA the runs read into slots the GPU computes on: the bench reads into such slots too
     path = "preadv_direct_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
     # 1 GiB a point, 3 rounds: a 256 MiB point (the default) swung ±10% on the H200's disk
