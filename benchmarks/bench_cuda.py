@@ -639,66 +639,47 @@ def shm(args) -> dict:
 
 class CallTimes:
     """Per MoE layer call of a decode: wall seconds in the router's sync, in slot-safety flushes
-    (earlier layers' kernels finishing before a read may refill their slots), in reads, in the
-    layer's own GPU work (its output evaluated as soon as the call returns: the call's fresh
-    blocks land, then its experts compute); main-thread CPU; positions and fresh blocks."""
+    (earlier layers' kernels finishing before a read may refill their slots) and in reads (timed
+    by specdec.bench.overhead's HostSplit), in the layer's own GPU work (its output evaluated as
+    soon as the call returns: the call's fresh blocks land, then its experts compute); the call's
+    main-thread CPU, positions and fresh blocks (the cache's misses)."""
 
-    PARTS = (("Streamer", "sync", "router"), ("ExpertSource", "flush", "flush"),
-             ("ExpertReader", "read", "reads"))  # fmt: skip
+    PARTS = ("router", "flush", "reads")
 
-    def __init__(self):
+    def __init__(self, streamer):
+        from specdec.bench.overhead import HostSplit
         from specdec.store.reader import ExpertReader
         from specdec.stream.source import ExpertSource
         from specdec.stream.streamed import StreamedSwitchGLU
         from specdec.stream.streamer import Streamer
 
-        owners = {"Streamer": Streamer, "ExpertSource": ExpertSource, "ExpertReader": ExpertReader}
         self.calls: list[dict] = []
-        self.cur: dict | None = None
-        self._undo = []
-        for owner, name, part in self.PARTS:
-            self._wrap(owners[owner], name, part)
-        self._wrap_call(StreamedSwitchGLU)
-
-    def _wrap(self, cls, name: str, part: str) -> None:
-        inner = getattr(cls, name)
-
-        def timed(obj, *a, **kw):
-            t = time.perf_counter()
-            try:
-                return inner(obj, *a, **kw)
-            finally:
-                if self.cur is not None:
-                    self.cur[part] += time.perf_counter() - t
-                    if part == "reads":
-                        self.cur["fresh"] += len(a[0])
-
-        self._undo.append((cls, name, inner))
-        setattr(cls, name, timed)
-
-    def _wrap_call(self, cls) -> None:
-        inner = cls.__call__
+        self.split = HostSplit()
+        for cls, name, part in zip((Streamer, ExpertSource, ExpertReader),
+                                   ("sync", "flush", "read"), self.PARTS, strict=True):  # fmt: skip
+            self.split.wrap(cls, name, part)
+        self._cls, self._inner = StreamedSwitchGLU, StreamedSwitchGLU.__call__
 
         def timed(obj, x, indices):
-            self.cur = dict.fromkeys(("router", "flush", "reads", "gpu"), 0.0) | {"fresh": 0}
+            wall, misses = dict(self.split.wall), streamer.cache.misses
             c, t = time.thread_time(), time.perf_counter()
-            y = inner(obj, x, indices)
-            cpu, wall = time.thread_time() - c, time.perf_counter() - t
+            y = self._inner(obj, x, indices)
+            cpu, t = time.thread_time() - c, time.perf_counter() - t
             g = time.perf_counter()
             mx.eval(y)
-            self.cur["gpu"] = time.perf_counter() - g
-            self.cur |= {"cpu": cpu, "wall": wall, "positions": int(np.prod(indices.shape[:-1])),
-                         "layer": obj._h.layer}  # fmt: skip
-            self.calls.append(self.cur)
-            self.cur = None
+            call = {p: self.split.wall[p] - wall.get(p, 0.0) for p in self.PARTS}
+            self.calls.append(call | {
+                "gpu": time.perf_counter() - g, "cpu": cpu, "wall": t,
+                "fresh": streamer.cache.misses - misses, "layer": obj._h.layer,
+                "positions": int(np.prod(indices.shape[:-1])),
+            })  # fmt: skip
             return y
 
-        self._undo.append((cls, "__call__", inner))
-        cls.__call__ = timed
+        StreamedSwitchGLU.__call__ = timed
 
     def restore(self) -> None:
-        for cls, name, inner in reversed(self._undo):
-            setattr(cls, name, inner)
+        self._cls.__call__ = self._inner
+        self.split.restore()
 
 
 def where(args) -> dict:
@@ -715,7 +696,7 @@ def where(args) -> dict:
             prompt, reference = sm.encode(PROMPT), None
             for drafter, gamma in (("none", 1), ("oracle:1", 8)):
                 sm.reset_cache()
-                ct = CallTimes()
+                ct = CallTimes(sm.streamer)
                 try:
                     res = generate(sm, prompt, drafter, DecodeConfig(gamma, args.tokens),
                                    stop_at_eos=False, routing=trace, reference=reference)  # fmt: skip
