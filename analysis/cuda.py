@@ -207,16 +207,18 @@ def spec_rows() -> list[dict]:
     group and one after the last); before that, one plain run opened each budget."""
     out = []
     for step in ("spec", "drafters", "auto"):
-        rows = runs(step)
-        key = [(step, r.get("session", 1), r["budget"], r["routing"]) for r in rows]
-        for i, row in enumerate(rows):
-            if row["drafter"] == "none":
+        last: dict = {}  # (session, budget, routing) -> its latest plain run
+        waiting: dict = {}  # the same -> its runs since then, waiting for the next plain run
+        for row in runs(step):
+            key = (row.get("session", 1), row["budget"], row["routing"])
+            if row["drafter"] != "none":
+                if key in last:
+                    out.append({**row, "plain": last[key], "plains": [last[key]]})
+                    waiting.setdefault(key, []).append(out[-1])
                 continue
-            plains = [j for j, r in enumerate(rows) if r["drafter"] == "none" and key[j] == key[i]]
-            before = [rows[j] for j in plains if j < i]
-            after = [rows[j] for j in plains if j > i]
-            if before:
-                out.append({**row, "plain": before[-1], "plains": [before[-1], *after[:1]]})
+            for run in waiting.pop(key, []):
+                run["plains"].append(row)
+            last[key] = row
     return out
 
 
