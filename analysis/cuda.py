@@ -3,7 +3,7 @@
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
-    python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | shm | reads
+    python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | host_reads | shm | reads
     python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
@@ -561,27 +561,48 @@ def land_table() -> str:
 
 
 def overhead_table() -> str:
-    data = json.loads((RESULTS / "overhead.json").read_text())
+    """One row per session and shape: the fourth session's run (overhead.json) and the eighth's
+    (session8/, its routing then read once a token: docs/results/cuda.md says what changed)."""
     body = []
-    for model in ("qwen3", "minimax"):
-        r, ab = data[model], data["launch_ab"][model]["median"]
-        ours, peer = r["specdec_tokens_per_s"]["median"], r["mlx_lm_tokens_per_s"]["median"]
-        layers = r["moe_layers"]
-        extra = (1 / ours - 1 / peer) / layers * 1e6
-        warm = r.get("in_process") or {}  # mlx-lm's generate_step and ours, warm, one process
-        host = warm.get("host_us_per_moe_layer", {}).get("full_budget", {})
-        body.append([
-            model, layers, f"{ours:.0f}", f"{peer:.0f}", f"{r['ratio']['median']:.2f}x",
-            f"{r['ratio']['min']:.2f}-{r['ratio']['max']:.2f}", len(r["ratio"]["all"]),
-            f"{extra:.0f}", f"{ab['one graph per token']:.0f}", f"{ab['started per layer']:.0f}",
-            _f(warm.get("ratio")), _f(warm.get("added_us_per_moe_layer"), ".0f"),
-            _f(host.get("host_cpu"), ".0f"),
-        ])  # fmt: skip
-    heads = ["shape", "MoE layers", "specdec tok/s", "mlx-lm tok/s", "ratio (median)",
+    for path in (RESULTS / "overhead.json", RESULTS / "session8" / "overhead.json"):
+        data = json.loads(path.read_text())
+        for model in ("qwen3", "minimax"):
+            body.append([data["session"], *_overhead_row(model, data)])
+    heads = ["session", "shape", "MoE layers", "specdec tok/s", "mlx-lm tok/s", "ratio (median)",
              "per pair", "pairs", "added µs per MoE layer", "in one process: one graph per token",
              "started per layer", "warm, one process: ours / mlx-lm", "added µs per MoE layer",
              "our host CPU µs per MoE layer"]  # fmt: skip
     return md_table(heads, body)
+
+
+def _overhead_row(model: str, data: dict) -> list:
+    r, ab = data[model], data["launch_ab"][model]["median"]
+    ours, peer = r["specdec_tokens_per_s"]["median"], r["mlx_lm_tokens_per_s"]["median"]
+    layers = r["moe_layers"]
+    extra = (1 / ours - 1 / peer) / layers * 1e6
+    warm = r.get("in_process") or {}  # mlx-lm's generate_step and ours, warm, one process
+    host = warm.get("host_us_per_moe_layer", {}).get("full_budget", {})
+    return [
+        model, layers, f"{ours:.0f}", f"{peer:.0f}", f"{r['ratio']['median']:.2f}x",
+        f"{r['ratio']['min']:.2f}-{r['ratio']['max']:.2f}", len(r["ratio"]["all"]),
+        f"{extra:.0f}", f"{ab['one graph per token']:.0f}", f"{ab['started per layer']:.0f}",
+        _f(warm.get("ratio")), _f(warm.get("added_us_per_moe_layer"), ".0f"),
+        _f(host.get("host_cpu"), ".0f"),
+    ]  # fmt: skip
+
+
+def host_reads_table() -> str:
+    """The eighth session's diagnosis: one host read of a small device array, and the decode
+    variants that located the full-budget gap (session8/host_reads.json)."""
+    data = json.loads((RESULTS / "session8" / "host_reads.json").read_text())
+    reads = data["read_us"]
+    body = [[f"read: {k}", f"{v:.1f} µs", ""] for k, v in reads.items()]
+    base = data["median"]["mlx_lm"]
+    for k, v in data["median"].items():
+        runs = data["tps"][k]
+        body.append([f"decode: {k}", f"{v:.0f} tok/s ({min(runs):.0f}-{max(runs):.0f})",
+                     f"{v / base:.2f}x"])  # fmt: skip
+    return md_table(["measured", "median", "against mlx-lm"], body)
 
 
 def reads_table() -> str:
@@ -688,6 +709,7 @@ TABLES = {
     "land": land_table,
     "shm": shm_table,
     "overhead": overhead_table,
+    "host_reads": host_reads_table,
     "reads": reads_table,
     "figure": figure,
     "landing": landing,

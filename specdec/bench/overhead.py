@@ -15,6 +15,9 @@ Three measurements, all greedy decode of the same prompt:
   warm (every expert resident, nothing read in the timed part): tokens/s, and the main thread's
   CPU time per token; their difference over the MoE layers is the host cost of streaming all
   in (blocks, deferred steps, records, decode loop), robust to other processes on the cores.
+  Beside them, alternating too, the streamed model driven by mlx-lm's own `generate_step`: the
+  streamed forward's cost apart from our loop's. And the cost of one host read of a small
+  device array (`host_copy_us`: on CUDA `np.array` moves it into managed memory first).
 - `split`: host time per MoE layer call of the streamed block, by part, as the main thread's
   CPU time (robust to waiting and to other processes on the cores): graph building (our call's
   own Python; `added_cpu` subtracts what mlx-lm's SwitchGLU spends on the same arithmetic),
@@ -40,11 +43,12 @@ import time
 from collections import defaultdict
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.generate import generate_step
 from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
-from specdec.core.accelerator import on_cuda
+from specdec.core.accelerator import on_cuda, to_host
 from specdec.core.blas import fast_blas_env
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
@@ -266,12 +270,38 @@ def _resident(model, prompt: list[int], n: int) -> tuple[float, float]:
     return tps, 1e6 * (time.thread_time() - c) / n
 
 
+def _streamed_in_mlx_lm_loop(sm: StreamedModel, prompt: list[int], n: int) -> float:
+    """The streamed model driven by mlx-lm's `generate_step` instead of our decode loop:
+    tokens/s after the first. Its deferred host steps are dropped (nothing reads them), so
+    against `_resident` this is what the streamed forward costs, against `_streamed` what our
+    loop (records, cache steps) adds."""
+    tps, _ = _resident(sm.model, prompt, n)
+    sm.streamer.deferred.clear()
+    sm.streamer.log.drain()
+    return tps
+
+
 def _streamed(sm: StreamedModel, prompt: list[int], cfg: DecodeConfig) -> tuple[float, float]:
     """Ours, the same two figures."""
     c = time.thread_time()
     res = generate(sm, prompt, "none", cfg, stop_at_eos=False)
     assert res.summary["misses"] == 0, "the warm cache must hold every expert"
     return res.summary["tokens_per_s"], 1e6 * (time.thread_time() - c) / cfg.max_tokens
+
+
+def host_copy_us(n: int = 200) -> dict:
+    """µs to read one small array computed on the device (a MoE call's routing: [1, 1, 8]
+    uint32) on the host, one at a time: by `np.array` (on MLX's CUDA backend a move into managed
+    memory first) and by `specdec.core.accelerator.to_host` (tolist), the read specdec uses."""
+    out = {}
+    for name, read in (("np_array_us", np.array), ("to_host_us", to_host)):
+        arrays = [mx.arange(8, dtype=mx.uint32).reshape(1, 1, 8) + i for i in range(n)]
+        mx.eval(arrays)
+        t0 = time.perf_counter()
+        for a in arrays:
+            read(a)
+        out[name] = 1e6 * (time.perf_counter() - t0) / n
+    return out | {"n": n}
 
 
 def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> dict:
@@ -283,7 +313,8 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
     sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True)
     try:
         generate(sm, prompt, "none", cfg, stop_at_eos=False)  # first run: compile, caches
-        streamed, resident, cpu_s, cpu_r = [], [], [], []
+        _streamed_in_mlx_lm_loop(sm, prompt, tokens)  # its first run: compile
+        streamed, resident, cpu_s, cpu_r, forward_only = [], [], [], [], []
         for _ in range(repeats):
             tps, cpu = _resident(ref, prompt, tokens)
             resident.append(tps)
@@ -291,6 +322,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
             tps, cpu = _streamed(sm, prompt, cfg)
             streamed.append(tps)
             cpu_s.append(cpu)
+            forward_only.append(_streamed_in_mlx_lm_loop(sm, prompt, tokens))
         layers = len(sm.main_moe_layers)
         split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
         sm.streamer.source.device_tables = False  # the synced path, for comparison
@@ -321,6 +353,8 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         "moe_layers": layers,
         "resident_tokens_per_s": _spread(resident),
         "streamed_tokens_per_s": _spread(streamed),
+        # the streamed model in mlx-lm's own decode loop: the forward's cost without ours
+        "streamed_model_in_mlx_lm_loop_tokens_per_s": _spread(forward_only),
         "ratio": s_tps / r_tps,
         "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / layers,
         "main_thread_cpu_us_per_token": {"mlx_lm": _spread(cpu_r), "specdec": _spread(cpu_s)},
@@ -330,6 +364,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         ),
         "mlx_lm_switchglu_graph_us": glu,
         "host_us_per_moe_layer": split,
+        "host_copy": host_copy_us(),
     }
 
 

@@ -10,6 +10,27 @@ specdec.store.arena, specdec.bench.device); the CPU and Metal compute on host me
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
+
+# Reading a device array on the host: on MLX 0.32's CUDA backend `np.array(a)` first moves the
+# array into managed memory (cudaMallocManaged and a copy: 262-293 µs a call on the H200 for
+# 32-136 bytes) where `a.tolist()` reads the same array in 2 µs (specdec.bench.overhead
+# `host_copy_us`, benchmarks/results/cuda/overhead.json). On this CPU tolist costs 3 µs more a
+# read than np.array, next to milliseconds of compute a token: one path on every backend, so the
+# CPU tests run the one CUDA takes. Past this many elements tolist's Python objects cost more.
+SMALL_READ = 4096
+_NUMPY = {
+    mx.bool_: np.bool_,
+    mx.uint8: np.uint8,
+    mx.uint16: np.uint16,
+    mx.uint32: np.uint32,
+    mx.uint64: np.uint64,
+    mx.int8: np.int8,
+    mx.int16: np.int16,
+    mx.int32: np.int32,
+    mx.int64: np.int64,
+    mx.float32: np.float32,
+}
 
 
 def on_cuda() -> bool:
@@ -24,6 +45,14 @@ def backend() -> str:
     if mx.default_device() == mx.gpu and metal is not None and metal.is_available():
         return "metal"
     return "cpu"
+
+
+def to_host(a: mx.array) -> np.ndarray:
+    """`a` (evaluated here if it is not yet) as a numpy array of its dtype: a small one (a
+    router's choice) through tolist, as SMALL_READ says why."""
+    if a.size <= SMALL_READ and a.dtype in _NUMPY:
+        return np.array(a.tolist(), dtype=_NUMPY[a.dtype])
+    return np.array(a)
 
 
 def describe() -> dict:

@@ -44,7 +44,7 @@ from mlx.utils import tree_flatten
 
 from specdec.checkpoint.discover import SWITCH_TYPES, projections
 from specdec.checkpoint.families import Route
-from specdec.core.accelerator import on_cuda
+from specdec.core.accelerator import on_cuda, to_host
 from specdec.core.errors import SpecdecError
 from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
@@ -120,7 +120,7 @@ class SlotCopy:
         flat = indices.reshape(-1)  # [n]
         if flat.size <= FEW_ROWS:
             return flat, mx.arange(flat.size, dtype=indices.dtype).reshape(indices.shape)
-        used = np.unique(np.array(flat))  # [u] sorted; a host read of the call's slots
+        used = np.unique(to_host(flat))  # [u] sorted; a host read of the call's slots
         lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
         lut[used] = np.arange(len(used))
         return mx.array(used), mx.array(lut)[indices]

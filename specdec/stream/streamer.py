@@ -26,6 +26,7 @@ import numpy as np
 
 from specdec.cache.expert_cache import position_chunks
 from specdec.checkpoint.families import Route
+from specdec.core.accelerator import to_host
 from specdec.stream.source import ExpertSource
 from specdec.stream.steplog import Call, LayerStep, StepLog
 
@@ -128,7 +129,7 @@ class Streamer:
         evaluation, the one the layer does anyway)."""
         if ahead is not None:
             mx.eval(indices, ahead)
-        return np.array(indices)
+        return to_host(indices)
 
     def routed(self, layer: int, idx: np.ndarray) -> np.ndarray:
         """The experts the call uses: the router's, or the override's at this layer."""
@@ -184,7 +185,7 @@ class Streamer:
         observers, cache step (all hits), step log and the per-forward tick. Reads their router
         choices: one small copy each."""
         for layer, indices, phase in self.deferred.take(n):
-            for _ in self.steps(layer, np.array(indices), phase, replay=True):  # [..., k]
+            for _ in self.steps(layer, to_host(indices), phase, replay=True):  # [..., k]
                 pass
 
     def drain(self, deferred: int | None = None) -> list[LayerStep]:
@@ -208,7 +209,7 @@ def choice(ahead: mx.array) -> list[int]:
             ids = ids[0]
         if len(set(ids)) == len(ids):
             return sorted(ids)
-    return union(np.array(ahead))[0]
+    return union(to_host(ahead))[0]
 
 
 def union(idx: np.ndarray) -> tuple[list[int], list[int]]:

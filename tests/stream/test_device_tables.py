@@ -120,6 +120,30 @@ def test_eos_past_a_pipelined_token_leaves_no_steps(ckpt):
     assert len(dev[0]) == tokens.index(tokens[6]) + 1
 
 
+@pytest.mark.parametrize("budget,warm,started", [("100%", True, True), ("50%", False, False)])
+def test_first_decode_forward_starts_before_the_first_pass_is_timed(
+    ckpt, monkeypatch, budget, warm, started
+):
+    """As mlx-lm's generate_step (token 2's forward started before token 1 is yielded), the
+    pipelined path starts the first decode forward in the prefill's time: when the first pass's
+    clock starts its MoE calls are already built (deferred); the synced path starts nothing."""
+    at_clock = []
+    inner = Decode._clocks
+
+    def clocks(self):
+        at_clock.append(len(self.sm.streamer.deferred))
+        return inner(self)
+
+    monkeypatch.setattr(Decode, "_clocks", clocks)
+    sm = load(ckpt, io="buffered", with_mtp=False, budget=budget, warm=warm)
+    try:
+        tokens = _decode(sm, list(range(40, 56)), n=6)[0]
+    finally:
+        sm.close()
+    assert len(tokens) == 6 and len(at_clock) == 5  # one pass a token after the first
+    assert at_clock[0] == (len(sm.main_moe_layers) if started else 0)
+
+
 def test_pinned_layer_runs_on_its_table_among_synced_layers(ckpt, syncs):
     """static pins one whole layer; its wide prefill call is chunked by scratch in the replay."""
 
