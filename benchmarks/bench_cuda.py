@@ -26,7 +26,8 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
                shapes); each layer's largest streamed - resident difference at 100%
     overhead   full budget --warm vs `python -m mlx_lm generate`, fresh processes, interleaved;
                and warm in one process (mlx-lm's generate_step against ours, alternating), with
-               the host µs per MoE layer call by part (specdec.bench.overhead `in_process`)
+               the host µs per MoE layer call by part (specdec.bench.overhead `in_process`);
+               saved as each part ends (`"partial"` names the last), the warm part first
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
     reads      `specdec bench read` at the 16-layer model's block size: into a fresh arena, into
                slots the GPU has just read (managed pages migrate back), one block at a time
@@ -92,7 +93,9 @@ def sh(*cmd: str, timeout: int = 900) -> str:
     return out.stdout
 
 
-def save(out: Path, step: str, result: dict, t0: float) -> None:
+def save(out: Path, step: str, result: dict, t0: float, done: bool = True) -> None:
+    """STEP.json; done=False: what a step has so far (a lease can end mid-step), kept until the
+    step's own save replaces it."""
     result = {
         "step": step,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -103,7 +106,7 @@ def save(out: Path, step: str, result: dict, t0: float) -> None:
     }
     # the home directory as "~", the repository relative: results are read on other machines
     write_result(out / f"{step}.json", json.loads(json.dumps(result, default=str)))
-    print(f"[{step}] done in {result['seconds']} s", flush=True)
+    print(f"[{step}] {'done' if done else 'saved so far'} in {result['seconds']} s", flush=True)
 
 
 # ---------------------------------------------------------------- check
@@ -418,12 +421,20 @@ def overhead(args) -> dict:
         src = str(Path(args.shm) / key)
         try:  # each model's figures kept as they come: a failure loses only what is left
             out["launch_ab"][key] = launch_ab(Path(src))
-            out[key] = cli_pairs(src, 64, args.pairs, prompt=PROMPT)
-            out[key]["moe_layers"] = SMALL[key][1]
-            out[key]["in_process"] = in_process(src, 64, 3, "25%")
+            # warm first, then the fresh processes (the longer part), each saved as it comes:
+            # the eighth session's lease ended inside this step and took all of it
+            out[key] = {"moe_layers": SMALL[key][1], "in_process": in_process(src, 64, 3, "25%")}
+            _so_far(args, out, f"{key} in process")
+            out[key] |= cli_pairs(src, 64, args.pairs, prompt=PROMPT)
         except Exception as e:  # noqa: BLE001 -- a fact to report; the other model still runs
             out.setdefault(key, {})["error"] = repr(e)[:400]
+        _so_far(args, out, key)
     return out
+
+
+def _so_far(args, out: dict, through: str) -> None:
+    save(Path(args.out), "overhead", {"session": args.session, "partial": through, **out},
+         args.step_t0, done=False)  # fmt: skip
 
 
 def profile(args) -> dict:
@@ -763,7 +774,7 @@ def main() -> int:
         if time.perf_counter() > args.deadline_at:
             print(f"[{step}] skipped: past the deadline", flush=True)
             continue
-        t0 = time.perf_counter()
+        t0 = args.step_t0 = time.perf_counter()
         print(f"[{step}] start", flush=True)
         try:
             save(Path(args.out), step, {"session": args.session, **STEPS[step](args)}, t0)
