@@ -140,6 +140,7 @@ class Decode:
         self.form = VerifyForm.install(sm.model, cfg.verify_form)
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
+        self.moe_layers = sm.main_moe_layers  # a property that builds a list: once, not a token
         auto = cfg.gamma.auto and drafter.name != "none"  # nothing to draft: plain decoding
         self.gamma = cfg.gamma.fixed or 1  # the fixed γ; auto's passes choose their own
         check_speculation(sm, MAX_GAMMA if auto else self.gamma)
@@ -178,8 +179,7 @@ class Decode:
             # mlx-lm's generate_step starts token 2's forward before it yields token 1, so its
             # decode time (after token 1) leaves out building that first decode graph (and,
             # in a fresh process, compiling its kernels): ours counts the same way
-            more = len(st.generated) < cfg.max_tokens and y not in self.eos_ids
-            started = self._start_next(mx.array([[y]])) if more else None
+            started = self._start_next(mx.array([[y]])) if self._continues(y) else None
             self.prefill_s = time.perf_counter() - t0
             yield from self._greedy_passes(started)
             return
@@ -196,7 +196,7 @@ class Decode:
         """Draft, verify, judge; one record per pass."""
         st, cfg, drafter, streamer = self.st, self.cfg, self.drafter, self.sm.streamer
         n_pass = 0
-        while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
+        while self._continues(y):
             if self.tap:
                 self.tap.calls.clear()  # one pass's calls at a time
             start = self._clocks()
@@ -261,14 +261,19 @@ class Decode:
             yield rec
             n_pass += 1
 
+    def _continues(self, y: int) -> bool:
+        """Whether decoding goes on after the committed token y."""
+        return len(self.st.generated) < self.cfg.max_tokens and y not in self.eos_ids
+
+    def _next(self, token: mx.array) -> tuple[mx.array, mx.array]:
+        """greedy_next as a verify forward."""
+        with self.sm.streamer.serving(VERIFY):
+            return greedy_next(self.st, token)
+
     def _start_next(self, token: mx.array) -> tuple[mx.array, mx.array] | None:
         """Token t+1's forward on `token` [1, 1] (lazy), started, where it can need no read
         (every MoE layer wholly resident, so no layer syncs on its router); else None."""
-        streamer = self.sm.streamer
-        if not streamer.all_resident(self.sm.main_moe_layers):
-            return None
-        with streamer.serving(VERIFY):
-            return greedy_next(self.st, token)
+        return self._next(token) if self.sm.streamer.all_resident(self.moe_layers) else None
 
     def _greedy_passes(self, started: tuple[mx.array, mx.array] | None) -> Iterator[PassRecord]:
         """Plain greedy decoding, pipelined across tokens where no read can be pending:
@@ -276,12 +281,10 @@ class Decode:
         st, cfg, streamer = self.st, self.cfg, self.sm.streamer
         y = st.tokens[-1]
         n_pass = 0
-        while len(st.generated) < cfg.max_tokens and y not in self.eos_ids:
+        while self._continues(y):
             start = self._clocks()
-            if started is None:  # the synced path: each MoE layer reads what it misses
-                with streamer.serving(VERIFY):
-                    started = greedy_next(st, mx.array([[y]]))
-            nxt, top = started
+            # not started ahead on the synced path: each MoE layer reads what it misses
+            nxt, top = started or self._next(mx.array([[y]]))
             mine = len(streamer.deferred)  # this token's deferred calls; the next's follow
             last = len(st.generated) + 1 >= cfg.max_tokens
             started = None if last else self._start_next(nxt)
