@@ -35,6 +35,17 @@ class Prefetch:
     reqs: list[tuple[int, int]]
 
 
+@dataclass(frozen=True)
+class SlotTable:
+    """Where a wholly resident layer's experts sit. `slots` [n_experts] expert -> slot, on the
+    device; `first`: where expert e sits in slot first + e (as --warm loads a layer), the slot
+    of expert 0, so a call can compute on that window of the arena with the router's own ids
+    and build the graph mlx-lm builds (no gather of slots); else None."""
+
+    slots: mx.array
+    first: int | None
+
+
 @dataclass
 class ExpertSource:
     """Index, arena, reader and cache of one model, and the state that keeps its slots safe."""
@@ -51,19 +62,19 @@ class ExpertSource:
     # the plan holds every streamed expert (SlotPlan/PoolPlan.holds_all): no slot is ever
     # refilled, so outputs computing on slots need neither tracking nor an early start
     holds_all: bool = False
-    # layer -> (cache, cache.version, [n_experts] expert -> slot on the device, or None)
-    tables: dict[int, tuple[ExpertCache, int, mx.array | None]] = field(default_factory=dict)
+    # layer -> (cache, cache.version, its SlotTable or None)
+    tables: dict[int, tuple[ExpertCache, int, SlotTable | None]] = field(default_factory=dict)
 
-    def table(self, layer: int) -> mx.array | None:
-        """`layer`'s expert -> slot table on the device while all its experts are resident and
-        no read is landing (a call then needs no host read of the router's choice), else None."""
+    def table(self, layer: int) -> SlotTable | None:
+        """`layer`'s expert -> slot table while all its experts are resident and no read is
+        landing (a call then needs no host read of the router's choice), else None."""
         if self.inflight or not self.device_tables:
             return None
         cache = self.cache
         t = self.tables.get(layer)
         if t is None or t[0] is not cache or t[1] != cache.version:
             slots = cache.block_slots(layer * self.key_stride, self.index.layers[layer].n_experts)
-            t = (cache, cache.version, None if slots is None else mx.array(slots))
+            t = (cache, cache.version, None if slots is None else _table(slots))
             self.tables[layer] = t
         return t[2]
 
@@ -193,3 +204,9 @@ class ExpertSource:
     def _requests(self, misses: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
         s = self.key_stride
         return [(key // s, key % s, slot) for key, slot in misses]
+
+
+def _table(slots: np.ndarray) -> SlotTable:
+    """The SlotTable of a layer whose experts sit in `slots` [n_experts]."""
+    run = bool((np.diff(slots) == 1).all())
+    return SlotTable(mx.array(slots), int(slots[0]) if run else None)

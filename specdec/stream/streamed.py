@@ -23,7 +23,9 @@ switch call of its own, shaped as one-token decoding's (`_compute`).
 
 No sync where no read can be needed: when every expert of a layer is resident (full budget, a
 layer pinned whole) and no read is landing, the call remaps ids on the device through the
-layer's expert -> slot table (`ExpertSource.table`) and defers its host part (where the cache
+layer's expert -> slot table (`ExpertSource.table`), or, where the layer's experts sit in one
+run of slots in expert order (--warm), computes on that window of the arena with the router's
+own ids, the graph mlx-lm builds node for node; and it defers its host part (where the cache
 holds every expert it starts no evaluation either: the token is one graph, as in mlx-lm): the
 cache step, the observers and the step log run from `Streamer.catch_up`, in call order, before any
 other cache step and before the log is drained, so stats and records equal the synced path's.
@@ -50,6 +52,7 @@ from specdec.store.arena import Arena
 from specdec.store.layout import LayerLayout
 from specdec.store.pools import PoolArenas, members
 from specdec.stream.mixed import on_pools
+from specdec.stream.source import SlotTable
 from specdec.stream.streamer import Streamer, union
 
 
@@ -127,17 +130,25 @@ class SlotCopy:
 
 
 class ArenaLinear(nn.Module):
-    """One projection of every slot: mlx-lm's (Quantized)SwitchLinear computed on arena views.
-    `copies`: the switch's slot map, used where this projection's views pass the gather
+    """One projection of every slot (or of the slots `rows`): mlx-lm's (Quantized)SwitchLinear
+    computed on arena views. `copies`: the switch's slot map, used where this projection's views pass the gather
     kernels' reach (each row's kernel and weights are then the same: so are the results)."""
 
-    def __init__(self, arena: Arena, layout: LayerLayout, proj: str, copies: SlotCopy):
+    def __init__(
+        self,
+        arena: Arena,
+        layout: LayerLayout,
+        proj: str,
+        copies: SlotCopy,
+        rows: slice = slice(None),
+    ):
         super().__init__()
-        views = {
-            t.name.split(".", 1)[1]: arena.tensor_view(t)
+        views = {  # rows: the slots this projection computes on, a window sharing the arena
+            t.name.split(".", 1)[1]: arena.tensor_view(t)[rows]
             for t in layout.tensors
             if t.name.split(".", 1)[0] == proj
         }
+        mx.eval(list(views.values()))
         quant = layout.quant.get(proj)
         far = _past_reach(views["weight"], quant and quant.bits)
         self._h = _Hidden(views=views, quant=quant, copies=copies if far else None)
@@ -172,11 +183,14 @@ class ArenaLinear(nn.Module):
         return x
 
 
-def _on_arena(switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int) -> nn.Module:
-    """`switch` with each projection an ArenaLinear on `arena` (blocks laid out as `layout`)."""
+def _on_arena(
+    switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int, rows: slice = slice(None)
+) -> nn.Module:
+    """`switch` with each projection an ArenaLinear on `arena` (blocks laid out as `layout`),
+    on the slots `rows` (all: slot ids index the arena)."""
     copies = SlotCopy()  # one map per call for all of the switch's projections
     for proj in layout.projections:
-        setattr(switch, proj, ArenaLinear(arena, layout, proj, copies))
+        setattr(switch, proj, ArenaLinear(arena, layout, proj, copies, rows))
     left = [name for name, _ in tree_flatten(switch.parameters())]
     if left:  # a parameter the arena does not hold would never be loaded
         raise SpecdecError(
@@ -241,6 +255,9 @@ class StreamedSwitchGLU(nn.Module):
             route=route,
             switch=switch,
             lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
+            # first slot -> the switch on that window of a one-arena pack (_on_table);
+            # None: a mixed pack, whose slot ids span two arenas
+            windows=None if isinstance(arena, PoolArenas) else {},
         )
 
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
@@ -259,7 +276,7 @@ class StreamedSwitchGLU(nn.Module):
         if table is not None and ahead is None:  # no read can be needed: no host sync
             if s.route_override is not None:  # given routing: known on the host already
                 indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)))
-            y = self._compute(x, table[indices])  # [..., k, H]
+            y = self._on_table(x, indices, table)  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
             return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
@@ -270,16 +287,33 @@ class StreamedSwitchGLU(nn.Module):
             s.prefetch(ahead[0], ahead[1], (h.layer, experts, y), phase)  # y's slots: kept
         return y
 
-    def _compute(self, x: mx.array, slots: mx.array) -> mx.array:
-        """The switch on x [..., H] and slots [..., k] -> [..., k, H']: one call; in a verify
-        pass's decode form (decode/verify_form.py) one call per position, shaped as a one-token
-        decode call ([1, 1, H], [1, 1, k]), so each position's experts are computed by the
-        kernels one-token decoding uses (a call's row count picks them)."""
+    def _on_table(self, x: mx.array, indices: mx.array, table: SlotTable) -> mx.array:
+        """The call on a wholly resident layer: where its experts sit in one run of slots, on
+        that window of the arena with the router's ids as they are (mlx-lm's graph, node for
+        node: on CUDA each node costs launch time); else on the slots its table gathers."""
+        h = self._h
+        if table.first is None or h.windows is None:
+            return self._compute(x, table.slots[indices])
+        window = h.windows.get(table.first)
+        if window is None:
+            rows = slice(table.first, table.first + h.lut.size)
+            layout = h.streamer.index.layers[h.layer]
+            window = _on_arena(_shallow_copy(h.switch), h.streamer.arena, layout, h.layer, rows)
+            h.windows[table.first] = window
+        return self._compute(x, indices, window)
+
+    def _compute(self, x: mx.array, slots: mx.array, switch: nn.Module | None = None) -> mx.array:
+        """The switch (the layer's, on every slot, unless given) on x [..., H] and slots
+        [..., k] -> [..., k, H']: one call; in a verify pass's decode form
+        (decode/verify_form.py) one call per position, shaped as a one-token decode call
+        ([1, 1, H], [1, 1, k]), so each position's experts are computed by the kernels
+        one-token decoding uses (a call's row count picks them)."""
+        switch = self._h.switch if switch is None else switch
         n = slots.size // slots.shape[-1]
         if not self._decode_form or n == 1:
-            return self._h.switch(x, slots)
+            return switch(x, slots)
         xs, ss = x.reshape(n, 1, 1, -1), slots.reshape(n, 1, 1, -1)  # [N, 1, 1, H], [N, 1, 1, k]
-        y = mx.concatenate([self._h.switch(xs[i], ss[i]) for i in range(n)])  # [N, 1, k, H']
+        y = mx.concatenate([switch(xs[i], ss[i]) for i in range(n)])  # [N, 1, k, H']
         return y.reshape(*slots.shape, -1)
 
     def _launch(self, y: mx.array) -> mx.array:

@@ -16,7 +16,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.decode.drafters import DrafterSpec
-from specdec.decode.loop import Decode, DecodeConfig
+from specdec.decode.loop import HELD_TOKENS, Decode, DecodeConfig
 from specdec.stream.loader import load
 from specdec.stream.streamer import Streamer
 from tests.helpers import random_checkpoint, resident_logits
@@ -137,11 +137,43 @@ def test_first_decode_forward_starts_before_the_first_pass_is_timed(
     monkeypatch.setattr(Decode, "_clocks", clocks)
     sm = load(ckpt, io="buffered", with_mtp=False, budget=budget, warm=warm)
     try:
-        tokens = _decode(sm, list(range(40, 56)), n=6)[0]
+        tokens, recs = _decode(sm, list(range(40, 56)), n=6)[:2]
     finally:
         sm.close()
-    assert len(tokens) == 6 and len(at_clock) == 5  # one pass a token after the first
+    assert len(tokens) == 6 and len(recs) == 5  # one pass a token after the first
     assert at_clock[0] == (len(sm.main_moe_layers) if started else 0)
+
+
+def test_held_tokens_run_their_steps_together(ckpt, monkeypatch):
+    """Where the cache holds every expert, the deferred steps of HELD_TOKENS pipelined tokens
+    run together (one wait for the forward started behind them, not one a token), inside the
+    last one's time; each token keeps its own record and its own steps."""
+    bursts = []
+    inner = Streamer.catch_up
+
+    def catch_up(self, n=None):
+        bursts.append(len(run.generated))
+        return inner(self, n)
+
+    monkeypatch.setattr(Streamer, "catch_up", catch_up)
+    sm = load(ckpt, io="buffered", with_mtp=False, budget="100%", warm=True)
+    try:
+        layers = sm.main_moe_layers
+        run = Decode(
+            sm, list(range(40, 56)), DrafterSpec.parse("none").build(sm), DecodeConfig(1, 24)
+        )
+        recs = list(run.passes())
+    finally:
+        sm.close()
+    assert len(recs) == 23 and [r.pass_idx for r in recs] == list(range(23))
+    assert [r.tokens[0] for r in recs] == run.generated[1:]
+    assert all(sorted(map(int, r.union)) == layers for r in recs)  # each its own steps
+    top_k = sm.model.args.num_experts_per_tok
+    assert all(r.accesses == r.hits == len(layers) * top_k for r in recs)  # all hits
+    # the prefill's drain, then 16 tokens together, then the last 7
+    assert sorted(set(bursts)) == [1, 1 + HELD_TOKENS, 24]
+    walls = [r.wall_s for r in recs]
+    assert all(w > 0 for w in walls)
 
 
 def test_pinned_layer_runs_on_its_table_among_synced_layers(ckpt, syncs):
