@@ -4,6 +4,7 @@
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
     python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | host_reads | shm | reads
+    python -m analysis.cuda decode9      # the ninth session's full-budget diagnosis
     python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
@@ -605,6 +606,25 @@ def host_reads_table() -> str:
     return md_table(["measured", "median", "against mlx-lm"], body)
 
 
+def decode9_table() -> str:
+    """The ninth session's full-budget diagnosis (session9/diag_run1.json): decode variants in
+    one process, alternating, against mlx-lm's generate_step on the resident model; then one
+    forward's host graph build and its evaluation, and our loop's host parts."""
+    data = json.loads((RESULTS / "session9" / "diag_run1.json").read_text())
+    body = []
+    for shape in ("qwen3", "minimax"):
+        med = data[shape]["median"]
+        for k, v in med.items():
+            body.append([shape, f"decode: {k}", f"{v:.0f} tok/s", f"{v / med['mlx_lm']:.2f}x"])
+        for k, v in data[shape]["forward"].items():
+            body.append([shape, f"one forward: {k}",
+                         f"build {v['build_us']:.0f} µs, eval {v['eval_us']:.0f} µs", ""])  # fmt: skip
+        parts = data[shape]["loop_parts_us_per_token"]
+        body.append([shape, "our loop, µs a token",
+                     ", ".join(f"{k.strip('_')} {v:.0f}" for k, v in parts.items()), ""])  # fmt: skip
+    return md_table(["shape", "measured", "median", "against mlx-lm"], body)
+
+
 def reads_table() -> str:
     """The read bench of the third session's machine at the 16-layer model's block size: into
     a fresh arena, into slots a GPU computation has just read (CUDA managed pages then live on
@@ -710,6 +730,7 @@ TABLES = {
     "shm": shm_table,
     "overhead": overhead_table,
     "host_reads": host_reads_table,
+    "decode9": decode9_table,
     "reads": reads_table,
     "figure": figure,
     "landing": landing,
