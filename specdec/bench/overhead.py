@@ -16,7 +16,8 @@ Three measurements, all greedy decode of the same prompt:
   CPU time per token; their difference over the MoE layers is the host cost of streaming all
   in (blocks, deferred steps, records, decode loop), robust to other processes on the cores.
   Beside them, alternating too, the streamed model driven by mlx-lm's own `generate_step`: the
-  streamed forward's cost apart from our loop's. And the cost of one host read of a small
+  streamed forward's cost apart from our loop's; and ours with each token's deferred steps run
+  after it instead of HELD_TOKENS at a time (the held tokens' effect). And the cost of one host read of a small
   device array (`host_copy_us`: on CUDA `np.array` moves it into managed memory first).
 - `split`: host time per MoE layer call of the streamed block, by part, as the main thread's
   CPU time (robust to waiting and to other processes on the cores): graph building (our call's
@@ -50,6 +51,7 @@ from mlx_lm.utils import load as mlx_load
 
 from specdec.core.accelerator import on_cuda, to_host
 from specdec.core.blas import fast_blas_env
+from specdec.decode import loop
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.stream.loader import StreamedModel, load, resolve
@@ -281,10 +283,17 @@ def _streamed_in_mlx_lm_loop(sm: StreamedModel, prompt: list[int], n: int) -> fl
     return tps
 
 
-def _streamed(sm: StreamedModel, prompt: list[int], cfg: DecodeConfig) -> tuple[float, float]:
-    """Ours, the same two figures."""
+def _streamed(
+    sm: StreamedModel, prompt: list[int], cfg: DecodeConfig, held: int = loop.HELD_TOKENS
+) -> tuple[float, float]:
+    """Ours, the same two figures; `held`: tokens whose deferred steps run together (1: each
+    token's after it, as before the ninth session)."""
     c = time.thread_time()
-    res = generate(sm, prompt, "none", cfg, stop_at_eos=False)
+    default, loop.HELD_TOKENS = loop.HELD_TOKENS, held
+    try:
+        res = generate(sm, prompt, "none", cfg, stop_at_eos=False)
+    finally:
+        loop.HELD_TOKENS = default
     assert res.summary["misses"] == 0, "the warm cache must hold every expert"
     return res.summary["tokens_per_s"], 1e6 * (time.thread_time() - c) / cfg.max_tokens
 
@@ -314,7 +323,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
     try:
         generate(sm, prompt, "none", cfg, stop_at_eos=False)  # first run: compile, caches
         _streamed_in_mlx_lm_loop(sm, prompt, tokens)  # its first run: compile
-        streamed, resident, cpu_s, cpu_r, forward_only = [], [], [], [], []
+        streamed, resident, cpu_s, cpu_r, forward_only, each = [], [], [], [], [], []
         for _ in range(repeats):
             tps, cpu = _resident(ref, prompt, tokens)
             resident.append(tps)
@@ -323,6 +332,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
             streamed.append(tps)
             cpu_s.append(cpu)
             forward_only.append(_streamed_in_mlx_lm_loop(sm, prompt, tokens))
+            each.append(_streamed(sm, prompt, cfg, held=1)[0])
         layers = len(sm.main_moe_layers)
         split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
         sm.streamer.source.device_tables = False  # the synced path, for comparison
@@ -355,6 +365,8 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         "streamed_tokens_per_s": _spread(streamed),
         # the streamed model in mlx-lm's own decode loop: the forward's cost without ours
         "streamed_model_in_mlx_lm_loop_tokens_per_s": _spread(forward_only),
+        # ours with each token's deferred steps run after it (not HELD_TOKENS together)
+        "streamed_steps_each_token_tokens_per_s": _spread(each),
         "ratio": s_tps / r_tps,
         "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / layers,
         "main_thread_cpu_us_per_token": {"mlx_lm": _spread(cpu_r), "specdec": _spread(cpu_s)},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.bench.overhead import in_process
+from specdec.decode import loop
 from specdec.checkpoint.random_models import make_random
 
 
@@ -19,8 +20,12 @@ from specdec.checkpoint.random_models import make_random
 def test_in_process_looks_ahead_as_far_as_the_model_allows(tmp_path, monkeypatch, layers, ahead):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     src = make_random("qwen3_moe", tmp_path / "m", bits=4, overrides={"num_hidden_layers": layers})
+    held = loop.HELD_TOKENS
     out = in_process(str(src), tokens=4, repeats=1, lookahead_budget="50%")
     assert out["moe_layers"] == layers
+    # the held tokens' A/B ran, and left the decode loop's constant as it found it
+    assert len(out["streamed_steps_each_token_tokens_per_s"]["all"]) == 1
+    assert loop.HELD_TOKENS == held
     assert set(out["host_us_per_moe_layer"]) == {
         "full_budget",
         "full_budget_synced",
