@@ -300,10 +300,11 @@ class Decode:
         `started`, token 2's forward when prefill started it.
 
         Where the cache holds every expert (no slot is ever refilled, so every call of a
-        pipelined token is deferred), the deferred steps of up to `held_tokens` tokens run
-        together, inside the last one's time: the first host read of a token's routing waits
-        for the forward started behind it (on the H200 ~150 µs a token, docs/results/cuda.md),
-        once per batch instead of once per token. Each token keeps its own record and steps."""
+        pipelined token is deferred), the deferred steps of up to HELD_TOKENS tokens (fewer on
+        deep models: DEFERRED_CALLS) run together, inside the last one's time, and their records
+        are yielded after: the first host read of a token's routing waits for the forward
+        started behind it (on the H200 ~150 µs a token, docs/results/cuda.md), once per batch
+        instead of once per token. Each token keeps its own record and steps."""
         st, cfg, streamer = self.st, self.cfg, self.sm.streamer
         hold = streamer.source.holds_all
         most = max(1, min(HELD_TOKENS, DEFERRED_CALLS // max(1, len(self.moe_layers))))
@@ -327,9 +328,14 @@ class Decode:
             if pipelined and len(held) < most and self._continues(y):
                 held[-1] = (*held[-1][:4], self._clocks())  # its record waits for its steps
                 continue
-            for i, y_i, mine_i, start_i, end_i in held:  # in call order, as the synced path
-                yield self._record(i, [], 0, [y_i], [], streamer.drain(mine_i), start_i, end=end_i)
+            # in call order, as the synced path; all built before any is yielded, so the last
+            # one's time holds the batch's host work and none of the caller's
+            recs = [
+                self._record(i, [], 0, [y_i], [], streamer.drain(mine_i), start_i, end=end_i)
+                for i, y_i, mine_i, start_i, end_i in held
+            ]
             held, calls = [], 0
+            yield from recs
         if started is not None:  # computed past an EOS: its steps never happen
             streamer.deferred.clear()
             self.discarded = 1
