@@ -51,6 +51,7 @@ from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
 from specdec.gamma.spec import Gamma
 from specdec.store.budget import peak_rss_bytes
 from specdec.stream.steplog import Call
+from specdec.stream.streamer import Deferred
 
 if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
     from specdec.stream.loader import StreamedModel
@@ -90,7 +91,7 @@ PREFILL, DRAFT, VERIFY = Call("prefill"), Call("draft"), Call("verify")
 ROLLBACK = Call("rollback")  # re-feeding the accepted prefix (decode/rollback.py)
 PREFILL_STEP = 2048  # mlx-lm generate_step's prefill_step_size
 HELD_TOKENS = 16  # pipelined greedy decoding: tokens whose deferred steps run together
-DEFERRED_CALLS = 512  # ... and at most this many calls (Streamer's own bound is 1024)
+HELD_CALLS = Deferred.BOUND // 2  # ... and at most this many calls, with the next token's
 
 
 def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
@@ -301,40 +302,40 @@ class Decode:
 
         Where the cache holds every expert (no slot is ever refilled, so every call of a
         pipelined token is deferred), the deferred steps of up to HELD_TOKENS tokens (fewer on
-        deep models: DEFERRED_CALLS) run together, inside the last one's time, and their records
+        deep models: HELD_CALLS) run together, inside the last one's time, and their records
         are yielded after: the first host read of a token's routing waits for the forward
         started behind it (on the H200 ~150 µs a token, docs/results/cuda.md), once per batch
         instead of once per token. Each token keeps its own record and steps."""
         st, cfg, streamer = self.st, self.cfg, self.sm.streamer
         hold = streamer.source.holds_all
-        most = max(1, min(HELD_TOKENS, DEFERRED_CALLS // max(1, len(self.moe_layers))))
+        most = max(1, min(HELD_TOKENS, HELD_CALLS // max(1, len(self.moe_layers))))
         held: list[tuple[int, int, int, tuple, tuple | None]] = []  # n_pass, y, calls, start, end
         y = st.tokens[-1]
-        n_pass, calls = 0, 0  # calls: deferred calls of the tokens held
+        n_pass = 0
         while self._continues(y):
             start = self._clocks()
             pipelined = hold and started is not None  # all its calls deferred
             # not started ahead on the synced path: each MoE layer reads what it misses
             nxt, top = started or self._next(mx.array([[y]]))
-            mine = len(streamer.deferred) - calls  # this token's deferred calls; the next's follow
+            # this token's deferred calls: after the held tokens', before the next token's
+            mine = len(streamer.deferred) - sum(h[2] for h in held)
             last = len(st.generated) + 1 >= cfg.max_tokens
             started = None if last else self._start_next(nxt)
             y = nxt.item()  # host sync: token t (t+1 computes meanwhile)
             check_finite(top.item())  # evaluated with nxt: no second sync
             st.tokens.append(y)
-            held.append((n_pass, y, mine, start, None))
-            calls += mine
             n_pass += 1
-            if pipelined and len(held) < most and self._continues(y):
-                held[-1] = (*held[-1][:4], self._clocks())  # its record waits for its steps
+            if pipelined and len(held) + 1 < most and self._continues(y):
+                held.append((n_pass - 1, y, mine, start, self._clocks()))  # record: steps first
                 continue
+            held.append((n_pass - 1, y, mine, start, None))  # ends when its record is built
             # in call order, as the synced path; all built before any is yielded, so the last
             # one's time holds the batch's host work and none of the caller's
             recs = [
                 self._record(i, [], 0, [y_i], [], streamer.drain(mine_i), start_i, end=end_i)
                 for i, y_i, mine_i, start_i, end_i in held
             ]
-            held, calls = [], 0
+            held = []
             yield from recs
         if started is not None:  # computed past an EOS: its steps never happen
             streamer.deferred.clear()

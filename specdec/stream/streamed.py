@@ -140,15 +140,17 @@ class ArenaLinear(nn.Module):
         layout: LayerLayout,
         proj: str,
         copies: SlotCopy,
-        rows: slice = slice(None),
+        rows: slice | None = None,
     ):
         super().__init__()
-        views = {  # rows: the slots this projection computes on, a window sharing the arena
-            t.name.split(".", 1)[1]: arena.tensor_view(t)[rows]
+        views = {
+            t.name.split(".", 1)[1]: arena.tensor_view(t)
             for t in layout.tensors
             if t.name.split(".", 1)[0] == proj
         }
-        mx.eval(list(views.values()))
+        if rows is not None:  # a window of slots, sharing the arena's memory (sliced once)
+            views = {name: v[rows] for name, v in views.items()}
+            mx.eval(list(views.values()))
         quant = layout.quant.get(proj)
         far = _past_reach(views["weight"], quant and quant.bits)
         self._h = _Hidden(views=views, quant=quant, copies=copies if far else None)
@@ -184,10 +186,10 @@ class ArenaLinear(nn.Module):
 
 
 def _on_arena(
-    switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int, rows: slice = slice(None)
+    switch: nn.Module, arena: Arena, layout: LayerLayout, layer: int, rows: slice | None = None
 ) -> nn.Module:
     """`switch` with each projection an ArenaLinear on `arena` (blocks laid out as `layout`),
-    on the slots `rows` (all: slot ids index the arena)."""
+    on the slots `rows` (None: all, slot ids index the arena)."""
     copies = SlotCopy()  # one map per call for all of the switch's projections
     for proj in layout.projections:
         setattr(switch, proj, ArenaLinear(arena, layout, proj, copies, rows))
@@ -325,7 +327,7 @@ class StreamedSwitchGLU(nn.Module):
         if not s.source.holds_all:
             mx.async_eval(y)
             s.source.track(y)
-        if len(s.deferred) > 1024:  # model calls with no drain between (probes, tests)
+        if len(s.deferred) > s.deferred.BOUND:  # model calls with no drain between (probes)
             s.catch_up()
         return y
 

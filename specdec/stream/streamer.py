@@ -68,6 +68,8 @@ class Deferred:
     """Calls computed on a device table whose host part is still to run, in call order:
     (layer, indices [..., k] on the device, phase)."""
 
+    BOUND = 1024  # past this many a call runs them (model calls with no drain between)
+
     calls: list[tuple[int, mx.array, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
