@@ -29,6 +29,7 @@ import concurrent.futures as cf
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+import mlx.core as mx
 import numpy as np
 
 from specdec.core.errors import BudgetError
@@ -156,6 +157,8 @@ def _hot_byte_share(index: ExpertIndex, pool_bytes: dict, views: dict) -> float:
 @dataclass
 class PoolArenas:
     """The hot and the cold arena; slot ids: hot first, then cold (offset by hot.n_slots)."""
+
+    slot_ids = mx.int32  # signed: stream/mixed.py takes n_hot off a hot slot's id, then clips
 
     hot: Arena
     cold: Arena

@@ -74,7 +74,11 @@ class ExpertSource:
         t = self.tables.get(layer)
         if t is None or t[0] is not cache or t[1] != cache.version:
             slots = cache.block_slots(layer * self.key_stride, self.index.layers[layer].n_experts)
-            t = (cache, cache.version, None if slots is None else _table(slots))
+            t = (
+                cache,
+                cache.version,
+                None if slots is None else _table(slots, self.arena.slot_ids),
+            )
             self.tables[layer] = t
         return t[2]
 
@@ -206,7 +210,7 @@ class ExpertSource:
         return [(key // s, key % s, slot) for key, slot in misses]
 
 
-def _table(slots: np.ndarray) -> SlotTable:
-    """The SlotTable of a layer whose experts sit in `slots` [n_experts]."""
+def _table(slots: np.ndarray, ids: mx.Dtype) -> SlotTable:
+    """The SlotTable of a layer whose experts sit in `slots` [n_experts], as slot ids `ids`."""
     run = bool((np.diff(slots) == 1).all())
-    return SlotTable(mx.array(slots), int(slots[0]) if run else None)
+    return SlotTable(mx.array(slots, dtype=ids), int(slots[0]) if run else None)

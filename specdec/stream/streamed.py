@@ -257,6 +257,7 @@ class StreamedSwitchGLU(nn.Module):
             route=route,
             switch=switch,
             lut=np.zeros(layout.n_experts, dtype=np.int32),  # expert id -> slot, this call
+            ids=arena.slot_ids,  # the slot ids' dtype the computing switch is given
             # first slot -> the switch on that window of a one-arena pack (_on_table);
             # None: a mixed pack, whose slot ids span two arenas
             windows=None if isinstance(arena, PoolArenas) else {},
@@ -277,7 +278,7 @@ class StreamedSwitchGLU(nn.Module):
             ahead = s.lookahead.route(h.layer, x, table is not None, src, h.route)
         if table is not None and ahead is None:  # no read can be needed: no host sync
             if s.route_override is not None:  # given routing: known on the host already
-                indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)))
+                indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)), mx.uint32)
             y = self._on_table(x, indices, table)  # [..., k, H]
             s.deferred.add(h.layer, indices, phase)
             return self._launch(y)
@@ -340,10 +341,10 @@ class StreamedSwitchGLU(nn.Module):
         for pos, experts, slots in s.steps(h.layer, idx, phase):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
-                y, used = self._compute(x, mx.array(h.lut[idx])), experts
+                y, used = self._compute(x, mx.array(h.lut[idx], h.ids)), experts
                 continue
             flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
-            out = self._compute(flat_x[start : start + len(pos)], mx.array(h.lut[pos]))
+            out = self._compute(flat_x[start : start + len(pos)], mx.array(h.lut[pos], h.ids))
             s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
             used += experts
@@ -370,5 +371,5 @@ class StreamedSwitchGLU(nn.Module):
         scale = mx.where(
             kept_mass > 0, scores.sum(-1, keepdims=True) / mx.maximum(kept_mass, 1e-30), 0.0
         )
-        y = h.switch(x, mx.array(np.where(slots >= 0, slots, 0)))  # [..., k, H]
+        y = h.switch(x, mx.array(np.where(slots >= 0, slots, 0), h.ids))  # [..., k, H]
         return (y * (keep * scale)[..., None]).astype(y.dtype)

@@ -20,6 +20,7 @@ from specdec.core.errors import BudgetError, SpecdecError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import HELD_TOKENS, Decode, DecodeConfig
 from specdec.stream.loader import load
+from specdec.stream.streamed import StreamedSwitchGLU
 from specdec.stream.streamer import Streamer
 from tests.helpers import random_checkpoint, resident_logits
 
@@ -254,3 +255,35 @@ def test_lookahead_is_refused_on_cuda_only(ckpt, monkeypatch, cuda):
             load(ckpt, budget="50%", io="buffered", with_mtp=False, lookahead=1)
         return
     load(ckpt, budget="50%", io="buffered", with_mtp=False, lookahead=1).close()
+
+
+@pytest.mark.parametrize("path", ["synced", "table", "window"])
+def test_kernels_get_uint32_slot_ids_on_every_path(ckpt, monkeypatch, path):
+    """Synced, table and window paths hand MLX's gather kernels uint32 slot ids, made once per
+    call: an int32 id would be cast again by each projection's kernel (an AsType node apiece).
+    The table path (a resident layer whose slots are not one run, or a mixed pack's) is taken
+    here by a --warm load whose layers are told to gather instead."""
+    got = []
+    inner = mx.gather_qmm
+
+    def gather_qmm(*a, **kw):
+        got.append(kw["rhs_indices"].dtype)
+        return inner(*a, **kw)
+
+    monkeypatch.setattr(mx, "gather_qmm", gather_qmm)
+    synced = path == "synced"
+    sm = load(
+        ckpt, io="buffered", with_mtp=False, budget="50%" if synced else "100%", warm=not synced
+    )
+    blocks = [m for m in sm.model.modules() if isinstance(m, StreamedSwitchGLU)]
+    for m in blocks if path == "table" else []:
+        m._h.windows = None  # as a mixed pack's blocks: no window, the table gathers
+    try:
+        _decode(sm, list(range(40, 56)), n=8)
+        tables = [t[2] for t in sm.streamer.source.tables.values() if t[2] is not None]
+    finally:
+        sm.close()
+    assert got and set(got) == {mx.uint32}
+    assert (len(tables) == len(blocks)) != synced  # every layer on a table, or none
+    assert all(t.first is not None and t.slots.dtype == mx.uint32 for t in tables)
+    assert all((m._h.windows is None) == (path == "table") for m in blocks)
