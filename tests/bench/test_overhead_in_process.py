@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from specdec.bench.overhead import in_process
-from specdec.decode import loop
 from specdec.checkpoint.random_models import make_random
+from specdec.decode import loop
 
 
 @pytest.mark.parametrize("layers, ahead", [(2, 1), (3, 2)])
