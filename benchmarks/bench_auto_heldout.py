@@ -14,6 +14,15 @@ draft compute), profile (m4-24gb, m5-24gb: auto prices on it). Per setting: plai
 fixed γ 2 and 4; bytes per committed token and modeled seconds per token of each. Checked:
 auto / plain <= 1.03 in both, on every setting; where a fixed γ beats plain in both, auto's
 time within 1.05x of the best such γ's. Writes benchmarks/results/auto_heldout.json.
+
+    nice python benchmarks/bench_auto_heldout.py --seed 2024 --explain 91
+
+--explain I: why auto trails a fixed γ on runtime setting I. Its auto run and fixed γ = 2, each
+pass's choice (γ, why, E(2), accepted), and the judged first drafts: auto's from its first
+draft up to the block of γ > 1 it chose as best and kept (no plain pass after it), against
+fixed γ = 2's over the same committed tokens (the text's rate there), with the binomial chance
+of auto's count or fewer at that rate, and fixed γ = 2's per 50 committed tokens. Writes
+benchmarks/results/auto_heldout_explain_<I>.json.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ DRAFTERS, PROFILES, MODES = (
     ),
 )
 RUNS = ("1", "auto", "2", "4")  # plain first: the reference
+WINDOW = 50  # --explain: committed tokens per window of fixed γ = 2's acceptance
 
 
 def draw(n: int, seed: int) -> list[dict]:
@@ -111,6 +121,65 @@ def replay(s: dict, trace_dir: Path) -> dict:
     return out
 
 
+def explain(s: dict) -> dict:
+    """Auto's choices on runtime setting `s` beside fixed γ = 2's acceptance (module doc)."""
+    from scipy.stats import binom
+
+    from specdec.clock.profiles import get_profile
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+    from specdec.trace.prompts import load_prompts
+
+    if s["mode"] != "runtime":
+        raise SystemExit(f"setting {s['i']} is a replay setting: --explain takes runtime ones")
+    sm = load("tiny", budget=f"{s['budget']}%", io="buffered", with_mtp=s["drafter"] == "mtp")
+    try:
+        prompt = sm.encode(load_prompts("heldout")[s["prompt"]])
+        runs = {}
+        for g in ("auto", "2"):
+            sm.reset_cache()
+            cfg = DecodeConfig(g, s["tokens"])
+            runs[g] = generate(sm, prompt, s["drafter"], cfg, (get_profile(s["profile"]),),
+                               stop_at_eos=False).records  # fmt: skip
+    finally:
+        sm.close()
+    trail, t = [], 0  # auto's passes: committed token at the pass's start
+    for r in runs["auto"]:
+        c = r.gamma_choice
+        e2 = c["candidates"][1]["tokens"] if len(c.get("candidates", ())) > 1 else None
+        trail.append({"token": t, "gamma": r.gamma, "why": c.get("why"), "e2": e2,
+                      "accepted": r.accepted})  # fmt: skip
+        t += r.accepted + 1
+    drafts = [p for p in trail if p["gamma"] > 1]
+    plain = [i for i, p in enumerate(trail) if p["gamma"] == 1 and p["why"] != "last"]
+    after = trail[plain[-1] + 1 :] if plain else trail  # auto drafts on from here
+    settled = next((p["token"] for p in after if p["why"] in ("best", "bytes")), t)
+    start = drafts[0]["token"] if drafts else t
+    auto_n = [p for p in drafts if p["token"] < settled]
+    auto_acc = sum(p["accepted"] >= 1 for p in auto_n)
+    fixed, t, windows = [0, 0], 0, {}  # windows: fixed γ = 2's per WINDOW committed tokens
+    for r in runs["2"]:
+        if start <= t < settled:
+            fixed[0] += r.accepted >= 1
+            fixed[1] += 1
+        w = windows.setdefault(t // WINDOW * WINDOW, [0, 0])
+        w[0] += r.accepted >= 1
+        w[1] += 1
+        t += r.accepted + 1
+    rate = fixed[0] / fixed[1] if fixed[1] else None
+    return {
+        "setting": s, "first_draft_token": start, "first_best_draft_token": settled,
+        "auto_first_drafts": {"accepted": auto_acc, "judged": len(auto_n)},
+        "fixed_2_first_drafts_same_tokens": {"accepted": fixed[0], "judged": fixed[1]},
+        "fixed_2_first_drafts_per_window": {str(k): v for k, v in windows.items()},
+        "chance_of_auto_count_or_fewer": (
+            float(binom.cdf(auto_acc, len(auto_n), rate)) if rate is not None else None
+        ),
+        "auto_passes": trail,
+    }  # fmt: skip
+
+
 def judge(row: dict) -> dict:
     runs, p = row["runs"], row["runs"]["1"]
     a = runs["auto"]
@@ -151,9 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=RESULTS / "auto_heldout.json")
+    ap.add_argument("--explain", type=int, metavar="I", help="one runtime setting's choices")
     args = ap.parse_args(argv)
     args.command = "python benchmarks/bench_auto_heldout.py " + " ".join(argv or sys.argv[1:])
     t0 = time.perf_counter()
+    if args.explain is not None:
+        out = explain(draw(args.explain + 1, args.seed)[args.explain])
+        meta = {"command": args.command, "seed": args.seed, "machine": machine_info()}
+        write_result(RESULTS / f"auto_heldout_explain_{args.explain}.json", {"meta": meta, **out})
+        print(json.dumps({k: v for k, v in out.items() if k != "auto_passes"}))
+        return 0
     settings = [s for s in draw(args.settings, args.seed) if s["mode"] in args.modes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="auto-heldout-") as tmp:
