@@ -70,7 +70,9 @@ def draw(n: int, seed: int) -> list[dict]:
     return out
 
 
-def runtime(s: dict) -> dict:
+def _decode(s: dict, gammas: tuple[str, ...]) -> dict:
+    """Setting `s` decoded on the bundled model at each of `gammas` in turn ("1": plain, whose
+    tokens the oracle of later runs follows), the cache reset before each: γ -> its result."""
     from specdec.clock.profiles import get_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
@@ -81,22 +83,28 @@ def runtime(s: dict) -> dict:
     sm = load("tiny", budget=f"{s['budget']}%", io="buffered", with_mtp=s["drafter"] == "mtp")
     try:
         prompt = sm.encode(load_prompts("heldout")[s["prompt"]])
-        out, plain = {}, None
-        for g in RUNS:
+        out: dict = {}
+        for g in gammas:
             sm.reset_cache()
             drafter = "none" if g == "1" else s["drafter"]
-            cfg = DecodeConfig(g, s["tokens"])
-            ref = plain.tokens if plain else None
-            r = generate(sm, prompt, drafter, cfg, (profile,), stop_at_eos=False, reference=ref)
-            plain = plain or r
-            out[g] = {
-                "bytes": r.summary["bytes_per_token"],
-                "s": 1.0 / r.summary[f"modeled_tokens_per_s/{profile.name}"],
-                "same": r.tokens == plain.tokens,
-            }
+            ref = out["1"].tokens if "1" in out else None  # None: the oracle runs plain first
+            out[g] = generate(sm, prompt, drafter, DecodeConfig(g, s["tokens"]), (profile,),
+                              stop_at_eos=False, reference=ref)  # fmt: skip
         return out
     finally:
         sm.close()
+
+
+def runtime(s: dict) -> dict:
+    res = _decode(s, RUNS)
+    return {
+        g: {
+            "bytes": r.summary["bytes_per_token"],
+            "s": 1.0 / r.summary[f"modeled_tokens_per_s/{s['profile']}"],
+            "same": r.tokens == res["1"].tokens,
+        }
+        for g, r in res.items()
+    }
 
 
 def replay(s: dict, trace_dir: Path) -> dict:
@@ -125,25 +133,9 @@ def explain(s: dict) -> dict:
     """Auto's choices on runtime setting `s` beside fixed γ = 2's acceptance (module doc)."""
     from scipy.stats import binom
 
-    from specdec.clock.profiles import get_profile
-    from specdec.decode.loop import DecodeConfig
-    from specdec.decode.run import generate
-    from specdec.stream.loader import load
-    from specdec.trace.prompts import load_prompts
-
     if s["mode"] != "runtime":
         raise SystemExit(f"setting {s['i']} is a replay setting: --explain takes runtime ones")
-    sm = load("tiny", budget=f"{s['budget']}%", io="buffered", with_mtp=s["drafter"] == "mtp")
-    try:
-        prompt = sm.encode(load_prompts("heldout")[s["prompt"]])
-        runs = {}
-        for g in ("auto", "2"):
-            sm.reset_cache()
-            cfg = DecodeConfig(g, s["tokens"])
-            runs[g] = generate(sm, prompt, s["drafter"], cfg, (get_profile(s["profile"]),),
-                               stop_at_eos=False).records  # fmt: skip
-    finally:
-        sm.close()
+    runs = {g: r.records for g, r in _decode(s, ("auto", "2")).items()}
     trail, t = [], 0  # auto's passes: committed token at the pass's start
     for r in runs["auto"]:
         c = r.gamma_choice
