@@ -24,7 +24,7 @@ from specdec.clock.profiles import get_profile
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.gamma.chooser import BLOCK, BOUND, GUARD, GammaChooser, Observed
 from specdec.gamma.replay import replay_passes, trace_clock
-from specdec.gamma.shadows import ShadowPass, Shadows
+from specdec.gamma.shadows import ShadowPass, Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import replay_trace
 from specdec.trace.format import save_trace
@@ -237,6 +237,18 @@ def test_lanes_replay_the_committed_stream_in_passes_of_their_gamma():
     by = {g: [p for p in report.passes if p.gamma == g] for g in (2, 4)}
     assert len(by[2]) == 19 and len(by[4]) == 10  # 40 positions, the 2-lane's first fed earlier
     assert all(p.union.tolist() == [2 * p.gamma] * 2 == p.misses.tolist() for p in by[4])
+
+
+@pytest.mark.parametrize("n, L, E, k", [(1, 4, 32, 4), (3, 4, 8, 4), (8, 62, 256, 8), (5, 3, 4, 2)])
+def test_pass_keys_are_each_layers_distinct_keys_and_their_counts(n, L, E, k):
+    """Against np.unique per layer, with keys repeated across positions (a small E) and not."""
+    rng = np.random.default_rng(n * L)
+    keys = rng.integers(0, E, (n, L, k)) + np.arange(L)[None, :, None] * E  # [n, L, k]
+    got = pass_keys(keys)
+    assert len(got) == L
+    for li, (ks, counts) in enumerate(got):
+        want, want_counts = np.unique(keys[:, li], return_counts=True)
+        assert ks.tolist() == want.tolist() and counts.tolist() == want_counts.tolist()
 
 
 def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
