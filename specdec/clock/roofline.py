@@ -109,10 +109,10 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     prefetched_for: dict[int, tuple[int, float]] = {}  # layer -> (blocks, bytes) prefetched
     demand, issued = _reads_by_layer(fwd.steps)
     T = fwd.positions
+    attention = roof(profile, shape.attention_cost(T, fwd.context))  # every layer's alike
     for layer in fwd.layers:
-        part = roof(profile, shape.attention_cost(T, fwd.context))
-        t += part
-        out.compute_s += part
+        t += attention
+        out.compute_s += attention
         union = fwd.unions.get(layer, 0)
         mlp = roof(profile, shape.mlp_cost(layer, T, union))
         out.compute_s += mlp
@@ -123,20 +123,21 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         if not steps or any(s.synced for s in steps):  # a wholly resident layer skips the sync
             t += profile.router_sync_s
             out.sync_s += profile.router_sync_s
-        misses = sum(s.misses for s in demand.get(layer, ()))
-        nbytes = sum(s.bytes_read for s in demand.get(layer, ()))
+        misses = sum(s.misses for s in steps)
+        nbytes = sum(s.bytes_read for s in steps)
         done = t
         if misses:
             done = max(t, disk) + _batch(profile, misses, nbytes)
             disk = done
         done = max(done, ready.pop(layer, 0.0))
-        for p in issued.get(layer, ()):  # lookahead reads start once this layer's have landed
+        ahead = issued.get(layer, ())
+        for p in ahead:  # lookahead reads start once this layer's have landed
             disk = max(done, disk) + _batch(profile, p.prefetched, p.bytes_read)
             ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
             blocks, nb = prefetched_for.get(p.layer, (0, 0.0))
             prefetched_for[p.layer] = (blocks + p.prefetched, nb + p.bytes_read)
-        out.bytes_read += nbytes + sum(p.bytes_read for p in issued.get(layer, ()))
-        out.reads += misses + sum(p.prefetched for p in issued.get(layer, ()))
+        out.bytes_read += nbytes + sum(p.bytes_read for p in ahead)
+        out.reads += misses + sum(p.prefetched for p in ahead)
         hidden = mlp * (union - misses) / union if profile.overlap_reads and union else 0.0
         stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
         # the blocks just read (and those prefetched for this layer) reach the accelerator first
