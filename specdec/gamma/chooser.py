@@ -50,7 +50,8 @@ reserve what the run may read beyond plain once it decodes plainly again: under 
 the cache's size in whole reads, whatever follows (two LRU caches fed the same keys from any
 states differ by at most their size in misses; `cache_blocks`; and no smaller reserve is a bound:
 one key plain never read, then the old keys asked oldest first, costs the run exactly its size,
-tests/gamma/test_gamma_auto.py). The second check prices the
+tests/gamma/test_gamma_auto.py), and none where the cache holds at most (L − 1)·k experts
+(`lru_reserve`: every access misses there, plain's and the run's alike). The second check prices the
 pass at its worst (every position's and every draft's non-resident experts missing) against
 (1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it stays within
 (1 + BOUND) of plain's bytes, by construction under LRU (other policies are not bounded so),
@@ -101,6 +102,17 @@ BLOCK = 8  # passes a chosen γ is held for
 LEARN = 16  # judged first drafts below which every block may explore (acceptance unknown)
 EXPLORE_EVERY = 8  # blocks between explorations once acceptance is known
 Z = 2.0  # exploration's optimism: acceptance this many standard errors above its estimate
+
+
+def lru_reserve(slots: int, n_layers: int, top_k: int) -> int:
+    """The guard's reserve for a plain LRU cache of `slots` (no speculation options, no
+    lookahead): what a run that drafted may still read beyond plain once it decodes plainly. Its
+    size, except where it holds at most (L − 1)·k experts: every forward visits each of the L
+    MoE layers in turn with k distinct experts, so between two uses of a layer's expert come at
+    least (L − 1)·k distinct keys of the other layers, more than LRU keeps. Every access then
+    misses, whatever the cache held (plain's reads and the run's are the same from any state):
+    nothing to reserve."""
+    return 0 if slots <= (n_layers - 1) * top_k else slots
 
 
 @dataclass(frozen=True)

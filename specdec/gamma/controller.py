@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specdec.cache.expert_cache import ExpertCache
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import DeviceProfile, auto_profile
-from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed
+from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed, lru_reserve
 from specdec.gamma.shadows import ShadowReport, Shadows
 
 if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
@@ -61,7 +62,16 @@ class AutoGamma:
         )
         mtp = clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
         draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
-        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, s.cache.n_slots)
+        # one LRU over every expert (not a mixed pack's pools), nothing read ahead of the router
+        plain_lru = (
+            sm.policy.name == "lru"
+            and not sm.policy.options
+            and isinstance(s.cache, ExpertCache)
+            and not s.lookahead.ahead_of
+        )
+        n = s.cache.n_slots
+        reserve = lru_reserve(n, len(layers), sm.top_k) if plain_lru else n
+        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, reserve)
         return cls(sm, clock, profile, chooser, shadows)
 
     def start(self) -> None:

@@ -40,7 +40,7 @@ from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.inputs import read_json_object
 from specdec.core.progress import progress
-from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed
+from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed, lru_reserve
 from specdec.gamma.shadows import Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import prompt_starts, rejected_routing, routing_model, trace_routes
@@ -131,7 +131,9 @@ def replay_passes(
         def cost(g, context, union, misses, du, dm) -> float:
             return clock.expected(profile, g, context, layers, union, misses, block, du, dm)
 
-        chooser = GammaChooser(cost, L, k, block, cache_blocks=budget_slots, max_gamma=cap)
+        plain_lru = spec.name == "lru" and not spec.options
+        reserve = lru_reserve(budget_slots, L, k) if plain_lru else budget_slots
+        chooser = GammaChooser(cost, L, k, block, cache_blocks=reserve, max_gamma=cap)
         shadows = Shadows(
             lambda: spec.cache(budget_slots, hotlist=hotlist),
             range(2, cap + 1),

@@ -22,7 +22,7 @@ from specdec.cache.policies import make_policy
 from specdec.cli.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import BudgetError, SpecdecError
-from specdec.gamma.chooser import BLOCK, BOUND, GUARD, GammaChooser, Observed
+from specdec.gamma.chooser import BLOCK, BOUND, GUARD, GammaChooser, Observed, lru_reserve
 from specdec.gamma.replay import replay_passes, trace_clock
 from specdec.gamma.shadows import ShadowPass, Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
@@ -438,3 +438,45 @@ def test_one_extra_key_can_cost_an_lru_run_its_whole_cache_size():
     extra = sum(len(run.access([key])) - len(plain.access([key])) for key in range(k))
     assert extra == k
     assert sorted(run.resident_keys()) == sorted(plain.resident_keys())
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_an_lru_of_at_most_l_minus_1_times_k_blocks_misses_every_access(extra):
+    # lru_reserve: with L MoE layers of k distinct experts a forward, two uses of one layer's
+    # expert have (L - 1)·k keys of the other layers between them, so an LRU of that size (or
+    # less) misses every access from any state: plain's and a drafting run's reads are the same
+    # afterwards, nothing to reserve. One slot more and a repeated expert hits.
+    L, k, E = 4, 4, 32
+    size = (L - 1) * k + extra
+    rng = np.random.default_rng(extra)
+    cache = ExpertCache(size, make_policy("lru", size))
+    hits, last = 0, {}
+    for _ in range(300):
+        width = int(rng.integers(1, 4))  # a pass of 1-3 positions: each layer's union at once
+        for layer in range(L):
+            # k distinct experts a position, as a router picks them
+            picks = [rng.choice(E, k, replace=False).tolist() for _ in range(width)]
+            if layer in last and last[layer] not in picks[0]:  # the last forward's expert again
+                picks[0][0] = last[layer]
+            last[layer] = picks[0][0]
+            keys = sorted({layer * E + e for p in picks for e in p})
+            hits += len(keys) - len(cache.access(keys))
+        cache.tick(width)
+    assert lru_reserve(size, L, k) == (size if extra else 0)
+    assert (hits > 0) == bool(extra), hits
+
+
+def test_auto_drafts_sooner_where_every_access_misses(long_trace):
+    # 8 slots of a 4-layer top-4 model ((L - 1)·k = 12): with no reserve to hold, the guard
+    # affords its first draft sooner than with the cache's size held back
+    from specdec.gamma import replay as replay_mod
+
+    clock, m5 = trace_clock(TINY, long_trace), get_profile("m5-24gb")
+    first = {}
+    for name, reserve in (("none", replay_mod.lru_reserve), ("cache", lambda n, L, k: n)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(replay_mod, "lru_reserve", reserve)
+            r = replay_passes(long_trace, "lru", 8, AUTO, 0.95, clock, m5, positions=300)
+        gammas = [c["gamma"] for c in r.choices]
+        first[name] = next((i for i, g in enumerate(gammas) if g > 1), len(gammas))
+    assert first["none"] < first["cache"], first
