@@ -74,9 +74,17 @@ def test_mtp_speculation_is_lossless_and_recorded(target, gamma):
     assert res.records[0].drafted == gamma - 1
 
 
-def test_mtp_drafts_equal_a_full_recomputation(target):
+# γ per pass: fixed, or `--gamma auto` made to run plain passes between drafting ones (a plain
+# pass drafts nothing: the module must still catch up on its positions before the next draft)
+SCHEDULES = {"fixed 3": None, "auto, plain between": [1, 1, 3, 1, 2, 1, 1, 1, 4]}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_mtp_drafts_equal_a_full_recomputation(target, schedule, monkeypatch):
     """The drafter's incremental state (catch-up, chaining, trims) matches one fresh pass."""
     from specdec.decode.drafters.mtp import MTPDrafter
+    from specdec.gamma.chooser import Choice
+    from specdec.gamma.controller import AutoGamma
 
     sm, _, _, prompt, _ = target
     proposed, original = [], MTPDrafter.propose
@@ -87,11 +95,16 @@ def test_mtp_drafts_equal_a_full_recomputation(target):
             proposed.append((len(st.tokens), out[0][0]))
         return out
 
-    MTPDrafter.propose = spy
-    try:
-        res = _run(sm, prompt, "mtp", 3, max_tokens=24)
-    finally:
-        MTPDrafter.propose = original
+    monkeypatch.setattr(MTPDrafter, "propose", spy)
+    gammas = SCHEDULES[schedule]
+    if gammas is not None:
+        it = iter(gammas * 8)
+        monkeypatch.setattr(
+            AutoGamma, "choose", lambda self, context, left: Choice(min(next(it), left), "best")
+        )
+    res = _run(sm, prompt, "mtp", 3 if gammas is None else "auto", max_tokens=24)
+    if gammas is not None:
+        assert {r.gamma for r in res.records} >= {1, 2}, "plain passes between drafting ones"
     tokens = prompt + res.tokens
     with sm.streamer.serving(Call("check")):
         hidden, _ = sm.mtp.main_hidden(sm.model, mx.array([tokens]), None)  # fresh cache

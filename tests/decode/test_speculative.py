@@ -220,3 +220,38 @@ def test_trace_union_at_small_max_tokens(target, max_tokens):
     assert all(np.isfinite(t["mean"]) and t["windows"] >= 1 for t in out.values())
     rho = consecutive_overlap(sm, prompt, max_tokens)
     assert (rho is None) == (max_tokens < 3)
+
+
+@pytest.mark.parametrize("gammas", [None, [1, 1, 3, 1, 2, 1, 1, 1, 4]], ids=["fixed 3", "auto"])
+def test_draft_model_drafts_equal_a_full_recomputation(target, gammas, monkeypatch):
+    """The draft model's KV cache follows every committed token, also across passes that draft
+    nothing (`--gamma auto` made to run plain passes between drafting ones): each first draft
+    is its greedy token after the whole committed prefix."""
+    import mlx.core as mx
+
+    from specdec.decode.drafters.draft_model import DraftModelDrafter
+    from specdec.gamma.chooser import Choice
+    from specdec.gamma.controller import AutoGamma
+
+    sm, prompt, ref, draft_src = target
+    proposed, original, model = [], DraftModelDrafter.propose, []
+
+    def spy(self, st, n):
+        out = original(self, st, n)
+        model[:] = [self.model]
+        if out[0]:
+            proposed.append((len(st.tokens), out[0][0]))
+        return out
+
+    monkeypatch.setattr(DraftModelDrafter, "propose", spy)
+    if gammas is not None:
+        it = iter(gammas * 8)
+        monkeypatch.setattr(
+            AutoGamma, "choose", lambda self, context, left: Choice(min(next(it), left), "best")
+        )
+    res = _run(sm, prompt, f"draft:{draft_src}", 3 if gammas is None else "auto", max_tokens=24)
+    assert res.tokens == ref[:24] and proposed
+    tokens = prompt + res.tokens
+    full = np.array(model[0](mx.array([tokens]))[0].argmax(-1))  # full[i] predicts tokens[i + 1]
+    for length, draft in proposed:
+        assert draft == int(full[length - 1]), length

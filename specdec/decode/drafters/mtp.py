@@ -21,8 +21,10 @@ class MTPDrafter(Drafter):
     After each pass the module first catches up on the newly committed positions (hidden states
     of the verify pass, rows 0..accepted), which gives the first draft; further drafts chain the
     module on its own output hidden state, as DeepSeek-V3 inference reuses its one module. Those
-    chained positions are trimmed from its KV cache before the next catch-up. All of its expert
-    reads land in the draft phase.
+    chained positions are trimmed from its KV cache before the next catch-up. A pass that drafts
+    nothing (`--gamma auto` chose plain) runs no catch-up: its positions wait, with those before
+    them, for the next pass that drafts, so the module's KV cache never skips a position. All of
+    its expert reads land in the draft phase.
     """
 
     name = "mtp"
@@ -65,6 +67,7 @@ class MTPDrafter(Drafter):
             self.chained = 0
             return [], None
         hidden, toks = self.pending
+        self.pending = None  # caught up
         logits, h = self._run(hidden, toks)
         drafts, qs = [], []
         for j in range(n):
@@ -80,4 +83,8 @@ class MTPDrafter(Drafter):
         if self.chained:
             self.cache.trim(self.chained)  # one KVCache: the module has one attention layer
         n = verdict.accepted
-        self.pending = (st.hidden[:, : n + 1], verdict.tokens)  # rows y, d1..dn -> d1..dn, t
+        rows, toks = st.hidden[:, : n + 1], verdict.tokens  # rows y, d1..dn -> d1..dn, t
+        if self.pending is not None:  # a pass that drafted nothing: not caught up yet
+            rows = mx.concatenate([self.pending[0], rows], axis=1)  # [1, T, (hc,) H]
+            toks = self.pending[1] + toks
+        self.pending = (rows, toks)
