@@ -13,7 +13,9 @@ length 32-512 tokens, budget 5-75% of the routed experts, drafter (self, oracle:
 draft compute), profile (m4-24gb, m5-24gb: auto prices on it). Per setting: plain, auto,
 fixed γ 2 and 4; bytes per committed token and modeled seconds per token of each. Checked:
 auto / plain <= 1.03 in both, on every setting; where a fixed γ beats plain in both, auto's
-time within 1.05x of the best such γ's. Writes benchmarks/results/auto_heldout.json.
+time within 1.05x of the best such γ's. Writes benchmarks/results/auto_heldout.json. `--only
+I,J,...` re-measures those settings in an existing --out, keeping its other rows (the file's
+meta gains a "rerun" entry with the command).
 
     nice python benchmarks/bench_auto_heldout.py --seed 2024 --explain 91
 
@@ -187,21 +189,28 @@ def judge(row: dict) -> dict:
     return row
 
 
-def _write(args, rows: list[dict], t0: float) -> dict:
-    """The results so far (rewritten after every setting: a cut run keeps what it measured)."""
-    worst_b = max(r["auto_bytes"] for r in rows)
-    worst_t = max(r["auto_time"] for r in rows)
+def _summary(rows: list[dict]) -> dict:
     fixed = [r["auto_vs_best_fixed"] for r in rows if r["auto_vs_best_fixed"] is not None]
-    summary = {
-        "settings": len(rows), "worst_auto_bytes": worst_b, "worst_auto_time": worst_t,
+    return {
+        "settings": len(rows),
+        "worst_auto_bytes": max(r["auto_bytes"] for r in rows),
+        "worst_auto_time": max(r["auto_time"] for r in rows),
         "fixed_wins_settings": len(fixed),
         "auto_within_1.05_of_best_fixed": sum(v <= 1.05 for v in fixed),
         "tokens_equal_plain": all(v["same"] for r in rows for v in r["runs"].values()),
-    }  # fmt: skip
+    }
+
+
+def _write(args, rows: list[dict], t0: float) -> dict:
+    """The results so far (rewritten after every setting: a cut run keeps what it measured)."""
     meta = {
         "command": args.command,
         "seed": args.seed, "seconds": time.perf_counter() - t0, "machine": machine_info(),
     }  # fmt: skip
+    if args.kept is not None:  # --only: the other rows as the file had them, and its history
+        rows = sorted([*args.kept["rows"], *rows], key=lambda r: r["i"])
+        meta = {**args.kept["meta"], "rerun": [*args.kept["meta"].get("rerun", []), meta]}
+    summary = _summary(rows)
     write_result(args.out, {"meta": meta, "summary": summary, "rows": rows})
     return summary
 
@@ -213,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=RESULTS / "auto_heldout.json")
     ap.add_argument("--explain", type=int, metavar="I", help="one runtime setting's choices")
+    ap.add_argument("--only", metavar="I,J", help="re-measure these settings in --out (kept rows)")
     args = ap.parse_args(argv)
     args.command = "python benchmarks/bench_auto_heldout.py " + " ".join(argv or sys.argv[1:])
     t0 = time.perf_counter()
@@ -223,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in out.items() if k != "auto_passes"}))
         return 0
     settings = [s for s in draw(args.settings, args.seed) if s["mode"] in args.modes.split(",")]
+    args.kept = None
+    if args.only:  # re-measure these settings in --out, keeping its other rows
+        only = {int(i) for i in args.only.split(",")}
+        settings = [s for s in settings if s["i"] in only]
+        args.kept = json.loads(args.out.read_text())
+        args.kept["rows"] = [r for r in args.kept["rows"] if r["i"] not in only]
     rows = []
     with tempfile.TemporaryDirectory(prefix="auto-heldout-") as tmp:
         trace_dir = Path(tmp) / "trace"
