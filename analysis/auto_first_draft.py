@@ -13,8 +13,9 @@ token, so the check (1 + BOUND)·(N + 1)·plain >= N·plain + worst + reserve as
 N >= (worst + reserve - (1 + BOUND)·plain) / (BOUND·plain). `worst`: the pass with every expert
 of its two positions missing (and, MTP, its draft's k), as the guard prices a pass none of whose
 experts is resident (near exact at budgets where plain misses nearly every expert); `reserve`:
-the cache's size in reads (today), or at most the pass's own reads (were the run re-synced to
-plain's shadow cache, designed and not built). Sizes from the bundled model's pack and the
+the guard's (`lru_reserve`: the cache's size in reads, none where the cache holds at most
+(L − 1)·k experts), or at most the pass's own reads (were the run re-synced to plain's shadow
+cache, designed and not built). Sizes from the bundled model's pack and the
 budget's slot plan, as the bench loaded it. "least": the smallest auto / best fixed γ in time a
 run that decodes plainly until that first draft can reach (plain's measured seconds per token
 until then, the best fixed γ's after), against the measured ratio.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from analysis._runs import md_table
 from analysis.gamma_auto import RESULTS
-from specdec.gamma.chooser import BOUND
+from specdec.gamma.chooser import BOUND, lru_reserve
 from specdec.store.budget import Budget, plan_slots
 from specdec.stream.loader import load
 
@@ -56,10 +57,11 @@ def rows(results: tuple[Path, ...] = DEFAULT) -> list[list]:
             slots = plan_slots(Budget.parse(f"{r['budget']}%"), index, top_k, layers=layers).n_slots
             plain = r["runs"]["1"]["bytes"]  # bytes per committed token
             reads = 2 * top_k * len(main) + (top_k if mtp else 0)
+            guard = lru_reserve(slots, len(main), top_k)
             first = [
                 max(0, math.ceil((reads * block + reserve * block - (1 + BOUND) * plain)
                                  / (BOUND * plain)))
-                for reserve in (slots, min(slots, reads))
+                for reserve in (guard, min(guard, reads))
             ]  # fmt: skip
             body.append([
                 mode, r["i"], r["tokens"], f"{r['budget']}%", r["drafter"], slots,
@@ -81,8 +83,8 @@ def least(r: dict, first: int) -> float:
 
 def table(results: tuple[Path, ...] = DEFAULT) -> str:
     heads = ["mode", "setting", "tokens", "budget", "drafter", "cache slots",
-             "plain kB/token", "γ = 2 pass at its worst, kB", "first draft: reserve = cache",
-             "reserve = the pass's reads", "auto / best fixed γ: least, reserve = cache",
+             "plain kB/token", "γ = 2 pass at its worst, kB", "first draft: the guard's reserve",
+             "reserve = the pass's reads", "auto / best fixed γ: least",
              "measured"]  # fmt: skip
     return md_table(heads, rows(results))
 
