@@ -51,11 +51,12 @@ the cache's size in whole reads, whatever follows (two LRU caches fed the same k
 states differ by at most their size in misses; `cache_blocks`; and no smaller reserve is a bound:
 one key plain never read, then the old keys asked oldest first, costs the run exactly its size,
 tests/gamma/test_gamma_auto.py), and none where the cache holds at most (L − 1)·k experts
-(`lru_reserve`: every access misses there, plain's and the run's alike). The second check prices the
-pass at its worst (every position's and every draft's non-resident experts missing) against
-(1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it stays within
-(1 + BOUND) of plain's bytes, by construction under LRU (other policies are not bounded so),
-and in seconds as far as one read's seconds are a plain pass's marginal read time. The price:
+(`lru_reserve`: every access misses there, plain's and the run's alike). The second check
+prices the pass at its worst (every position's and every draft's non-resident experts
+missing) against (1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it
+stays within (1 + BOUND) of plain's bytes, by construction under LRU (other policies are not
+bounded so), and in seconds as far as one read's seconds are a plain pass's marginal read
+time. The price:
 auto drafts only once BOUND of plain's totals covers a pass at its worst and the cache's size
 in reads, so a short run, or one whose plain reads little against a large cache, stays
 plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND.
@@ -109,7 +110,7 @@ def lru_reserve(slots: int, n_layers: int, top_k: int) -> int:
     lookahead): what a run that drafted may still read beyond plain once it decodes plainly. Its
     size, except where it holds at most (L − 1)·k experts: every forward visits each of the L
     MoE layers in turn with k distinct experts, so between two uses of a layer's expert come at
-    least (L − 1)·k distinct keys of the other layers, more than LRU keeps. Every access then
+    least (L − 1)·k distinct keys of the other layers, as many as LRU keeps. Every access then
     misses, whatever the cache held (plain's reads and the run's are the same from any state):
     nothing to reserve."""
     return 0 if slots <= (n_layers - 1) * top_k else slots
