@@ -31,6 +31,7 @@ from pathlib import Path
 
 from analysis._runs import md_table
 from analysis.gamma_auto import RESULTS
+from specdec.cache.spec import PolicySpec
 from specdec.gamma.chooser import BOUND, lru_reserve
 from specdec.store.budget import Budget, plan_slots
 from specdec.stream.loader import load
@@ -57,7 +58,7 @@ def rows(results: tuple[Path, ...] = DEFAULT) -> list[list]:
             slots = plan_slots(Budget.parse(f"{r['budget']}%"), index, top_k, layers=layers).n_slots
             plain = r["runs"]["1"]["bytes"]  # bytes per committed token
             reads = 2 * top_k * len(main) + (top_k if mtp else 0)
-            guard = lru_reserve(slots, len(main), top_k)
+            guard = lru_reserve(PolicySpec("lru"), slots, len(main), top_k)  # the bench's
             first = [
                 max(0, math.ceil((reads * block + reserve * block - (1 + BOUND) * plain)
                                  / (BOUND * plain)))

@@ -201,15 +201,16 @@ def _summary(rows: list[dict]) -> dict:
     }
 
 
-def _write(args, rows: list[dict], t0: float) -> dict:
-    """The results so far (rewritten after every setting: a cut run keeps what it measured)."""
+def _write(args, rows: list[dict], t0: float, kept: dict | None) -> dict:
+    """The results so far (rewritten after every setting: a cut run keeps what it measured);
+    `kept`: with --only, --out as it was without the settings re-measured."""
     meta = {
         "command": args.command,
         "seed": args.seed, "seconds": time.perf_counter() - t0, "machine": machine_info(),
     }  # fmt: skip
-    if args.kept is not None:  # --only: the other rows as the file had them, and its history
-        rows = sorted([*args.kept["rows"], *rows], key=lambda r: r["i"])
-        meta = {**args.kept["meta"], "rerun": [*args.kept["meta"].get("rerun", []), meta]}
+    if kept is not None:  # the other rows as the file had them, and its history
+        rows = sorted([*kept["rows"], *rows], key=lambda r: r["i"])
+        meta = {**kept["meta"], "rerun": [*kept["meta"].get("rerun", []), meta]}
     summary = _summary(rows)
     write_result(args.out, {"meta": meta, "summary": summary, "rows": rows})
     return summary
@@ -233,12 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in out.items() if k != "auto_passes"}))
         return 0
     settings = [s for s in draw(args.settings, args.seed) if s["mode"] in args.modes.split(",")]
-    args.kept = None
+    kept = None
     if args.only:  # re-measure these settings in --out, keeping its other rows
+        if not args.out.is_file():
+            raise SystemExit(f"--only re-measures settings of an existing --out: {args.out} is not")
         only = {int(i) for i in args.only.split(",")}
         settings = [s for s in settings if s["i"] in only]
-        args.kept = json.loads(args.out.read_text())
-        args.kept["rows"] = [r for r in args.kept["rows"] if r["i"] not in only]
+        kept = json.loads(args.out.read_text())
+        kept["rows"] = [r for r in kept["rows"] if r["i"] not in only]
     rows = []
     with tempfile.TemporaryDirectory(prefix="auto-heldout-") as tmp:
         trace_dir = Path(tmp) / "trace"
@@ -254,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['profile']}: auto/plain bytes {r['auto_bytes']:.3f} time "
                   f"{r['auto_time']:.3f} vs best fixed {r['auto_vs_best_fixed']}",
                   file=sys.stderr, flush=True)  # fmt: skip
-            _write(args, rows, t0)
-    print(_write(args, rows, t0))
+            _write(args, rows, t0, kept)
+    print(_write(args, rows, t0, kept))
     return 0
 
 

@@ -87,6 +87,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specdec.cache.spec import PolicySpec
 from specdec.core.errors import SpecdecError
 from specdec.gamma.shadows import ShadowPass
 
@@ -105,15 +106,15 @@ EXPLORE_EVERY = 8  # blocks between explorations once acceptance is known
 Z = 2.0  # exploration's optimism: acceptance this many standard errors above its estimate
 
 
-def lru_reserve(slots: int, n_layers: int, top_k: int) -> int:
-    """The guard's reserve for a plain LRU cache of `slots` (no speculation options, no
-    lookahead): what a run that drafted may still read beyond plain once it decodes plainly. Its
-    size, except where it holds at most (L − 1)·k experts: every forward visits each of the L
-    MoE layers in turn with k distinct experts, so between two uses of a layer's expert come at
-    least (L − 1)·k distinct keys of the other layers, as many as LRU keeps. Every access then
-    misses, whatever the cache held (plain's reads and the run's are the same from any state):
-    nothing to reserve."""
-    return 0 if slots <= (n_layers - 1) * top_k else slots
+def lru_reserve(policy: PolicySpec, slots: int, n_layers: int, top_k: int) -> int:
+    """The guard's reserve for one cache of `policy` and `slots` over every expert, read only
+    as the router asks (no lookahead): what a run that drafted may still read beyond plain once
+    it decodes plainly. Its size, except for a plain LRU (no speculation options) that holds at
+    most (L − 1)·k experts: every forward visits each of the L MoE layers in turn with k distinct
+    experts, so between two uses of a layer's expert come at least (L − 1)·k distinct keys of
+    the other layers, as many as LRU keeps. Every access then misses, whatever the cache held
+    (plain's reads and the run's are the same from any state): nothing to reserve."""
+    return 0 if str(policy) == "lru" and slots <= (n_layers - 1) * top_k else slots
 
 
 @dataclass(frozen=True)

@@ -62,15 +62,11 @@ class AutoGamma:
         )
         mtp = clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
         draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
-        # one LRU over every expert (not a mixed pack's pools), nothing read ahead of the router
-        plain_lru = (
-            sm.policy.name == "lru"
-            and not sm.policy.options
-            and isinstance(s.cache, ExpertCache)
-            and not s.lookahead.ahead_of
-        )
+        # lru_reserve's case is one cache over every expert (not a mixed pack's pools) read only
+        # as the router asks (no lookahead)
         n = s.cache.n_slots
-        reserve = lru_reserve(n, len(layers), sm.top_k) if plain_lru else n
+        one = isinstance(s.cache, ExpertCache) and not s.lookahead.ahead_of
+        reserve = lru_reserve(sm.policy, n, len(layers), sm.top_k) if one else n
         chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, reserve)
         return cls(sm, clock, profile, chooser, shadows)
 

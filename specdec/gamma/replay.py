@@ -131,8 +131,7 @@ def replay_passes(
         def cost(g, context, union, misses, du, dm) -> float:
             return clock.expected(profile, g, context, layers, union, misses, block, du, dm)
 
-        plain_lru = spec.name == "lru" and not spec.options
-        reserve = lru_reserve(budget_slots, L, k) if plain_lru else budget_slots
+        reserve = lru_reserve(spec, budget_slots, L, k)
         chooser = GammaChooser(cost, L, k, block, cache_blocks=reserve, max_gamma=cap)
         shadows = Shadows(
             lambda: spec.cache(budget_slots, hotlist=hotlist),

@@ -19,6 +19,7 @@ import pytest
 
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
+from specdec.cache.spec import PolicySpec
 from specdec.cli.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import BudgetError, SpecdecError
@@ -462,7 +463,8 @@ def test_an_lru_of_at_most_l_minus_1_times_k_blocks_misses_every_access(extra):
             keys = sorted({layer * E + e for p in picks for e in p})
             hits += len(keys) - len(cache.access(keys))
         cache.tick(width)
-    assert lru_reserve(size, L, k) == (size if extra else 0)
+    assert lru_reserve(PolicySpec("lru"), size, L, k) == (size if extra else 0)
+    assert lru_reserve(PolicySpec.parse("lru+protect"), size, L, k) == size  # not plain LRU
     assert (hits > 0) == bool(extra), hits
 
 
@@ -473,7 +475,7 @@ def test_auto_drafts_sooner_where_every_access_misses(long_trace):
 
     clock, m5 = trace_clock(TINY, long_trace), get_profile("m5-24gb")
     first = {}
-    for name, reserve in (("none", replay_mod.lru_reserve), ("cache", lambda n, L, k: n)):
+    for name, reserve in (("none", replay_mod.lru_reserve), ("cache", lambda p, n, L, k: n)):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(replay_mod, "lru_reserve", reserve)
             r = replay_passes(long_trace, "lru", 8, AUTO, 0.95, clock, m5, positions=300)

@@ -49,7 +49,6 @@ class DraftModelDrafter(Drafter):
         self.cache = make_prompt_cache(model)
         self.pending: list[int] = []
         self.fed_drafts = 0
-        self.caught_up = True  # the last propose fed `pending` to the draft model
 
     @classmethod
     def build(cls, options: DraftOptions, ctx: DraftContext) -> DraftModelDrafter:
@@ -74,9 +73,8 @@ class DraftModelDrafter(Drafter):
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         drafts, qs = [], []
-        self.caught_up = bool(n)  # a pass that drafts nothing feeds nothing: its tokens wait
-        if n:
-            logits = self._logits(self.pending)
+        if n:  # a pass that drafts nothing feeds nothing: its tokens wait for the next that does
+            logits, self.pending = self._logits(self.pending), []
             for j in range(n):
                 tok, q = st.pick(logits)
                 drafts.append(tok)
@@ -92,8 +90,7 @@ class DraftModelDrafter(Drafter):
             from mlx_lm.models.cache import trim_prompt_cache
 
             trim_prompt_cache(self.cache, self.fed_drafts - kept)
-        waiting = [] if self.caught_up else self.pending
-        self.pending = waiting + drafts[kept : verdict.accepted] + [verdict.tokens[-1]]
+        self.pending += drafts[kept : verdict.accepted] + [verdict.tokens[-1]]
 
 
 def _load_draft_model(path: str):
