@@ -619,7 +619,8 @@ def _against_plain(name: str, args, groups: list[list[tuple]]) -> dict:
 
 def spec(args) -> dict:
     alphas = [float(a) for a in args.alphas.split(",")]
-    return _against_plain("spec", args, [[(f"oracle:{a:g}", g) for g in GAMMAS] for a in alphas])
+    gammas = [int(g) for g in args.gammas.split(",")]
+    return _against_plain("spec", args, [[(f"oracle:{a:g}", g) for g in gammas] for a in alphas])
 
 
 def auto(args) -> dict:
@@ -763,6 +764,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5, help="overhead: interleaved process pairs")
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
+    ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     args = ap.parse_args()

@@ -10,8 +10,9 @@ Forwards of one pass (shapes from the packed config.json, MoE layers from its ex
 - draft phase, by the drafter's `draft_compute` (`self` is "main", `mtp` "mtp", `draft` "model",
   the rest "none"): `self` runs the main model γ − 1 times on one position over resident
   experts only (top-k per MoE layer, no reads); `mtp` runs its one decoder layer + head γ − 1
-  times (its logged MoE steps split evenly over the calls, a call's chunks summed, one position each: its catch-up call
-  over the accepted positions is charged as one position, a FLOP undercount only); `draft` runs
+  times (its logged MoE steps split evenly over the calls, a call's chunks summed, one position
+  each: its catch-up call over the accepted positions runs its MoE on the last one alone, and
+  its attention, charged as one position, is a FLOP undercount only); `draft` runs
   the resident draft model γ − 1 times (its own shape, top-k experts if it is a MoE);
   `lookup`, `oracle` and `none` compute nothing on the device.
 

@@ -62,6 +62,32 @@ def test_streamed_mtp_equals_the_resident_module(target):
     assert_logits_match(worst, BITS, "streamed vs resident MTP")
 
 
+def test_a_catch_up_runs_the_moe_on_its_last_position_only(target):
+    """`last=True` (the drafter's catch-up): the last position's logits as the full call gives
+    them, the same KV cache, and a cold cache reads at most one position's experts."""
+    sm, src, ref_model, prompt, _ = target
+    resident = load_mtp(src, ref_model)
+    hidden, _ = resident.main_hidden(ref_model, mx.array([prompt]), None)  # [1, P, (hc,) H]
+    tokens = mx.array([prompt[1:] + [7]])
+    caches = [resident.make_cache(), resident.make_cache()]
+    full, _ = resident(hidden, tokens, caches[0], *target_io(ref_model))
+    last, h = resident(hidden, tokens, caches[1], *target_io(ref_model), last=True)
+    assert last.shape[1] == 1 and h.shape[1] == 1
+    assert_logits_match(float(mx.abs(last[:, 0] - full[:, -1]).max()), BITS, "last vs full")
+    for want, got in zip(caches[0].state, caches[1].state, strict=True):
+        assert mx.array_equal(want, got), "the KV cache must hold every position either way"
+    reads = []
+    for only_last in (False, True):
+        sm.reset_cache()
+        misses = sm.streamer.cache.misses
+        with sm.streamer.serving(Call("check")):
+            out = sm.mtp(hidden, tokens, sm.mtp.make_cache(), *target_io(sm.model), last=only_last)
+            mx.eval(out)
+        reads.append(sm.streamer.cache.misses - misses)
+    top_k = sm.config["num_experts_per_tok"]
+    assert reads[1] <= top_k < reads[0], f"experts read, all positions / last: {reads}"
+
+
 @pytest.mark.parametrize("gamma", fast_cases([2, 4]))
 def test_mtp_speculation_is_lossless_and_recorded(target, gamma):
     sm, _, _, prompt, ref = target

@@ -50,8 +50,19 @@ class MTPBase(nn.Module):
         h: mx.array,  # [B, T, H] normed main hidden state at i
         proj: nn.Module,  # [2H] -> [H]
         cache: KVCache | None,
+        last: bool = False,
     ) -> mx.array:
-        """The decoder layer's output on proj(concat([e, h])): the step every layout shares."""
+        """The decoder layer's output on proj(concat([e, h])): the step every layout shares.
+
+        last: the output at the last position only ([B, 1, H]). Every position still enters
+        the KV cache, which takes the attention's input alone; the MoE runs on the last row,
+        so a catch-up over T committed positions reads one position's experts, not T's. The
+        layer's steps are mlx-lm's (DeepSeek-V3's, GLM-4.5's and Qwen3-Next's full-attention
+        decoder layers alike: pre-norm attention, then pre-norm MLP, each added back)."""
         x = proj(mx.concatenate([e, h], axis=-1))  # [B, T, H]
         mask = create_attention_mask(x, cache, return_array=True)
-        return self.layer(x, mask, cache)  # [B, T, H]
+        if not last:
+            return self.layer(x, mask, cache)  # [B, T, H]
+        layer = self.layer
+        h = (x + layer.self_attn(layer.input_layernorm(x), mask, cache))[:, -1:]  # [B, 1, H]
+        return h + layer.mlp(layer.post_attention_layernorm(h))  # [B, 1, H]

@@ -80,9 +80,10 @@ class MTPModule(MTPBase):
         cache: KVCache | None = None,
         embed: nn.Module | None = None,
         head: nn.Module | None = None,
+        last: bool = False,  # the last position's outputs only (base.py `_fused_layer`)
     ) -> tuple[mx.array, mx.array]:
         e = self.enorm(embed(next_tokens))  # [B, T, H]
-        h = self._fused_layer(e, self.hnorm(hidden), self.eh_proj, cache)  # [B, T, H]
+        h = self._fused_layer(e, self.hnorm(hidden), self.eh_proj, cache, last)  # [B, T', H]
         out = self.shared_head.norm(h)
         out_head = self.shared_head.head if "head" in self.shared_head else head
         return out_head(out), h  # [B, T, V], [B, T, H]

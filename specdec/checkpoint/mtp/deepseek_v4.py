@@ -129,10 +129,14 @@ class V4Block(nn.Module):
         self.self_attn = WindowAttention(args)
         self.mlp = MoE(args)
 
-    def __call__(self, streams: mx.array, cache: KVCache) -> mx.array:
+    def __call__(self, streams: mx.array, cache: KVCache, last: bool = False) -> mx.array:
+        """last: the last position's streams only; every position still enters the KV cache
+        (the attention's), the MoE runs on the last row alone (base.py `_fused_layer`)."""
         pre, post, comb = self.attn_hc(streams)  # streams [B, T, hc, H]
         h = self.self_attn(self.input_layernorm(_collapse(streams, pre)), cache)
         streams = _expand(h, streams, post, comb)
+        if last:
+            streams = streams[:, -1:]  # [B, 1, hc, H]
         pre, post, comb = self.ffn_hc(streams)
         h = self.mlp(self.post_attention_layernorm(_collapse(streams, pre)))
         return _expand(h, streams, post, comb)  # [B, T, hc, H]
@@ -208,9 +212,10 @@ class DeepseekV4MTP(MTPBase):
         cache: KVCache | None = None,
         embed: nn.Module | None = None,
         head: nn.Module | None = None,
+        last: bool = False,  # the last position's outputs only (V4Block's `last`)
     ) -> tuple[mx.array, mx.array]:
         e = self.e_proj(self.enorm(embed(next_tokens)))  # [B, T, H]
         x = e[:, :, None, :] + self.h_proj(self.hnorm(hidden))  # [B, T, hc, H]
-        streams = self.layer(x, cache if cache is not None else KVCache())
-        out = self.norm(self.hc_head(streams))  # [B, T, H]
-        return head(out), streams  # [B, T, V], [B, T, hc, H]
+        streams = self.layer(x, cache if cache is not None else KVCache(), last)
+        out = self.norm(self.hc_head(streams))  # [B, T', H]: T' = 1 with last
+        return head(out), streams  # [B, T', V], [B, T', hc, H]

@@ -58,8 +58,9 @@ class Qwen3NextMTP(MTPBase):
         cache: KVCache | None = None,
         embed: nn.Module | None = None,
         head: nn.Module | None = None,
+        last: bool = False,  # the last position's outputs only (base.py `_fused_layer`)
     ) -> tuple[mx.array, mx.array]:
         e = self.pre_fc_norm_embedding(embed(next_tokens))  # [B, T, H]
-        x = self._fused_layer(e, self.pre_fc_norm_hidden(hidden), self.fc, cache)  # [B, T, H]
-        out = self.norm(x)  # [B, T, H]
-        return head(out), out  # [B, T, V], [B, T, H]
+        x = self._fused_layer(e, self.pre_fc_norm_hidden(hidden), self.fc, cache, last)
+        out = self.norm(x)  # [B, T', H]: T' = 1 with last
+        return head(out), out  # [B, T', V], [B, T', H]

@@ -21,7 +21,9 @@ class MTPDrafter(Drafter):
     After each pass the module first catches up on the newly committed positions (hidden states
     of the verify pass, rows 0..accepted), which gives the first draft; further drafts chain the
     module on its own output hidden state, as DeepSeek-V3 inference reuses its one module. Those
-    chained positions are trimmed from its KV cache before the next catch-up. A pass that drafts
+    chained positions are trimmed from its KV cache before the next catch-up. A catch-up runs
+    the module's attention over every new position (its KV cache) and its MoE on the last one
+    alone, the only output a draft uses: it reads one position's experts. A pass that drafts
     nothing (`--gamma auto` chose plain) runs no catch-up: its positions wait, with those before
     them, for the next pass that drafts, so the module's KV cache never skips a position. All of
     its expert reads land in the draft phase.
@@ -58,7 +60,12 @@ class MTPDrafter(Drafter):
 
     def _run(self, hidden: mx.array, tokens: list[int]) -> tuple[np.ndarray, mx.array]:
         logits, h = self.mtp(
-            hidden, mx.array([tokens]), cache=self.cache, embed=self.embed, head=self.head
+            hidden,
+            mx.array([tokens]),
+            cache=self.cache,
+            embed=self.embed,
+            head=self.head,
+            last=True,  # a catch-up's earlier positions feed the KV cache; their MoE is not read
         )
         return np.array(logits[0, -1].astype(mx.float32)), h[:, -1:]
 
