@@ -211,11 +211,23 @@ class ExpertReader:
     # ------------------------------------------------------------------ public
 
     def read(self, requests: Sequence[Request]) -> None:
-        """Read every requested block into its slot; returns when all are in."""
-        self.wait(self.submit(requests))
+        """Read every requested block into its slot; returns when all are in. The calling thread
+        reads a share itself, as one of the batch's workers: a lone block then costs no hand-off
+        to the pool and no wake-up back (~100 µs a call on the 2-core VM, 1.18 MB blocks; the
+        reads in flight stay min(threads, parts))."""
+        t0 = time.perf_counter()
+        try:
+            self._start(requests, caller=True).result()
+        finally:
+            self.stats.blocked_s += time.perf_counter() - t0
 
     def submit(self, requests: Sequence[Request]) -> cf.Future:
         """Start reading; the Future completes (or raises StoreError) when all blocks are in."""
+        return self._start(requests, caller=False)
+
+    def _start(self, requests: Sequence[Request], caller: bool) -> cf.Future:
+        """The batch's workers: pool threads, and with `caller` the calling thread as the last
+        one (returning once the batch is done, since the last worker to finish completes it)."""
         done: cf.Future = cf.Future()
         if not requests:
             done.set_result(None)
@@ -251,8 +263,10 @@ class ExpertReader:
             else:
                 done.set_result(None)
 
-        for _ in range(remaining[0]):
+        for _ in range(remaining[0] - caller):
             self._pool.submit(worker)
+        if caller:
+            worker()
         return done
 
     def wait(self, future: cf.Future) -> None:

@@ -99,3 +99,27 @@ def test_crc_checked_after_the_last_piece(packed):
     with ExpertReader(out, index, arena, verify_checksums=True, split_min=4096) as r:
         with pytest.raises(StoreError, match=f"layer {lid} expert {e} fails its crc32"):
             r.read([(lid, e, 0)])
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_read_reads_a_share_in_the_calling_thread(packed, threads):
+    """`read` makes its caller one of the batch's workers (a lone block: no hand-off to the pool
+    and back), `submit` leaves it free; a batch has at most `threads` workers, the caller's
+    included (they drain its pieces, so one may take several)."""
+    import threading
+
+    out, index = packed
+    seen: list[str] = []
+    arena = Arena(4, index.slot_bytes)
+    with ExpertReader(out, index, arena, io="buffered", threads=threads) as r:
+        r.fault_hook = lambda layer, expert, attempt: seen.append(threading.current_thread().name)
+        (lid, e), me = _blocks(index)[0], threading.current_thread().name
+        r.read([(lid, e, 0)])
+        assert seen == [me], "a lone whole block is read by the caller itself"
+        seen.clear()
+        r.wait(r.submit([(lid, e, 1)]))
+        assert seen and me not in seen, "submit's reads run on the pool"
+        seen.clear()
+        r.read([(*b, j) for j, b in enumerate(_blocks(index)[:4])])
+        assert me in seen and len(set(seen)) <= threads
+        assert np.array_equal(arena.slot_np(0)[:16384], _expected(out, index, lid, e))
