@@ -1,15 +1,19 @@
 """How much of fio's lead at one read in flight is its one reused buffer: O_DIRECT reads into one
 buffer against reads into 64 buffers in turn (an arena's footprint), beside fio psync, interleaved.
 
-    python benchmarks/bench_read_footprint.py [--dir DIR] [--rounds 4]   # ~1 minute; needs fio
+    python benchmarks/bench_read_footprint.py [--dir DIR] [--rounds 4]   # ~2 minutes; needs fio
 
 Each round, in a shuffled order: a plain Python loop of `os.preadv` (one thread, 1.18 MB blocks,
 226 distinct blocks in random order, O_DIRECT) into a single buffer, and into 64 buffers used in
 turn, each buffer of huge pages (MAP_HUGETLB where huge pages are reserved: as root this script
 reserves them and restores the setting after, as bench_read.py does for fio; else transparent
 huge pages), and fio psync with `--mem=shmhuge` (one buffer per job; specdec.bench.fio, as
-`specdec bench read` runs it) on the same file with a fresh random order. No specdec code reads
-here: it isolates the destination's footprint. Writes benchmarks/results/read_footprint.json.
+`specdec bench read` runs it) on the same file with a fresh random order. The loops isolate the
+destination's footprint; beside them specdec's reader (one thread, O_DIRECT) reads the same
+blocks into a 64-slot huge-page arena (the loop's footprint), as one batch and one block a call
+(a lone miss), and the plain loop reads into that arena's slots (its memory, without the
+reader), so the reader's own cost shows against the loop on the same input and memory. Writes
+benchmarks/results/read_footprint.json.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdec.bench import fio as fiobench  # noqa: E402
+from specdec.bench.read import ARENA_SLOTS, BenchFile, make_bench_file  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
+from specdec.store.layout import EXPERTS_BIN  # noqa: E402
 
 BLOCK, N_BLOCKS, READS, SLOTS = 1183744, 900, 226, 64
 MAP_HUGETLB = 0x40000  # Linux; Python's mmap module does not export it before 3.13
@@ -65,6 +71,34 @@ def python_loop(path: Path, slots: int, seed: int) -> float:
         buf.close()
 
 
+def arena_loop(bf: BenchFile, seed: int) -> float:
+    """The plain loop into the reader's arena slots in turn: the arena's memory (MLX-allocated,
+    transparent huge pages) without the reader."""
+    order = random.Random(seed).sample(range(N_BLOCKS), READS)
+    fd = os.open(bf.dir / EXPERTS_BIN, os.O_RDONLY | os.O_DIRECT)
+    try:
+        t0 = time.perf_counter()
+        for i, e in enumerate(order):
+            os.preadv(fd, bf.arena.segments(i % ARENA_SLOTS, BLOCK), e * BLOCK)
+        return READS * BLOCK / (time.perf_counter() - t0) / 1e9
+    finally:
+        os.close(fd)
+
+
+def specdec_reader(bf: BenchFile, seed: int, lone: bool) -> float:
+    """specdec's ExpertReader, one thread, the same reads into the bench arena's slots in turn:
+    one batch, or one block a call (`lone`)."""
+    from specdec.store.reader import ExpertReader
+
+    order = random.Random(seed).sample(range(N_BLOCKS), READS)
+    reqs = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
+    with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=1) as reader:
+        t0 = time.perf_counter()
+        for batch in [[q] for q in reqs] if lone else [reqs]:
+            reader.read(batch)
+        return READS * BLOCK / (time.perf_counter() - t0) / 1e9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=ROOT)
@@ -78,13 +112,18 @@ def main() -> int:
         "one buffer": [],
         f"{SLOTS} buffers": [],
         "fio psync shmhuge": [],
+        "loop into the arena's 64 slots": [],
+        "specdec reader, one batch": [],
+        "specdec reader, a block a call": [],
     }
+    assert ARENA_SLOTS == SLOTS, "the reader's arena is the loop's footprint"
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="footprint-") as tmp:
-        path = Path(tmp) / "blocks"
-        path.write_bytes(os.urandom(N_BLOCKS * BLOCK))
-        os.sync()
+        bf = make_bench_file(Path(tmp), BLOCK, N_BLOCKS * BLOCK)  # random blocks, synced
+        path, arena_huge = bf.dir / EXPERTS_BIN, bf.arena.huge_pages
+        print(f"the reader's arena: {arena_huge:.0%} huge pages; the loops' buffers: ", end="")
         probe, kind = buffer(2 << 20)  # what the buffers get: hugetlb or thp
         probe.close()
+        print(kind)
         try:
             rng = random.Random(0)
             for _ in range(args.rounds):
@@ -96,6 +135,10 @@ def main() -> int:
                     slots = 1 if name == "one buffer" else SLOTS
                     if name.startswith("fio"):
                         got = fiobench.run(path, BLOCK, FIO, READS, seed)
+                    elif name.startswith("loop into"):
+                        got = arena_loop(bf, seed)
+                    elif name.startswith("specdec"):
+                        got = specdec_reader(bf, seed, lone=name.endswith("call"))
                     else:
                         got = python_loop(path, slots, seed)
                     runs[name].append(got)
@@ -110,12 +153,13 @@ def main() -> int:
         "command": "python benchmarks/bench_read_footprint.py "
         + " ".join(sys.argv[1:]).replace(str(args.dir), "DIR"),
         "block_bytes": BLOCK, "reads_per_run": READS, "buffers": kind,
+        "arena_huge_pages": arena_huge,
         "gbps": runs, "median_gbps": med, "over_fio_per_round": per_round,
         "machine": machine_info(),
     }  # fmt: skip
     write_result(args.out, result)
     for k in runs:
-        print(f"{k:>20}: {' '.join(f'{x:.2f}' for x in runs[k])} GB/s (median {med[k]:.2f})")
+        print(f"{k:>30}: {' '.join(f'{x:.2f}' for x in runs[k])} GB/s (median {med[k]:.2f})")
     return 0
 
 
