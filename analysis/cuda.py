@@ -54,6 +54,7 @@ SESSIONS = {
     5: ("h200-r5",),
     6: ("h200-r6",),
     7: ("h200-r7",),
+    10: ("h200-r10",),
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0)
@@ -562,10 +563,14 @@ def land_table() -> str:
 
 
 def overhead_table() -> str:
-    """One row per session and shape: the fourth session's run (overhead.json) and the eighth's
-    (session8/, its routing then read once a token: docs/results/cuda.md says what changed)."""
+    """One row per session and shape: the fourth session's run (overhead.json), the eighth's
+    (session8/, its routing then read once a token) and the tenth's (session10/: held deferred
+    steps and the frozen heap; docs/results/cuda.md says what changed)."""
     body = []
-    for path in (RESULTS / "overhead.json", RESULTS / "session8" / "overhead.json"):
+    for path in (
+        RESULTS / "overhead.json",
+        *(RESULTS / f"session{n}" / "overhead.json" for n in (8, 10)),
+    ):
         data = json.loads(path.read_text())
         for model in ("qwen3", "minimax"):
             body.append([data["session"], *_overhead_row(model, data)])
