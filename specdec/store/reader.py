@@ -27,13 +27,14 @@ faults: it may raise OSError or return a byte count that caps that attempt (a sh
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import errno
 import mmap
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,13 +141,20 @@ def open_expert_file(path: Path, io: str) -> int:
     return fd
 
 
-def timed_wait(future: cf.Future, stats: ReadStats) -> None:
-    """Block until `future` is done (re-raising its error), adding the time to stats.blocked_s."""
+@contextlib.contextmanager
+def blocked(stats: ReadStats) -> Iterator[None]:
+    """The caller waits on reads for the body's time: added to stats.blocked_s."""
     t0 = time.perf_counter()
     try:
-        future.result()
+        yield
     finally:
         stats.blocked_s += time.perf_counter() - t0
+
+
+def timed_wait(future: cf.Future, stats: ReadStats) -> None:
+    """Block until `future` is done (re-raising its error), counting the time as blocked."""
+    with blocked(stats):
+        future.result()
 
 
 class ExpertReader:
@@ -214,20 +222,18 @@ class ExpertReader:
         """Read every requested block into its slot; returns when all are in. The calling thread
         reads a share itself, as one of the batch's workers: a lone block then costs no hand-off
         to the pool and no wake-up back (~100 µs a call on the 2-core VM, 1.18 MB blocks; the
-        reads in flight stay min(threads, parts))."""
-        t0 = time.perf_counter()
-        try:
+        reads in flight stay min(threads, parts)); its reading counts as blocked, like the wait."""
+        with blocked(self.stats):
             self._start(requests, caller=True).result()
-        finally:
-            self.stats.blocked_s += time.perf_counter() - t0
 
     def submit(self, requests: Sequence[Request]) -> cf.Future:
         """Start reading; the Future completes (or raises StoreError) when all blocks are in."""
         return self._start(requests, caller=False)
 
     def _start(self, requests: Sequence[Request], caller: bool) -> cf.Future:
-        """The batch's workers: pool threads, and with `caller` the calling thread as the last
-        one (returning once the batch is done, since the last worker to finish completes it)."""
+        """The batch's workers on the pool, one of them the calling thread itself with `caller`
+        (it returns once no part is left to take; the Future completes when the last worker
+        to finish has)."""
         done: cf.Future = cf.Future()
         if not requests:
             done.set_result(None)

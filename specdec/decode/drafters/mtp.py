@@ -59,6 +59,7 @@ class MTPDrafter(Drafter):
         self.pending = (st.hidden, st.tokens[1:])  # prompt positions 0..P-1 -> tokens 1..P
 
     def _run(self, hidden: mx.array, tokens: list[int]) -> tuple[np.ndarray, mx.array]:
+        """The module over these positions: the last one's logits and output state."""
         logits, h = self.mtp(
             hidden,
             mx.array([tokens]),
@@ -67,7 +68,7 @@ class MTPDrafter(Drafter):
             head=self.head,
             last=True,  # a catch-up's earlier positions feed the KV cache; their MoE is not read
         )
-        return np.array(logits[0, -1].astype(mx.float32)), h[:, -1:]
+        return np.array(logits[0, 0].astype(mx.float32)), h  # h: [1, 1, (hc,) H]
 
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         if n == 0:
