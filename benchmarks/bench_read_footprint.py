@@ -53,36 +53,31 @@ def buffer(size: int) -> tuple[mmap.mmap, str]:
     return buf, kind
 
 
-def python_loop(path: Path, slots: int, seed: int) -> float:
-    size = -(-slots * BLOCK // (2 << 20)) * (2 << 20)
-    buf, _ = buffer(size)
-    view = memoryview(buf)
+def preadv_loop(path: Path, seed: int, into) -> float:
+    """GB/s of a plain Python loop of O_DIRECT `preadv`, one thread: READS random blocks, read
+    i into the buffers `into(i)` gives."""
     order = random.Random(seed).sample(range(N_BLOCKS), READS)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
         t0 = time.perf_counter()
         for i, e in enumerate(order):
-            at = (i % slots) * BLOCK
-            os.preadv(fd, [view[at : at + BLOCK]], e * BLOCK)
+            os.preadv(fd, into(i), e * BLOCK)
         return READS * BLOCK / (time.perf_counter() - t0) / 1e9
     finally:
         os.close(fd)
+
+
+def buffers_loop(path: Path, slots: int, seed: int) -> float:
+    """The loop into `slots` huge-page buffers of one mapping, in turn."""
+    buf, _ = buffer(-(-slots * BLOCK // (2 << 20)) * (2 << 20))
+    view = memoryview(buf)
+    try:
+        return preadv_loop(
+            path, seed, lambda i: [view[i % slots * BLOCK : (i % slots + 1) * BLOCK]]
+        )
+    finally:
         view.release()
         buf.close()
-
-
-def arena_loop(bf: BenchFile, seed: int) -> float:
-    """The plain loop into the reader's arena slots in turn: the arena's memory (MLX-allocated,
-    transparent huge pages) without the reader."""
-    order = random.Random(seed).sample(range(N_BLOCKS), READS)
-    fd = os.open(bf.dir / EXPERTS_BIN, os.O_RDONLY | os.O_DIRECT)
-    try:
-        t0 = time.perf_counter()
-        for i, e in enumerate(order):
-            os.preadv(fd, bf.arena.segments(i % ARENA_SLOTS, BLOCK), e * BLOCK)
-        return READS * BLOCK / (time.perf_counter() - t0) / 1e9
-    finally:
-        os.close(fd)
 
 
 def specdec_reader(bf: BenchFile, seed: int, lone: bool) -> float:
@@ -108,22 +103,23 @@ def main() -> int:
     old = NR.read_text() if os.geteuid() == 0 else None
     if old is not None:
         NR.write_text("64\n")  # 128 MiB: the 64-buffer footprint and fio's one
-    runs: dict[str, list[float]] = {
-        "one buffer": [],
-        f"{SLOTS} buffers": [],
-        "fio psync shmhuge": [],
-        "loop into the arena's 64 slots": [],
-        "specdec reader, one batch": [],
-        "specdec reader, a block a call": [],
-    }
     assert ARENA_SLOTS == SLOTS, "the reader's arena is the loop's footprint"
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="footprint-") as tmp:
         bf = make_bench_file(Path(tmp), BLOCK, N_BLOCKS * BLOCK)  # random blocks, synced
-        path, arena_huge = bf.dir / EXPERTS_BIN, bf.arena.huge_pages
-        print(f"the reader's arena: {arena_huge:.0%} huge pages; the loops' buffers: ", end="")
+        path, arena_huge = bf.dir / EXPERTS_BIN, bf.arena.huge_page_fraction
         probe, kind = buffer(2 << 20)  # what the buffers get: hugetlb or thp
         probe.close()
-        print(kind)
+        print(f"the reader's arena: {arena_huge or 0:.0%} huge pages; the loops' buffers: {kind}")
+        arena = lambda i: bf.arena.segments(i % ARENA_SLOTS, BLOCK)  # noqa: E731
+        how = {  # name -> GB/s of one run with this seed
+            "one buffer": lambda seed: buffers_loop(path, 1, seed),
+            f"{SLOTS} buffers": lambda seed: buffers_loop(path, SLOTS, seed),
+            "fio psync shmhuge": lambda seed: fiobench.run(path, BLOCK, FIO, READS, seed),
+            "loop into the arena's 64 slots": lambda seed: preadv_loop(path, seed, arena),
+            "specdec reader, one batch": lambda seed: specdec_reader(bf, seed, lone=False),
+            "specdec reader, a block a call": lambda seed: specdec_reader(bf, seed, lone=True),
+        }
+        runs: dict[str, list[float]] = {name: [] for name in how}
         try:
             rng = random.Random(0)
             for _ in range(args.rounds):
@@ -131,17 +127,7 @@ def main() -> int:
                     fd = os.open(path, os.O_RDONLY)  # O_DIRECT skips it; the host's copy may not
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                     os.close(fd)
-                    seed = rng.randrange(1 << 30)
-                    slots = 1 if name == "one buffer" else SLOTS
-                    if name.startswith("fio"):
-                        got = fiobench.run(path, BLOCK, FIO, READS, seed)
-                    elif name.startswith("loop into"):
-                        got = arena_loop(bf, seed)
-                    elif name.startswith("specdec"):
-                        got = specdec_reader(bf, seed, lone=name.endswith("call"))
-                    else:
-                        got = python_loop(path, slots, seed)
-                    runs[name].append(got)
+                    runs[name].append(how[name](rng.randrange(1 << 30)))
         finally:
             if old is not None:
                 NR.write_text(old)
