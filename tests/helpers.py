@@ -97,3 +97,19 @@ def assert_greedy_match(got: list[int], ref: list[int], ref_logits, bits, what: 
 
 def resident_logits(model, tokens: list[int], cache) -> np.ndarray:
     return np.array(model(mx.array([tokens]), cache=cache)[0].astype(mx.float32))
+
+
+# γ per pass for `--gamma auto` made to run plain passes between drafting ones (a plain pass
+# drafts nothing: a drafter with state must still follow its committed tokens)
+PLAIN_BETWEEN = [1, 1, 3, 1, 2, 1, 1, 1, 4]
+
+
+def force_gamma_schedule(monkeypatch: pytest.MonkeyPatch, gammas: list[int]) -> None:
+    """AutoGamma.choose returns `gammas` in turn (repeated), capped at the tokens left."""
+    from specdec.gamma.chooser import Choice
+    from specdec.gamma.controller import AutoGamma
+
+    it = iter(gammas * 64)
+    monkeypatch.setattr(
+        AutoGamma, "choose", lambda self, context, left: Choice(min(next(it), left), "best")
+    )

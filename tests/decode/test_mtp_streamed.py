@@ -20,7 +20,13 @@ from specdec.checkpoint.mtp import load_mtp, mtp_class, target_io
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.stream.steplog import Call
-from tests.helpers import assert_logits_match, fast_cases, streamed_target
+from tests.helpers import (
+    PLAIN_BETWEEN,
+    assert_logits_match,
+    fast_cases,
+    force_gamma_schedule,
+    streamed_target,
+)
 
 N_TOKENS = 48
 BITS = 4
@@ -100,17 +106,15 @@ def test_mtp_speculation_is_lossless_and_recorded(target, gamma):
     assert res.records[0].drafted == gamma - 1
 
 
-# γ per pass: fixed, or `--gamma auto` made to run plain passes between drafting ones (a plain
-# pass drafts nothing: the module must still catch up on its positions before the next draft)
-SCHEDULES = {"fixed 3": None, "auto, plain between": [1, 1, 3, 1, 2, 1, 1, 1, 4]}
+# γ per pass: fixed, or `--gamma auto` made to run plain passes between drafting ones (the
+# module must still catch up on a plain pass's positions before the next draft)
+SCHEDULES = {"fixed 3": None, "auto, plain between": PLAIN_BETWEEN}
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_mtp_drafts_equal_a_full_recomputation(target, schedule, monkeypatch):
     """The drafter's incremental state (catch-up, chaining, trims) matches one fresh pass."""
     from specdec.decode.drafters.mtp import MTPDrafter
-    from specdec.gamma.chooser import Choice
-    from specdec.gamma.controller import AutoGamma
 
     sm, _, _, prompt, _ = target
     proposed, original = [], MTPDrafter.propose
@@ -124,10 +128,7 @@ def test_mtp_drafts_equal_a_full_recomputation(target, schedule, monkeypatch):
     monkeypatch.setattr(MTPDrafter, "propose", spy)
     gammas = SCHEDULES[schedule]
     if gammas is not None:
-        it = iter(gammas * 8)
-        monkeypatch.setattr(
-            AutoGamma, "choose", lambda self, context, left: Choice(min(next(it), left), "best")
-        )
+        force_gamma_schedule(monkeypatch, gammas)
     res = _run(sm, prompt, "mtp", 3 if gammas is None else "auto", max_tokens=24)
     if gammas is not None:
         assert {r.gamma for r in res.records} >= {1, 2}, "plain passes between drafting ones"

@@ -21,7 +21,7 @@ from specdec.decode.run import generate
 from specdec.decode.sampling import judge
 from specdec.stream.loader import load
 from specdec.stream.steplog import Call
-from tests.helpers import fast_cases, random_checkpoint
+from tests.helpers import PLAIN_BETWEEN, fast_cases, force_gamma_schedule, random_checkpoint
 
 N_TOKENS = 128
 
@@ -222,7 +222,7 @@ def test_trace_union_at_small_max_tokens(target, max_tokens):
     assert (rho is None) == (max_tokens < 3)
 
 
-@pytest.mark.parametrize("gammas", [None, [1, 1, 3, 1, 2, 1, 1, 1, 4]], ids=["fixed 3", "auto"])
+@pytest.mark.parametrize("gammas", [None, PLAIN_BETWEEN], ids=["fixed 3", "auto"])
 def test_draft_model_drafts_equal_a_full_recomputation(target, gammas, monkeypatch):
     """The draft model's KV cache follows every committed token, also across passes that draft
     nothing (`--gamma auto` made to run plain passes between drafting ones): each first draft
@@ -230,8 +230,6 @@ def test_draft_model_drafts_equal_a_full_recomputation(target, gammas, monkeypat
     import mlx.core as mx
 
     from specdec.decode.drafters.draft_model import DraftModelDrafter
-    from specdec.gamma.chooser import Choice
-    from specdec.gamma.controller import AutoGamma
 
     sm, prompt, ref, draft_src = target
     proposed, original, model = [], DraftModelDrafter.propose, []
@@ -245,10 +243,7 @@ def test_draft_model_drafts_equal_a_full_recomputation(target, gammas, monkeypat
 
     monkeypatch.setattr(DraftModelDrafter, "propose", spy)
     if gammas is not None:
-        it = iter(gammas * 8)
-        monkeypatch.setattr(
-            AutoGamma, "choose", lambda self, context, left: Choice(min(next(it), left), "best")
-        )
+        force_gamma_schedule(monkeypatch, gammas)
     res = _run(sm, prompt, f"draft:{draft_src}", 3 if gammas is None else "auto", max_tokens=24)
     assert res.tokens == ref[:24] and proposed
     tokens = prompt + res.tokens
