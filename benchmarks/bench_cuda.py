@@ -423,9 +423,10 @@ def overhead(args) -> dict:
             out["launch_ab"][key] = launch_ab(Path(src))
             # warm first, then the fresh processes (the longer part), each saved as it comes:
             # the eighth session's lease ended inside this step and took all of it
-            out[key] = {"moe_layers": SMALL[key][1], "in_process": in_process(src, 64, 3, "25%")}
+            # 128 tokens, 5 alternations (the tenth session's 64 and 3 swung 0.66-1.07x)
+            out[key] = {"moe_layers": SMALL[key][1], "in_process": in_process(src, 128, 5, "25%")}
             _so_far(args, out, f"{key} in process")
-            out[key] |= cli_pairs(src, 64, args.pairs, prompt=PROMPT)
+            out[key] |= cli_pairs(src, 128, args.pairs, prompt=PROMPT)
         except Exception as e:  # noqa: BLE001 -- a fact to report; the other model still runs
             out.setdefault(key, {})["error"] = repr(e)[:400]
         _so_far(args, out, key)

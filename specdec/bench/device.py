@@ -20,9 +20,12 @@ machine, named in the profile's `sources`, none of them from the runs the profil
                       model's MoE layers are timed on --model, a checkpoint of the same kind
                       (a Python runtime pays this per layer: the seed question's 0.6 ms on an M4)
 
-    land_gbps         landing: the expert kernel's first call over freshly written slots against
-                      the same call again (CUDA managed memory migrates a page on the GPU's first
-                      touch; nothing measurable on a CPU or Apple's unified memory: null)
+    land_gbps         landing: the expert kernel's first call over slots O_DIRECT has just read
+                      into against the same call again, in a decode's order (the layer computes,
+                      its slots are read into, it computes again: CUDA managed memory migrates
+                      the pages back for the read and to the GPU on its first touch; nothing
+                      measurable on a CPU or Apple's unified memory: null). Slots written by
+                      numpy stores instead, interleaved, are kept beside it (`by_writer`)
     land_curve        the same at 1, 2, 4, 8, 16 and 32 fresh slots per call: GB/s by the number
                       of blocks one layer call lands (a decode lands 2-3, a wide verify 20-30)
 
@@ -33,6 +36,7 @@ reads land before its experts run).
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -147,36 +151,93 @@ def expert_kernel(hidden: int, inter: int, unions=UNIONS, bits: int = 4, group: 
     }
 
 
-def landing(hidden: int, inter: int, n: int = 16, rounds: int = 5, bits: int = 4, group: int = 64):
+def block_file(
+    directory: Path, hidden: int, inter: int, blocks: int, bits: int = 4, group: int = 64
+):
+    """A packed experts.bin of `blocks` random experts of the expert arena's layout (finite
+    values, what `_fill` writes) in `directory`, and its index: what O_DIRECT reads land."""
+    from specdec.store.layout import EXPERTS_BIN, INDEX_VERSION, ExpertIndex, LayerLayout
+
+    arena, _, _ = _expert_arena(hidden, inter, 1, bits, group)
+    specs = [s.tensor for s in arena.segments_ if s.tensor]
+    rng = np.random.default_rng(11)
+    with open(directory / EXPERTS_BIN, "wb") as f:
+        for _ in range(blocks):
+            _fill(arena, 0, specs, rng)
+            for piece in arena.segments(0):
+                f.write(piece.tobytes())
+    layout = LayerLayout(
+        prefix="landing", n_experts=blocks, block_bytes=arena.slot_bytes, tensors=specs,
+        offsets=arena.slot_bytes * np.arange(blocks, dtype=np.int64),
+        crc32=np.zeros(blocks, dtype=np.uint32),
+    )  # fmt: skip
+    index = ExpertIndex(INDEX_VERSION, arena.slot_bytes, {0: layout})
+    index.save(directory)
+    return index
+
+
+def landing(
+    hidden: int, inter: int, n: int = 16, rounds: int = 5, bits: int = 4, group: int = 64,
+    blocks: tuple[Path, Any] | None = None,
+) -> dict:  # fmt: skip
     """What a block just written by the host costs the accelerator before it computes on it: the
     layer's first call over n freshly written slots against the same call again (landed).
-    None where that costs nothing measurable (the memory is where the accelerator computes)."""
+
+    Each round follows a decode: the layer computes on its slots (on CUDA their managed pages
+    then sit on the GPU), the slots are written, the layer computes again. Written two ways,
+    interleaved round by round: `stored` by numpy stores, and with `blocks` = (directory,
+    index) from `block_file`, `read` by O_DIRECT reads of the project's ExpertReader, as a
+    decode's misses are (the profile takes that one). None where landing costs nothing
+    measurable (the memory is where the accelerator computes)."""
     if not on_cuda():
         return {"slots": n, "bytes": 0, "extra_s": 0.0, "gbps": None,
                 "why": "the accelerator computes on host memory where it lies (CPU, Metal)"}  # fmt: skip
+    from specdec.store.reader import ExpertReader
+
     arena, views, expert_bytes = _expert_arena(hidden, inter, n, bits, group)
     x = mx.random.normal((n, hidden)).astype(_act_dtype())
     idx = mx.arange(n, dtype=mx.uint32).reshape(n, 1)
-    rng, extra = np.random.default_rng(7), []
+    rng = np.random.default_rng(7)
     specs = [s.tensor for s in arena.segments_ if s.tensor]
-    for _ in range(rounds):
-        for s in range(n):  # the host writes every slot, as n reads would
-            _fill(arena, s, specs, rng)
-        mx.synchronize()
-        t0 = time.perf_counter()
-        mx.eval(_layer(views, x, idx, bits, group))
-        first = time.perf_counter() - t0
-        again = _timed(lambda: mx.eval(_layer(views, x, idx, bits, group)), repeats=3)
-        extra.append(max(0.0, first - again))
-    seconds = statistics.median(extra)
-    gbps = n * expert_bytes / seconds / 1e9 if seconds > 0 else None
-    return {"slots": n, "bytes": n * expert_bytes, "extra_s": seconds,
-            "gbps": gbps if gbps is not None and gbps < 200 else None}  # fmt: skip
+    writers = {"stored": lambda: [_fill(arena, s, specs, rng) for s in range(n)]}
+    reader = None
+    if blocks is not None:
+        reader = ExpertReader(blocks[0], blocks[1], arena, io="direct", threads=8)
+        count = blocks[1].layers[0].n_experts
+        writers["read"] = lambda: reader.read(
+            [(0, int(e), s) for s, e in enumerate(rng.choice(count, n, replace=False))]
+        )
+    extra: dict[str, list[float]] = {w: [] for w in writers}
+    try:
+        for _ in range(rounds):
+            for name, write in writers.items():
+                mx.eval(_layer(views, x, idx, bits, group))  # the slots' pages on the GPU
+                write()
+                mx.synchronize()
+                t0 = time.perf_counter()
+                mx.eval(_layer(views, x, idx, bits, group))
+                first = time.perf_counter() - t0
+                again = _timed(lambda: mx.eval(_layer(views, x, idx, bits, group)), repeats=3)
+                extra[name].append(max(0.0, first - again))
+    finally:
+        if reader is not None:
+            reader.close()
+    by = {}
+    for name, runs in extra.items():
+        seconds = statistics.median(runs)
+        gbps = n * expert_bytes / seconds / 1e9 if seconds > 0 else None
+        by[name] = {"extra_s": seconds, "gbps": gbps if gbps is not None and gbps < 200 else None,
+                    "rounds_s": runs}  # fmt: skip
+    if reader is not None:
+        by["read"]["direct"] = reader.stats.staged == 0  # O_DIRECT into the slots
+    used = "read" if reader is not None else "stored"
+    return {"slots": n, "bytes": n * expert_bytes, "written": used, **by[used], "by_writer": by}
 
 
 def _land_curve_source(curve: list[dict]) -> str:
     ms = ", ".join(f"{p['slots']}: {p['extra_s'] * 1e3:.2f}" for p in curve)
-    return f"landing at 1-32 freshly written experts per layer call, ms more than again: {ms}"
+    how = "O_DIRECT-read (decode's sequence)" if curve[0]["written"] == "read" else "host-stored"
+    return f"landing at 1-32 freshly {how} experts per layer call, ms more than again: {ms}"
 
 
 def slot_row_views(rows: mx.array, specs) -> list[mx.array]:
@@ -194,7 +255,6 @@ def slot_row_views(rows: mx.array, specs) -> list[mx.array]:
 def read_latency(directory: Path, reads: int = 256) -> dict:
     """O_DIRECT 4 KiB reads at random offsets of a 1 GiB file, one at a time."""
     import os
-    import tempfile
 
     from specdec.store.layout import ALIGN
 
@@ -271,7 +331,10 @@ def device_profile(
     """The profile and every measurement behind it."""
     mm = matmul_tflops()
     kern = expert_kernel(hidden, inter)
-    curve_runs = [landing(hidden, inter, n) for n in LAND_SLOTS]
+    with tempfile.TemporaryDirectory(dir=directory) as d:  # blocks the landing bench reads
+        many = 2 * max(LAND_SLOTS)  # where landing costs nothing there is nothing to read
+        blocks = (Path(d), block_file(Path(d), hidden, inter, many)) if on_cuda() else None
+        curve_runs = [landing(hidden, inter, n, blocks=blocks) for n in LAND_SLOTS]
     land = next(r for r in curve_runs if r["slots"] == LAND_GBPS_SLOTS)
     land_curve = curve_runs if on_cuda() else []  # elsewhere each says why there is none
     # on CUDA the runs read into slots the GPU computes on: the bench reads into such slots too
@@ -323,7 +386,7 @@ def device_profile(
             "reads_in_flight": "this harness's ExpertReader: 8 threads",
             "overlap_reads": "this harness: a layer's reads complete before its experts compute",
             "land_gbps": land.get("why")
-            or f"landing: {land['slots']} freshly written experts' first layer call took "
+            or f"landing: {land['slots']} freshly {land['written']} experts' first layer call took "
             f"{land['extra_s'] * 1e3:.2f} ms more than the same call again",
             "land_curve": land.get("why") or _land_curve_source(land_curve),
         },

@@ -17,7 +17,7 @@ Three measurements, all greedy decode of the same prompt:
   in (blocks, deferred steps, records, decode loop), robust to other processes on the cores.
   Beside them, alternating too, the streamed model driven by mlx-lm's own `generate_step`: the
   streamed forward's cost apart from our loop's; and ours with each token's deferred steps run
-  after it instead of HELD_TOKENS at a time (the held tokens' effect). And the cost of one host read of a small
+  after it instead of HELD_TOKENS at a time, and WIDE_HELD at a time (the held tokens' effect). And the cost of one host read of a small
   device array (`host_copy_us`: on CUDA `np.array` moves it into managed memory first).
 - `split`: host time per MoE layer call of the streamed block, by part, as the main thread's
   CPU time (robust to waiting and to other processes on the cores): graph building (our call's
@@ -31,6 +31,10 @@ Three measurements, all greedy decode of the same prompt:
   lookahead is refused). Each part is its CPU time less the timer's own cost (a thread CPU
   clock read is a system call: 1-4 µs here), calibrated on an empty function before and after
   each decode; `host_cpu_with_timer` keeps the uncorrected sum.
+- `loop_us_per_token`: our greedy loop's wall µs a token at full budget by part (the next
+  token's forward built and started, the deferred steps, their host reads of each call's
+  routing, the records, the rest), beside mlx-lm's and our whole token: where the decode is
+  bound by the host, the parts mlx-lm does not pay are the gap.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from specdec.core.accelerator import on_cuda, to_host
 from specdec.core.blas import fast_blas_env
 from specdec.decode import loop
 from specdec.decode.loop import DecodeConfig
+from specdec.decode.records import PassRecord
 from specdec.decode.run import generate
 from specdec.stream.loader import StreamedModel, load, resolve
 from specdec.stream.source import ExpertSource
@@ -60,6 +65,7 @@ from specdec.stream.streamed import StreamedSwitchGLU
 from specdec.stream.streamer import Lookahead, Streamer
 
 PROMPT = "import os\nimport sys\n\n\ndef main():\n    "
+WIDE_HELD = 64  # the in-process run that holds more tokens' deferred steps than HELD_TOKENS
 _MLX_RATE = re.compile(r"Generation: (\d+) tokens, ([\d.]+) tokens-per-sec")
 
 
@@ -247,6 +253,53 @@ def _split_once(sm: StreamedModel, prompt: list[int], tokens: int) -> dict:
     return out
 
 
+LOOP_PARTS = ("next_forward", "routing_read", "deferred", "records")
+
+
+def _loop_split(sm: StreamedModel, prompt: list[int], tokens: int, repeats: int) -> dict:
+    """Wall µs per committed token of our greedy decode at full budget, by part: building and
+    starting the next token's forward (`next_forward`), the deferred steps (`deferred`) and
+    their host reads of each call's routing (`routing_read`), building the records
+    (`records`), and the rest (`rest`: the host read of each token, which waits for its
+    forward, and the loop itself); with each part's main-thread CPU µs. Timed from the first
+    batch of held tokens yielded to the end (prefill, compilation and the first batch left out:
+    at least 4 batches run); the median over `repeats` decodes of each part. Where the decode
+    is bound by the host, every part adds to a token's time; against mlx-lm's µs a token
+    (`_resident`) it says which part of the loop costs what mlx-lm does not pay."""
+    from specdec.stream import streamer as streamer_module
+
+    tokens = max(tokens, 4 * loop.HELD_TOKENS)
+    runs = []
+    for _ in range(repeats):
+        hs, seen, mark = HostSplit(), [], {}
+
+        def first_batch(rec: PassRecord, hs=hs, seen=seen, mark=mark) -> None:
+            seen.append(rec)
+            if not mark:  # the first record yielded: its batch's records are all built
+                mark.update(batch=hs.calls["records"], wall=dict(hs.wall), cpu=dict(hs.cpu))
+
+        hs.wrap(loop.Decode, "_start_next", "next_forward")
+        hs.wrap(loop.Decode, "_record", "records")
+        hs.wrap(Streamer, "catch_up", "deferred")
+        hs.wrap(streamer_module, "to_host", "routing_read")
+        try:
+            generate(sm, prompt, "none", DecodeConfig(max_tokens=tokens), stop_at_eos=False,
+                     on_pass=first_batch)  # fmt: skip
+        finally:
+            hs.restore()
+        after = seen[mark["batch"] :]  # the batches after the first
+        n = sum(r.committed for r in after)
+        run = {f"{p}_wall": 1e6 * (hs.wall[p] - mark["wall"].get(p, 0.0)) / n for p in LOOP_PARTS}
+        run |= {f"{p}_cpu": 1e6 * (hs.cpu[p] - mark["cpu"].get(p, 0.0)) / n for p in LOOP_PARTS}
+        run["token_wall"] = 1e6 * sum(r.wall_s for r in after) / n
+        run["rest_wall"] = run["token_wall"] - sum(run[f"{p}_wall"] for p in LOOP_PARTS)
+        runs.append(run)
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]} | {
+        "repeats": repeats,
+        "tokens": tokens,
+    }
+
+
 def _glu_us(model, prompt: list[int], tokens: int) -> float:
     """CPU µs per call that mlx-lm's own SwitchGLU spends building its graph (resident)."""
     hs = HostSplit()
@@ -323,7 +376,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
     try:
         generate(sm, prompt, "none", cfg, stop_at_eos=False)  # first run: compile, caches
         _streamed_in_mlx_lm_loop(sm, prompt, tokens)  # its first run: compile
-        streamed, resident, cpu_s, cpu_r, forward_only, each = [], [], [], [], [], []
+        streamed, resident, cpu_s, cpu_r, forward_only, each, wide = [], [], [], [], [], [], []
         for _ in range(repeats):
             tps, cpu = _resident(ref, prompt, tokens)
             resident.append(tps)
@@ -333,7 +386,9 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
             cpu_s.append(cpu)
             forward_only.append(_streamed_in_mlx_lm_loop(sm, prompt, tokens))
             each.append(_streamed(sm, prompt, cfg, held=1)[0])
+            wide.append(_streamed(sm, prompt, cfg, held=WIDE_HELD)[0])
         layers = len(sm.main_moe_layers)
+        loop_parts = _loop_split(sm, prompt, tokens, split_runs)
         split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
         sm.streamer.source.device_tables = False  # the synced path, for comparison
         split["full_budget_synced"] = _split(sm, prompt, tokens, split_runs)
@@ -367,6 +422,8 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         "streamed_model_in_mlx_lm_loop_tokens_per_s": _spread(forward_only),
         # ours with each token's deferred steps run after it (not HELD_TOKENS together)
         "streamed_steps_each_token_tokens_per_s": _spread(each),
+        # ... and with WIDE_HELD tokens' steps together instead of HELD_TOKENS
+        f"streamed_steps_{WIDE_HELD}_tokens_tokens_per_s": _spread(wide),
         "ratio": s_tps / r_tps,
         "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / layers,
         "main_thread_cpu_us_per_token": {"mlx_lm": _spread(cpu_r), "specdec": _spread(cpu_s)},
@@ -376,6 +433,9 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         ),
         "mlx_lm_switchglu_graph_us": glu,
         "host_us_per_moe_layer": split,
+        # our loop's wall µs a token by part, beside mlx-lm's whole token
+        "loop_us_per_token": loop_parts
+        | {"mlx_lm_token_wall": 1e6 / r_tps, "ours_token_wall": 1e6 / s_tps},
         "host_copy": host_copy_us(),
     }
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.bench.overhead import in_process
+from specdec.bench.overhead import LOOP_PARTS, WIDE_HELD, in_process
 from specdec.checkpoint.random_models import make_random
 from specdec.decode import loop
+
+_RECORD = loop.Decode._record
 
 
 @pytest.mark.parametrize("layers, ahead", [(2, 1), (3, 2)])
@@ -25,7 +27,15 @@ def test_in_process_looks_ahead_as_far_as_the_model_allows(tmp_path, monkeypatch
     assert out["moe_layers"] == layers
     # the held tokens' A/B ran, and left the decode loop's constant as it found it
     assert len(out["streamed_steps_each_token_tokens_per_s"]["all"]) == 1
+    assert len(out[f"streamed_steps_{WIDE_HELD}_tokens_tokens_per_s"]["all"]) == 1
     assert loop.HELD_TOKENS == held
+    # the loop's parts are exclusive wall times of one decode: together at most its token
+    parts = out["loop_us_per_token"]
+    assert parts["records_wall"] > 0 and parts["next_forward_wall"] > 0
+    measured = sum(parts[f"{p}_wall"] for p in LOOP_PARTS)
+    assert measured + parts["rest_wall"] == pytest.approx(parts["token_wall"])
+    assert measured <= parts["token_wall"]
+    assert loop.Decode._record is _RECORD  # every wrapped method handed back
     assert set(out["host_us_per_moe_layer"]) == {
         "full_budget",
         "full_budget_synced",

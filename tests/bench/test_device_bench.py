@@ -1,0 +1,46 @@
+"""The device profile's landing bench reads real blocks into the expert kernel's slots.
+
+Run: `pytest tests/bench/test_device_bench.py`. On a CPU the landing time itself is null (the
+CPU computes where the bytes lie); what is checked is the decode-ordered sequence it times on
+CUDA: blocks O_DIRECT-read from a packed file land in the slots byte for byte, and the layer
+computed on them equals the layer computed on the same bytes stored by the host.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from specdec.bench import device
+from specdec.store.layout import EXPERTS_BIN
+from specdec.store.reader import ExpertReader
+
+HIDDEN, INTER, N = 512, 256, 3  # every tensor a whole number of 4 KiB pages: O_DIRECT-able
+
+
+def test_read_blocks_land_in_the_slots_and_compute_as_stored(tmp_path):
+    index = device.block_file(tmp_path, HIDDEN, INTER, blocks=5)
+    arena, views, _ = device._expert_arena(HIDDEN, INTER, N, 4, 64)
+    slot_bytes = arena.slot_bytes
+    assert index.slot_bytes == slot_bytes and arena.direct
+    data = np.fromfile(tmp_path / EXPERTS_BIN, np.uint8).reshape(5, slot_bytes)
+    picks = [4, 0, 2]
+    with ExpertReader(tmp_path, index, arena, io="direct", threads=2) as reader:
+        reader.read([(0, e, s) for s, e in enumerate(picks)])
+    for s, e in enumerate(picks):
+        assert np.array_equal(np.concatenate(arena.segments(s)), data[e])
+    x = mx.random.normal((N, HIDDEN), key=mx.random.key(0))
+    idx = mx.arange(N, dtype=mx.uint32).reshape(N, 1)
+    read = device._layer(views, x, idx, 4, 64)
+    stored, views2, _ = device._expert_arena(HIDDEN, INTER, N, 4, 64)
+    for s, e in enumerate(picks):  # the same bytes, stored by the host segment by segment
+        for piece, seg in zip(stored.segments(s), stored.segments_, strict=True):
+            piece[:] = data[e][seg.start : seg.end]
+    again = device._layer(views2, x, idx, 4, 64)
+    assert mx.all(mx.isfinite(read)).item()
+    assert mx.array_equal(read, again).item()
+
+
+def test_landing_is_null_where_the_accelerator_computes_in_place():
+    got = device.landing(HIDDEN, INTER, n=2, rounds=1)
+    assert got["gbps"] is None and "host memory" in got["why"]
