@@ -28,6 +28,7 @@ import functools
 import json
 import statistics
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,6 +56,7 @@ SESSIONS = {
     6: ("h200-r6",),
     7: ("h200-r7",),
     10: ("h200-r10",),
+    11: ("h200-r11",),
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0)
@@ -363,6 +365,33 @@ def model_table() -> str:
     return md_table(heads, body)
 
 
+def split_table(sessions: tuple[int, ...] = (10, 11)) -> str:
+    """Where the device model's time per committed token goes against the measured, run by run
+    (spec runs of `sessions`, on their machine's profile): measured time blocked on reads and
+    off the disk; modeled reads, landing (the profile's landing taken out) and the rest
+    (compute and router syncs). ms per committed token."""
+    profs, body = profiles(), []
+    for row in runs("spec"):
+        sess = row.get("session", 1)
+        if sess not in sessions or first_use(row):
+            continue
+        prof = profs[SESSIONS[sess][-1]]
+        clock, n = _clock(row["drafter"]), row["committed"]
+        dry = replace(prof, land_curve=(), land_gbps=None)
+        full = [clock.remodel(prof, r) for r in row["records"]]
+        read = sum(clock.remodel(dry, r).read_s for r in row["records"])
+        land = sum(m.read_s for m in full) - read
+        rest = sum(m.compute_s + m.sync_s for m in full)
+        blocked = sum(r.blocked_s for r in row["records"])
+        wall = sum(r.wall_s for r in row["records"])
+        ms = [1e3 * x / n for x in (blocked, wall - blocked, read, land, rest)]
+        body.append([sess, _label(row), row["gamma"], *[f"{x:.0f}" for x in ms],
+                     f"{ms[1] - ms[3] - ms[4]:+.0f}"])  # fmt: skip
+    heads = ["session", "run", "γ", "measured: blocked", "off the disk", "modeled: reads",
+             "landing", "the rest", "off the disk, unpriced"]  # fmt: skip
+    return md_table(heads, body)
+
+
 def _abs_worst(errs: list[float]) -> list[str]:
     """Median |error| and the worst error of a column ("—" where no run has it)."""
     if not errs:
@@ -502,19 +531,27 @@ def offsets_table() -> str:
     return md_table(heads, body)
 
 
+WHERE = {6: RESULTS / "where.json", 11: RESULTS / "session11" / "where.json"}
+
+
+def _where_runs() -> Iterator[tuple[int, str, dict]]:
+    """(session, run name, its `where` result) of every session that ran the step."""
+    for sess, path in WHERE.items():
+        for name, v in json.loads(path.read_text()).items():
+            if isinstance(v, dict) and "calls" in v:
+                yield sess, name, v
+
+
 def where_table() -> str:
-    """Where a pass's time goes (bench_cuda.py `where`, sixth session): per committed token, the
+    """Where a pass's time goes (bench_cuda.py `where`, sixth and eleventh sessions): per committed token, the
     run's wall and blocked time, then per MoE layer call summed: the router's sync wait, the
     reads' wall, the layer's own GPU time (its output evaluated at once: its fresh blocks land,
     then its experts compute) and the call's host CPU; and the per-call fit of that GPU time on
     the call's fresh blocks and positions (prefill calls and first-use calls left out)."""
     import numpy as np
 
-    data = json.loads((RESULTS / "where.json").read_text())
     body = []
-    for name, v in data.items():
-        if not isinstance(v, dict) or "calls" not in v:
-            continue
+    for sess, name, v in _where_runs():
         calls = v["calls"][v["prefill_calls"] :]
         first = [c for c in calls if c["cpu"] > FIRST_USE_S]
         calls = [c for c in calls if c["cpu"] <= FIRST_USE_S]
@@ -522,13 +559,14 @@ def where_table() -> str:
         per = {k: 1e3 * sum(c[k] for c in calls) / n for k in ("router", "reads", "gpu", "cpu")}
         x = np.array([[1, c["fresh"], c["positions"]] for c in calls], float)
         fit = np.linalg.lstsq(x, 1e3 * np.array([c["gpu"] for c in calls]), rcond=None)[0]
-        body.append([name, n, v["passes"], f"{1e3 * v['wall_s'] / n:.0f}",
+        body.append([sess, name, n, v["passes"], f"{1e3 * v['wall_s'] / n:.0f}",
                      f"{1e3 * v['blocked_s'] / n:.0f}", f"{per['router']:.1f}",
                      f"{per['reads']:.0f}", f"{per['gpu']:.1f}", f"{per['cpu']:.1f}",
                      f"{sum(c['fresh'] for c in calls) / n:.0f}",
                      f"{fit[0]:.2f} + {fit[1]:.2f}·blocks + {fit[2]:.2f}·positions",
                      ", ".join(f"{c['cpu']:.1f} s" for c in first) or "—"])  # fmt: skip
-    heads = ["run", "tokens", "passes", "ms/token", "blocked", "router sync", "reads (wall)",
+    heads = ["session", "run", "tokens", "passes", "ms/token", "blocked", "router sync",
+             "reads (wall)",
              "layer GPU", "host CPU", "fresh blocks/token", "layer GPU ms per call (fit)",
              "first-use calls left out (host CPU)"]  # fmt: skip
     return md_table(heads, body)
@@ -564,12 +602,13 @@ def land_table() -> str:
 
 def overhead_table() -> str:
     """One row per session and shape: the fourth session's run (overhead.json), the eighth's
-    (session8/, its routing then read once a token) and the tenth's (session10/: held deferred
-    steps and the frozen heap; docs/results/cuda.md says what changed)."""
+    (session8/, its routing then read once a token), the tenth's (session10/: held deferred
+    steps and the frozen heap; docs/results/cuda.md says what changed) and the eleventh's
+    (session11/: 128 tokens, 5 alternations in one process, 4 pairs)."""
     body = []
     for path in (
         RESULTS / "overhead.json",
-        *(RESULTS / f"session{n}" / "overhead.json" for n in (8, 10)),
+        *(RESULTS / f"session{n}" / "overhead.json" for n in (8, 10, 11)),
     ):
         data = json.loads(path.read_text())
         for model in ("qwen3", "minimax"):
@@ -595,6 +634,30 @@ def _overhead_row(model: str, data: dict) -> list:
         _f(warm.get("ratio")), _f(warm.get("added_us_per_moe_layer"), ".0f"),
         _f(host.get("host_cpu"), ".0f"),
     ]  # fmt: skip
+
+
+def loop_table() -> str:
+    """The eleventh session's warm one-process runs at full budget, µs per token (medians of 5
+    alternations, 128 tokens): mlx-lm's `generate_step`, the streamed model in that loop, ours
+    (deferred steps of 16 tokens together, and of 64), and our loop's parts (specdec.bench.overhead
+    `_loop_split`: wall µs a token, its own 3 decodes)."""
+    data = json.loads((RESULTS / "session11" / "overhead.json").read_text())
+    body = []
+    for model in ("qwen3", "minimax"):
+        ip = data[model]["in_process"]
+        us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"]
+              for k in ("resident", "streamed_model_in_mlx_lm_loop", "streamed",
+                        "streamed_steps_64_tokens")}  # fmt: skip
+        lp = ip["loop_us_per_token"]
+        parts = ", ".join(f"{p} {lp[f'{p}_wall']:.0f}"
+                          for p in ("next_forward", "routing_read", "deferred", "records", "rest"))  # fmt: skip
+        body.append([model, ip["moe_layers"], *(f"{v:.0f}" for v in us.values()),
+                     f"{us['resident'] / us['streamed']:.2f}x",
+                     f"{us['resident'] / us['streamed_model_in_mlx_lm_loop']:.2f}x", parts])  # fmt: skip
+    heads = ["shape", "MoE layers", "mlx-lm", "streamed model, mlx-lm's loop", "ours",
+             "ours, 64 tokens held", "ours / mlx-lm", "forward alone / mlx-lm",
+             "our loop by part (of its own decodes)"]  # fmt: skip
+    return md_table(heads, body)
 
 
 def host_reads_table() -> str:
@@ -725,6 +788,7 @@ TABLES = {
     "scale": scale_table,
     "spec": spec_table,
     "model": model_table,
+    "split": split_table,
     "auto": auto_table,
     "lookahead": lookahead_table,
     "exact": exact_table,
@@ -734,6 +798,7 @@ TABLES = {
     "land": land_table,
     "shm": shm_table,
     "overhead": overhead_table,
+    "loop": loop_table,
     "host_reads": host_reads_table,
     "decode9": decode9_table,
     "reads": reads_table,

@@ -27,7 +27,8 @@ machine, versions and the command) as soon as it ends, so a run cut short keeps 
     overhead   full budget --warm vs `python -m mlx_lm generate`, fresh processes, interleaved;
                and warm in one process (mlx-lm's generate_step against ours, alternating), with
                the host µs per MoE layer call by part (specdec.bench.overhead `in_process`);
-               saved as each part ends (`"partial"` names the last), the warm part first
+               saved as each part ends (`"partial"` names the last), the warm part first;
+               `--pairs 0`: the warm part alone
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
     reads      `specdec bench read` at the 16-layer model's block size: into a fresh arena, into
                slots the GPU has just read (managed pages migrate back), one block at a time
@@ -420,13 +421,15 @@ def overhead(args) -> dict:
     for key in ("qwen3", "minimax"):
         src = str(Path(args.shm) / key)
         try:  # each model's figures kept as they come: a failure loses only what is left
-            out["launch_ab"][key] = launch_ab(Path(src))
+            if args.pairs:  # --pairs 0: the warm one-process runs alone
+                out["launch_ab"][key] = launch_ab(Path(src))
             # warm first, then the fresh processes (the longer part), each saved as it comes:
             # the eighth session's lease ended inside this step and took all of it
             # 128 tokens, 5 alternations (the tenth session's 64 and 3 swung 0.66-1.07x)
             out[key] = {"moe_layers": SMALL[key][1], "in_process": in_process(src, 128, 5, "25%")}
             _so_far(args, out, f"{key} in process")
-            out[key] |= cli_pairs(src, 128, args.pairs, prompt=PROMPT)
+            if args.pairs:
+                out[key] |= cli_pairs(src, 128, args.pairs, prompt=PROMPT)
         except Exception as e:  # noqa: BLE001 -- a fact to report; the other model still runs
             out.setdefault(key, {})["error"] = repr(e)[:400]
         _so_far(args, out, key)

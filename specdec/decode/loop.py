@@ -78,12 +78,15 @@ def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
     """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it, and
     its logit [] (a NaN wins argmax, so a non-finite one means the logits are not finite)."""
     begin_routing(st, 1)
+    deferred = st.sm.streamer.deferred
+    since = len(deferred)
     logits = st.sm.model(token, cache=st.cache)  # [1, 1, V]
     row = logits[0, -1].astype(mx.float32)  # [V]
     nxt = mx.argmax(row)
     top = row[nxt]  # []
     nxt = nxt.reshape(1, 1)
-    mx.async_eval(nxt, top)
+    routing = deferred.join(since)  # its calls' routing, one host read later (catch_up)
+    mx.async_eval(nxt, top, *([] if routing is None else [routing]))
     return nxt, top
 
 

@@ -63,14 +63,27 @@ class Lookahead:
         return target, predict(x)  # [..., k]
 
 
+@dataclass(frozen=True)
+class JoinedPart:
+    """A deferred call's routing as a slice of its forward's routing joined (`Deferred.join`)."""
+
+    joined: mx.array  # [total]: every joined call's indices, flattened, in call order
+    at: int
+    shape: tuple[int, ...]  # the call's indices [..., k]
+
+
+Routing = mx.array | JoinedPart | np.ndarray  # on the device, joined there, or on the host
+
+
 @dataclass
 class Deferred:
     """Calls computed on a device table whose host part is still to run, in call order:
-    (layer, indices [..., k] on the device, phase)."""
+    (layer, indices [..., k]: on the device, a part of a joined array, or on the host once
+    read, phase)."""
 
     BOUND = 1024  # past this many a call runs them (model calls with no drain between)
 
-    calls: list[tuple[int, mx.array, str]] = field(default_factory=list)
+    calls: list[tuple[int, Routing, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.calls)
@@ -78,7 +91,7 @@ class Deferred:
     def add(self, layer: int, indices: mx.array, phase: str) -> None:
         self.calls.append((layer, indices, phase))
 
-    def take(self, n: int | None = None) -> list[tuple[int, mx.array, str]]:
+    def take(self, n: int | None = None) -> list[tuple[int, Routing, str]]:
         """The first n calls (None: all), no longer deferred."""
         n = len(self.calls) if n is None else n
         out, self.calls = self.calls[:n], self.calls[n:]
@@ -86,6 +99,23 @@ class Deferred:
 
     def clear(self) -> None:
         self.calls.clear()
+
+    def join(self, since: int) -> mx.array | None:
+        """The routing of the calls from `since` on (one forward's) joined into one lazy array,
+        each call's entry then its part of it; None when there is nothing to join. Evaluated
+        with the forward, it reads to the host with one copy (`Streamer.read_routing`): on the
+        H200 a host read of a small device array cost 14-33 µs in a decode, one a MoE call
+        ~60 µs of a 1.2-2 ms token at full budget (docs/results/cuda.md)."""
+        todo = [i for i in range(since, len(self.calls)) if isinstance(self.calls[i][1], mx.array)]
+        if len(todo) < 2:
+            return None
+        joined = mx.concatenate([self.calls[i][1].reshape(-1) for i in todo])  # [total]
+        at = 0
+        for i in todo:
+            layer, idx, phase = self.calls[i]
+            self.calls[i] = (layer, JoinedPart(joined, at, tuple(idx.shape)), phase)
+            at += idx.size
+        return joined
 
 
 @dataclass
@@ -185,10 +215,27 @@ class Streamer:
     def catch_up(self, n: int | None = None) -> None:
         """Run the host part of the first n deferred calls (None: all), in call order:
         observers, cache step (all hits), step log and the per-forward tick. Reads their router
-        choices: one small copy each."""
-        for layer, indices, phase in self.deferred.take(n):
-            for _ in self.steps(layer, to_host(indices), phase, replay=True):  # [..., k]
+        choices (`read_routing`)."""
+        self.read_routing(n)
+        for layer, idx, phase in self.deferred.take(n):
+            for _ in self.steps(layer, idx, phase, replay=True):  # idx [..., k] on the host
                 pass
+
+    def read_routing(self, n: int | None = None) -> None:
+        """The routing of the first n deferred calls (None: all) read to the host, kept in their
+        place: one host copy a joined forward (`Deferred.join`), one a call otherwise."""
+        calls, host = self.deferred.calls, {}
+        for i, (layer, idx, phase) in enumerate(calls[:n]):
+            if isinstance(idx, JoinedPart):
+                flat = host.get(id(idx.joined))
+                if flat is None:
+                    flat = host[id(idx.joined)] = to_host(idx.joined)
+                idx = flat[idx.at : idx.at + math.prod(idx.shape)].reshape(idx.shape)
+            elif isinstance(idx, mx.array):
+                idx = to_host(idx)
+            else:
+                continue
+            calls[i] = (layer, idx, phase)
 
     def drain(self, deferred: int | None = None) -> list[LayerStep]:
         """The steps logged since the last drain (the decode loop calls this once per phase),

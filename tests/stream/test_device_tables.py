@@ -19,6 +19,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import HELD_TOKENS, Decode, DecodeConfig
+from specdec.stream import streamer as streamer_module
 from specdec.stream.loader import load
 from specdec.stream.streamed import StreamedSwitchGLU
 from specdec.stream.streamer import Streamer
@@ -287,3 +288,27 @@ def test_kernels_get_uint32_slot_ids_on_every_path(ckpt, monkeypatch, path):
     assert (len(tables) == len(blocks)) != synced  # every layer on a table, or none
     assert all(t.first is not None and t.slots.dtype == mx.uint32 for t in tables)
     assert all((m._h.windows is None) == (path == "table") for m in blocks)
+
+
+def test_a_decode_token_reads_its_routing_with_one_copy(ckpt, monkeypatch):
+    """A decode token's deferred calls read their routing from the device with one host copy
+    (each a managed allocation and a copy on CUDA): joined in the token's own graph, and each
+    call still gets its own routing, in order (the steps equal the synced path's:
+    test_warm_full_budget_needs_no_sync_and_keeps_stats)."""
+    reads, inner = [], streamer_module.to_host
+
+    def to_host(a):
+        reads.append(a.size)
+        return inner(a)
+
+    monkeypatch.setattr(streamer_module, "to_host", to_host)
+    sm = load(ckpt, io="buffered", with_mtp=False, budget="100%", warm=True)
+    try:
+        layers, top_k = len(sm.main_moe_layers), sm.model.args.num_experts_per_tok
+        tokens, _, seen, _ = _decode(sm, list(range(40, 56)), n=24)
+    finally:
+        sm.close()
+    # the prefill's calls one by one (2 forwards: 15 positions, then 1), then a read a token
+    assert reads == [15 * top_k] * layers + [top_k] * layers + [layers * top_k] * 23
+    assert len(seen) == (2 + 23) * layers and len(tokens) == 24
+    assert sum(reads) == sum(np.size(idx) for _, idx, _ in seen)
