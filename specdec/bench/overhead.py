@@ -17,7 +17,8 @@ Three measurements, all greedy decode of the same prompt:
   in (blocks, deferred steps, records, decode loop), robust to other processes on the cores.
   Beside them, alternating too, the streamed model driven by mlx-lm's own `generate_step`: the
   streamed forward's cost apart from our loop's; and ours with each token's deferred steps run
-  after it instead of HELD_TOKENS at a time, and WIDE_HELD at a time (the held tokens' effect). And the cost of one host read of a small
+  after it instead of HELD_TOKENS at a time, and WIDE_HELD at a time (the held tokens' effect);
+  and ours with each MoE call's routing read on its own instead of a token's joined. And the cost of one host read of a small
   device array (`host_copy_us`: on CUDA `np.array` moves it into managed memory first).
 - `split`: host time per MoE layer call of the streamed block, by part, as the main thread's
   CPU time (robust to waiting and to other processes on the cores): graph building (our call's
@@ -62,7 +63,7 @@ from specdec.decode.run import generate
 from specdec.stream.loader import StreamedModel, load, resolve
 from specdec.stream.source import ExpertSource
 from specdec.stream.streamed import StreamedSwitchGLU
-from specdec.stream.streamer import Lookahead, Streamer
+from specdec.stream.streamer import Deferred, Lookahead, Streamer
 
 PROMPT = "import os\nimport sys\n\n\ndef main():\n    "
 WIDE_HELD = 64  # the in-process run that holds more tokens' deferred steps than HELD_TOKENS
@@ -337,16 +338,23 @@ def _streamed_in_mlx_lm_loop(sm: StreamedModel, prompt: list[int], n: int) -> fl
 
 
 def _streamed(
-    sm: StreamedModel, prompt: list[int], cfg: DecodeConfig, held: int = loop.HELD_TOKENS
+    sm: StreamedModel,
+    prompt: list[int],
+    cfg: DecodeConfig,
+    held: int = loop.HELD_TOKENS,
+    joined: bool = True,
 ) -> tuple[float, float]:
     """Ours, the same two figures; `held`: tokens whose deferred steps run together (1: each
-    token's after it, as before the ninth session)."""
+    token's after it, as before the ninth session); `joined=False`: each MoE call's routing
+    read on its own (one host copy a call, as before the eleventh session; `Deferred.join`)."""
     c = time.thread_time()
     default, loop.HELD_TOKENS = loop.HELD_TOKENS, held
+    join, Deferred.join = Deferred.join, (Deferred.join if joined else lambda self, since: None)
     try:
         res = generate(sm, prompt, "none", cfg, stop_at_eos=False)
     finally:
         loop.HELD_TOKENS = default
+        Deferred.join = join
     assert res.summary["misses"] == 0, "the warm cache must hold every expert"
     return res.summary["tokens_per_s"], 1e6 * (time.thread_time() - c) / cfg.max_tokens
 
@@ -376,7 +384,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
     try:
         generate(sm, prompt, "none", cfg, stop_at_eos=False)  # first run: compile, caches
         _streamed_in_mlx_lm_loop(sm, prompt, tokens)  # its first run: compile
-        streamed, resident, cpu_s, cpu_r, forward_only, each, wide = [], [], [], [], [], [], []
+        streamed, resident, cpu_s, cpu_r, forward_only, each, wide, apart = ([] for _ in range(8))
         for _ in range(repeats):
             tps, cpu = _resident(ref, prompt, tokens)
             resident.append(tps)
@@ -387,6 +395,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
             forward_only.append(_streamed_in_mlx_lm_loop(sm, prompt, tokens))
             each.append(_streamed(sm, prompt, cfg, held=1)[0])
             wide.append(_streamed(sm, prompt, cfg, held=WIDE_HELD)[0])
+            apart.append(_streamed(sm, prompt, cfg, joined=False)[0])
         layers = len(sm.main_moe_layers)
         loop_parts = _loop_split(sm, prompt, tokens, split_runs)
         split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
@@ -424,6 +433,8 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         "streamed_steps_each_token_tokens_per_s": _spread(each),
         # ... and with WIDE_HELD tokens' steps together instead of HELD_TOKENS
         f"streamed_steps_{WIDE_HELD}_tokens_tokens_per_s": _spread(wide),
+        # ... and with each MoE call's routing read on its own, not a token's joined
+        "streamed_routing_per_call_tokens_per_s": _spread(apart),
         "ratio": s_tps / r_tps,
         "added_us_per_moe_layer": 1e6 * (1 / s_tps - 1 / r_tps) / layers,
         "main_thread_cpu_us_per_token": {"mlx_lm": _spread(cpu_r), "specdec": _spread(cpu_s)},

@@ -14,8 +14,10 @@ import pytest
 from specdec.bench.overhead import LOOP_PARTS, WIDE_HELD, in_process
 from specdec.checkpoint.random_models import make_random
 from specdec.decode import loop
+from specdec.stream.streamer import Deferred
 
 _RECORD = loop.Decode._record
+_JOIN = Deferred.join
 
 
 @pytest.mark.parametrize("layers, ahead", [(2, 1), (3, 2)])
@@ -28,7 +30,8 @@ def test_in_process_looks_ahead_as_far_as_the_model_allows(tmp_path, monkeypatch
     # the held tokens' A/B ran, and left the decode loop's constant as it found it
     assert len(out["streamed_steps_each_token_tokens_per_s"]["all"]) == 1
     assert len(out[f"streamed_steps_{WIDE_HELD}_tokens_tokens_per_s"]["all"]) == 1
-    assert loop.HELD_TOKENS == held
+    assert len(out["streamed_routing_per_call_tokens_per_s"]["all"]) == 1
+    assert loop.HELD_TOKENS == held and Deferred.join is _JOIN
     # the loop's parts are exclusive wall times of one decode: together at most its token
     parts = out["loop_us_per_token"]
     assert parts["records_wall"] > 0 and parts["next_forward_wall"] > 0
