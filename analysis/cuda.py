@@ -543,7 +543,8 @@ def _where_runs() -> Iterator[tuple[int, str, dict]]:
 
 
 def where_table() -> str:
-    """Where a pass's time goes (bench_cuda.py `where`, sixth and eleventh sessions): per committed token, the
+    """Where a pass's time goes (bench_cuda.py `where`, sixth and eleventh sessions): per
+    committed token, the
     run's wall and blocked time, then per MoE layer call summed: the router's sync wait, the
     reads' wall, the layer's own GPU time (its output evaluated at once: its fresh blocks land,
     then its experts compute) and the call's host CPU; and the per-call fit of that GPU time on
@@ -642,18 +643,17 @@ def loop_table() -> str:
     (deferred steps of 16 tokens together, and of 64), and our loop's parts (specdec.bench.overhead
     `_loop_split`: wall µs a token, its own 3 decodes)."""
     data = json.loads((RESULTS / "session11" / "overhead.json").read_text())
+    runs = ("resident", "streamed_model_in_mlx_lm_loop", "streamed", "streamed_steps_64_tokens")
+    parts = ("next_forward", "routing_read", "deferred", "records", "rest")
     body = []
     for model in ("qwen3", "minimax"):
         ip = data[model]["in_process"]
-        us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"]
-              for k in ("resident", "streamed_model_in_mlx_lm_loop", "streamed",
-                        "streamed_steps_64_tokens")}  # fmt: skip
+        us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"] for k in runs}
         lp = ip["loop_us_per_token"]
-        parts = ", ".join(f"{p} {lp[f'{p}_wall']:.0f}"
-                          for p in ("next_forward", "routing_read", "deferred", "records", "rest"))  # fmt: skip
+        split = ", ".join(f"{p} {lp[f'{p}_wall']:.0f}" for p in parts)
+        ratios = [us["resident"] / us[k] for k in ("streamed", "streamed_model_in_mlx_lm_loop")]
         body.append([model, ip["moe_layers"], *(f"{v:.0f}" for v in us.values()),
-                     f"{us['resident'] / us['streamed']:.2f}x",
-                     f"{us['resident'] / us['streamed_model_in_mlx_lm_loop']:.2f}x", parts])  # fmt: skip
+                     *(f"{r:.2f}x" for r in ratios), split])  # fmt: skip
     heads = ["shape", "MoE layers", "mlx-lm", "streamed model, mlx-lm's loop", "ours",
              "ours, 64 tokens held", "ours / mlx-lm", "forward alone / mlx-lm",
              "our loop by part (of its own decodes)"]  # fmt: skip

@@ -18,8 +18,9 @@ Three measurements, all greedy decode of the same prompt:
   Beside them, alternating too, the streamed model driven by mlx-lm's own `generate_step`: the
   streamed forward's cost apart from our loop's; and ours with each token's deferred steps run
   after it instead of HELD_TOKENS at a time, and WIDE_HELD at a time (the held tokens' effect);
-  and ours with each MoE call's routing read on its own instead of a token's joined. And the cost of one host read of a small
-  device array (`host_copy_us`: on CUDA `np.array` moves it into managed memory first).
+  and ours with each MoE call's routing read on its own instead of a token's joined. And the
+  cost of one host read of a small device array (`host_copy_us`: on CUDA `np.array` moves it
+  into managed memory first).
 - `split`: host time per MoE layer call of the streamed block, by part, as the main thread's
   CPU time (robust to waiting and to other processes on the cores): graph building (our call's
   own Python; `added_cpu` subtracts what mlx-lm's SwitchGLU spends on the same arithmetic),
