@@ -637,26 +637,36 @@ def _overhead_row(model: str, data: dict) -> list:
     ]  # fmt: skip
 
 
+LOOP_SESSIONS = (11, 12)  # sessions whose overhead step ran the loop split
+
+
 def loop_table() -> str:
-    """The eleventh session's warm one-process runs at full budget, µs per token (medians of 5
-    alternations, 128 tokens): mlx-lm's `generate_step`, the streamed model in that loop, ours
-    (deferred steps of 16 tokens together, and of 64), and our loop's parts (specdec.bench.overhead
+    """Warm one-process runs at full budget, µs per token (medians of 5 alternations, 128
+    tokens): mlx-lm's `generate_step`, the streamed model in that loop, ours (deferred steps of
+    16 tokens together, of 64, and, from the twelfth session, with each MoE call's routing read
+    on its own: the eleventh session's read), and our loop's parts (specdec.bench.overhead
     `_loop_split`: wall µs a token, its own 3 decodes)."""
-    data = json.loads((RESULTS / "session11" / "overhead.json").read_text())
-    runs = ("resident", "streamed_model_in_mlx_lm_loop", "streamed", "streamed_steps_64_tokens")
+    runs = ("resident", "streamed_model_in_mlx_lm_loop", "streamed", "streamed_steps_64_tokens",
+            "streamed_routing_per_call")  # fmt: skip
     parts = ("next_forward", "routing_read", "deferred", "records", "rest")
     body = []
-    for model in ("qwen3", "minimax"):
-        ip = data[model]["in_process"]
-        us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"] for k in runs}
-        lp = ip["loop_us_per_token"]
-        split = ", ".join(f"{p} {lp[f'{p}_wall']:.0f}" for p in parts)
-        ratios = [us["resident"] / us[k] for k in ("streamed", "streamed_model_in_mlx_lm_loop")]
-        body.append([model, ip["moe_layers"], *(f"{v:.0f}" for v in us.values()),
-                     *(f"{r:.2f}x" for r in ratios), split])  # fmt: skip
-    heads = ["shape", "MoE layers", "mlx-lm", "streamed model, mlx-lm's loop", "ours",
-             "ours, 64 tokens held", "ours / mlx-lm", "forward alone / mlx-lm",
-             "our loop by part (of its own decodes)"]  # fmt: skip
+    for sess in LOOP_SESSIONS:
+        path = RESULTS / f"session{sess}" / "overhead.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        for model in ("qwen3", "minimax"):
+            ip = data[model]["in_process"]
+            us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"] if f"{k}_tokens_per_s" in ip
+                  else None for k in runs}  # fmt: skip
+            lp = ip["loop_us_per_token"]
+            split = ", ".join(f"{p} {lp[f'{p}_wall']:.0f}" for p in parts)
+            ratios = [us["resident"] / us[k] for k in ("streamed", "streamed_model_in_mlx_lm_loop")]
+            body.append([sess, model, ip["moe_layers"], *(_f(v, ".0f") for v in us.values()),
+                         *(f"{r:.2f}x" for r in ratios), split])  # fmt: skip
+    heads = ["session", "shape", "MoE layers", "mlx-lm", "streamed model, mlx-lm's loop", "ours",
+             "ours, 64 tokens held", "ours, routing read a call", "ours / mlx-lm",
+             "forward alone / mlx-lm", "our loop by part (of its own decodes)"]  # fmt: skip
     return md_table(heads, body)
 
 
