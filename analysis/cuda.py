@@ -656,17 +656,23 @@ def loop_table() -> str:
             continue
         data = json.loads(path.read_text())
         for model in ("qwen3", "minimax"):
+            if "in_process" not in data.get(model, {}):  # the lease ended before it ran
+                continue
             ip = data[model]["in_process"]
             us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"] if f"{k}_tokens_per_s" in ip
                   else None for k in runs}  # fmt: skip
             lp = ip["loop_us_per_token"]
             split = ", ".join(f"{p} {lp[f'{p}_wall']:.0f}" for p in parts)
             ratios = [us["resident"] / us[k] for k in ("streamed", "streamed_model_in_mlx_lm_loop")]
+            rounds = [a / b for a, b in zip(ip["streamed_tokens_per_s"]["all"],
+                                            ip["resident_tokens_per_s"]["all"], strict=True)]  # fmt: skip
+            per_round = f"{min(rounds):.2f}-{max(rounds):.2f} ({statistics.median(rounds):.2f})"
             body.append([sess, model, ip["moe_layers"], *(_f(v, ".0f") for v in us.values()),
-                         *(f"{r:.2f}x" for r in ratios), split])  # fmt: skip
+                         f"{ratios[0]:.2f}x", per_round, f"{ratios[1]:.2f}x", split])  # fmt: skip
     heads = ["session", "shape", "MoE layers", "mlx-lm", "streamed model, mlx-lm's loop", "ours",
              "ours, 64 tokens held", "ours, routing read a call", "ours / mlx-lm",
-             "forward alone / mlx-lm", "our loop by part (of its own decodes)"]  # fmt: skip
+             "per round (median)", "forward alone / mlx-lm",
+             "our loop by part (of its own decodes)"]  # fmt: skip
     return md_table(heads, body)
 
 
