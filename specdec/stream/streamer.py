@@ -72,14 +72,13 @@ class JoinedPart:
     shape: tuple[int, ...]  # the call's indices [..., k]
 
 
-Routing = mx.array | JoinedPart | np.ndarray  # on the device, joined there, or on the host
+Routing = mx.array | JoinedPart  # a call's own device array, or its part of a joined one
 
 
 @dataclass
 class Deferred:
     """Calls computed on a device table whose host part is still to run, in call order:
-    (layer, indices [..., k]: on the device, a part of a joined array, or on the host once
-    read, phase)."""
+    (layer, indices [..., k] on the device, or its part of its forward's joined routing, phase)."""
 
     BOUND = 1024  # past this many a call runs them (model calls with no drain between)
 
@@ -103,16 +102,15 @@ class Deferred:
     def join(self, since: int) -> mx.array | None:
         """The routing of the calls from `since` on (one forward's) joined into one lazy array,
         each call's entry then its part of it; None when there is nothing to join. Evaluated
-        with the forward, it reads to the host with one copy (`Streamer.read_routing`): on the
+        with the forward, it reads to the host with one copy (`Streamer.catch_up`): on the
         H200 a host read of a small device array cost 14-33 µs in a decode, one a MoE call
         ~60 µs of a 1.2-2 ms token at full budget (docs/results/cuda.md)."""
-        todo = [i for i in range(since, len(self.calls)) if isinstance(self.calls[i][1], mx.array)]
-        if len(todo) < 2:
+        calls = self.calls[since:]  # added by this forward: each its own device array
+        if len(calls) < 2:
             return None
-        joined = mx.concatenate([self.calls[i][1].reshape(-1) for i in todo])  # [total]
+        joined = mx.concatenate([idx.reshape(-1) for _, idx, _ in calls])  # [total]
         at = 0
-        for i in todo:
-            layer, idx, phase = self.calls[i]
+        for i, (layer, idx, phase) in enumerate(calls, since):
             self.calls[i] = (layer, JoinedPart(joined, at, tuple(idx.shape)), phase)
             at += idx.size
         return joined
@@ -215,27 +213,11 @@ class Streamer:
     def catch_up(self, n: int | None = None) -> None:
         """Run the host part of the first n deferred calls (None: all), in call order:
         observers, cache step (all hits), step log and the per-forward tick. Reads their router
-        choices (`read_routing`)."""
-        self.read_routing(n)
+        choices: one host copy a joined forward (`Deferred.join`), one a call otherwise."""
+        read: dict[int, np.ndarray] = {}  # id of a joined array -> it on the host
         for layer, idx, phase in self.deferred.take(n):
-            for _ in self.steps(layer, idx, phase, replay=True):  # idx [..., k] on the host
+            for _ in self.steps(layer, _on_host(idx, read), phase, replay=True):
                 pass
-
-    def read_routing(self, n: int | None = None) -> None:
-        """The routing of the first n deferred calls (None: all) read to the host, kept in their
-        place: one host copy a joined forward (`Deferred.join`), one a call otherwise."""
-        calls, host = self.deferred.calls, {}
-        for i, (layer, idx, phase) in enumerate(calls[:n]):
-            if isinstance(idx, JoinedPart):
-                flat = host.get(id(idx.joined))
-                if flat is None:
-                    flat = host[id(idx.joined)] = to_host(idx.joined)
-                idx = flat[idx.at : idx.at + math.prod(idx.shape)].reshape(idx.shape)
-            elif isinstance(idx, mx.array):
-                idx = to_host(idx)
-            else:
-                continue
-            calls[i] = (layer, idx, phase)
 
     def drain(self, deferred: int | None = None) -> list[LayerStep]:
         """The steps logged since the last drain (the decode loop calls this once per phase),
@@ -259,6 +241,16 @@ def choice(ahead: mx.array) -> list[int]:
         if len(set(ids)) == len(ids):
             return sorted(ids)
     return union(to_host(ahead))[0]
+
+
+def _on_host(idx: Routing, read: dict[int, np.ndarray]) -> np.ndarray:
+    """A deferred call's routing [..., k] on the host; a joined array is read once (`read`)."""
+    if isinstance(idx, mx.array):
+        return to_host(idx)
+    flat = read.get(id(idx.joined))
+    if flat is None:
+        flat = read[id(idx.joined)] = to_host(idx.joined)
+    return flat[idx.at : idx.at + math.prod(idx.shape)].reshape(idx.shape)
 
 
 def union(idx: np.ndarray) -> tuple[list[int], list[int]]:
