@@ -19,6 +19,11 @@ machine, named in the profile's `sources`, none of them from the runs the profil
                       read): kernel launches, the host sync and this harness's host work; the
                       model's MoE layers are timed on --model, a checkpoint of the same kind
                       (a Python runtime pays this per layer: the seed question's 0.6 ms on an M4)
+    position_s        what each position past the first adds per MoE layer to a decode-form verify
+                      forward beyond its roofline compute (each position's calls are one-token
+                      calls of their own: their launches and host work), the same way on the same
+                      checkpoint: passes of 2, 4 and 8 positions by an oracle that drafts plain's
+                      own tokens, so all are kept; the slope over the positions, plain's at 1
 
     land_gbps         landing: the expert kernel's first call over slots O_DIRECT has just read
                       into against the same call again, in a decode's order (the layer computes,
@@ -53,6 +58,7 @@ UNIONS = (1, 2, 4, 8, 16, 32, 64)
 READ_RUN_BYTES, READ_ROUNDS = 1 << 30, 3
 LAND_SLOTS = (1, 2, 4, 8, 16, 32)  # fresh slots a layer call lands: a decode 2-3, a verify 20-30
 LAND_GBPS_SLOTS = 16  # the one count `land_gbps` is taken at (the curve's rate where it has none)
+VERIFY_POSITIONS = (2, 4, 8)  # decode-form verify widths `position_s` is timed at (and plain's 1)
 
 
 def _timed(fn, repeats: int = 5) -> float:
@@ -286,12 +292,17 @@ def read_latency(directory: Path, reads: int = 256) -> dict:
     }
 
 
-def layer_cost(model: str, profile: DeviceProfile, tokens: int = 24) -> dict:
-    """Seconds a MoE layer takes beyond its roofline compute on `profile` (a profile without a
-    per-layer cost), in one-position forwards that sync on the router with every expert
-    resident (nothing is read)."""
+def layer_cost(
+    model: str, profile: DeviceProfile, tokens: int = 24, positions=VERIFY_POSITIONS
+) -> dict:
+    """Seconds beyond roofline compute on `profile` (a profile without these fixed costs), every
+    expert resident and each MoE layer syncing on its router (nothing is read): in one-position
+    forwards, per MoE layer (`per_layer_s`: router_sync_s); and in decode-form verify passes of P
+    positions (an oracle drafting plain's own tokens, so every pass verifies P and keeps them),
+    what each position past the first adds per MoE layer (`position_s`: the least-squares slope
+    of the medians over P, the one-position forwards at P = 1)."""
     from specdec.clock.passes import PassClock
-    from specdec.decode.drafters import Drafter
+    from specdec.decode.drafters import Drafter, DrafterSpec
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
     from specdec.stream.loader import load
@@ -301,21 +312,57 @@ def layer_cost(model: str, profile: DeviceProfile, tokens: int = 24) -> dict:
         sm.streamer.source.table = lambda layer: None  # the synced path: the router's host sync
         prompt = sm.encode("def f(x):")
         generate(sm, prompt, "none", DecodeConfig(1, 4), stop_at_eos=False)  # warm-up
-        res = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
-        clock = PassClock.for_decode(sm, Drafter())
-        quiet = [r for r in res.records if not any(r.misses.values())]
-        extra = [r.wall_s - clock.remodel(profile, r).total_s for r in quiet]
+        longest = tokens * max(positions, default=1)
+        plain = generate(sm, prompt, "none", DecodeConfig(1, longest + 1), stop_at_eos=False)
         layers = len(sm.main_moe_layers)
+        clock = PassClock.for_decode(sm, Drafter())  # the oracle, too, drafts nothing on device
+
+        def beyond(res, p: int) -> dict:
+            """Passes that verified p positions: their median wall and excess over roofline."""
+            quiet = [r for r in res.records if r.drafted == p - 1 and not any(r.misses.values())]
+            extra = [r.wall_s - clock.remodel(profile, r).total_s for r in quiet]
+            return {
+                "positions": p,
+                "passes": len(quiet),
+                "wall_s": statistics.median(r.wall_s for r in quiet),
+                "beyond_compute_s": statistics.median(extra),
+            }
+
+        one = beyond(plain, 1)
+        rows = [one]
+        for p in positions:
+            oracle = DrafterSpec.parse("oracle:1.0")
+            cfg = DecodeConfig(p, tokens * p)
+            generate(sm, prompt, oracle, DecodeConfig(p, 2 * p), stop_at_eos=False,
+                     reference=plain.tokens)  # fmt: skip  # warm-up at this width
+            res = generate(sm, prompt, oracle, cfg, stop_at_eos=False, reference=plain.tokens)
+            rows.append(beyond(res, p))
+        x = np.array([r["positions"] for r in rows], np.float64) - 1.0
+        y = np.array([r["beyond_compute_s"] for r in rows])
+        slope = float(np.polyfit(x, y, 1)[0]) if len(rows) > 1 else 0.0
         return {
             "model": str(model),
             "moe_layers": layers,
-            "passes": len(quiet),
-            "wall_s": statistics.median(r.wall_s for r in quiet),
-            "beyond_compute_s": statistics.median(extra),
-            "per_layer_s": max(0.0, statistics.median(extra)) / layers,
+            "passes": one["passes"],
+            "wall_s": one["wall_s"],
+            "beyond_compute_s": one["beyond_compute_s"],
+            "per_layer_s": max(0.0, one["beyond_compute_s"]) / layers,
+            "verify": rows,
+            "position_s": max(0.0, slope) / layers,
         }
     finally:
         sm.close()
+
+
+def _position_source(lc: dict) -> str:
+    widths = ", ".join(
+        f"{r['positions']}: {r['beyond_compute_s'] * 1e3:.2f}" for r in lc["verify"]
+    )  # fmt: skip
+    return (
+        f"decode-form verify passes of {lc['model']} at full residency, synced, an oracle keeping "
+        f"every draft: ms beyond roofline compute a pass by positions ({widths}); slope per "
+        f"further position over {lc['moe_layers']} MoE layers"
+    )
 
 
 def device_profile(
@@ -358,6 +405,7 @@ def device_profile(
         mem_gbps=float(f"{kern['gbps']:.4g}"),
         peak_tflops=float(f"{mm['tflops']:.4g}"),
         router_sync_s=router,
+        position_s=lc["position_s"],
         read_curve=tuple((n, round(g, 3)) for n, g in curve),
         read_block_bytes=float(reads["block_bytes"]),
         read_latency_s=latency,
@@ -378,6 +426,7 @@ def device_profile(
             f"{lc['wall_s'] * 1e3:.2f} ms median over {lc['passes']} passes, of which "
             f"{lc['beyond_compute_s'] * 1e3:.2f} ms beyond roofline compute, over "
             f"{lc['moe_layers']} MoE layers",
+            "position_s": _position_source(lc),
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
             f"threads {list(threads)}, {READ_RUN_BYTES >> 20} MiB a point, median of "
             f"{READ_ROUNDS} rounds, {directory}",

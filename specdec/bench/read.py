@@ -504,6 +504,7 @@ def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -
             "mem_gbps": unused,
             "peak_tflops": unused,
             "router_sync_s": "0: already inside the measured compute",
+            "position_s": "0: already inside the measured compute",
             "read_curve": f"{what}: {best}, GB/s per thread count (median of {rounds} rounds), "
             f"{block:.0f}-byte blocks",
             "read_block_bytes": f"{what}: its block size",

@@ -6,7 +6,9 @@
 
 Forwards of one pass (shapes from the packed config.json, MoE layers from its experts.json):
 
-- verify: one forward of the main model over γ positions, per-layer unions and reads as logged;
+- verify: one forward of the main model over γ positions, per-layer unions and reads as logged
+  (in the decode form each position past the first also pays the profile's `position_s` per
+  MoE layer: its calls are one-token calls of their own; `verify_form="native"` pays none);
 - draft phase, by the drafter's `draft_compute` (`self` is "main", `mtp` "mtp", `draft` "model",
   the rest "none"): `self` runs the main model γ − 1 times on one position over resident
   experts only (top-k per MoE layer, no reads); `mtp` runs its one decoder layer + head γ − 1
@@ -71,16 +73,19 @@ class PassClock:
     draft_compute: str  # Drafter.draft_compute: what one draft runs on the device
     draft_shape: ModelShape | None = None  # the draft model's, for draft_compute "model"
     mtp_layer: int | None = None
+    # how verify (and a rollback's re-feed) computes its positions (decode/verify_form.py):
+    # "decode" position by position, each paying the profile's `position_s`; "native" batched
+    verify_form: str = "decode"
 
     @classmethod
-    def for_decode(cls, sm, drafter) -> PassClock:
-        """From a loaded StreamedModel and the decode's Drafter."""
+    def for_decode(cls, sm, drafter, verify_form: str = "decode") -> PassClock:
+        """From a loaded StreamedModel, the decode's Drafter and its verify form."""
         shape = ModelShape.from_config(sm.config, moe_layers=sm.streamer.index.layer_ids)
         n_main = len(sm.model.layers)
         kind = drafter.draft_compute
         draft_shape = ModelShape.from_config(drafter.model_config()) if kind == "model" else None
         mtp = n_main if kind == "mtp" else None
-        return cls(shape, tuple(range(n_main)), kind, draft_shape, mtp)
+        return cls(shape, tuple(range(n_main)), kind, draft_shape, mtp, verify_form)
 
     def _topk_unions(self, shape: ModelShape) -> dict[int, int]:
         return {layer: shape.top_k for layer in shape.moe_layers}
@@ -134,12 +139,15 @@ class PassClock:
         forwards = self.draft_forwards(ran, context, tuple(draft_steps))
         # the verify pass runs the drafts plus the last committed token: the last pass of a
         # generation may draft fewer than γ - 1, so γ is taken from what was drafted
+        each = self.verify_form == "decode"
         unions = layer_unions(verify_steps)
-        verify = Forward(drafted + 1, context, self.main_layers, unions, read_steps(verify_steps))
+        verify = Forward(drafted + 1, context, self.main_layers, unions, read_steps(verify_steps),
+                         positionwise=each)  # fmt: skip
         forwards = [*forwards, (self.shape, verify)]
         if refed:
             unions = layer_unions(refeed_steps)
-            fwd = Forward(refed, context, self.main_layers, unions, read_steps(refeed_steps))
+            fwd = Forward(refed, context, self.main_layers, unions, read_steps(refeed_steps),
+                          positionwise=each)  # fmt: skip
             forwards.append((self.shape, fwd))
         for shape, fwd in forwards:
             total.add(forward_time(profile, shape, fwd))

@@ -7,7 +7,9 @@
 Per layer, in order, as the runtime executes it:
 
 1. attention: roofline time of its weight + KV bytes and FLOPs (`ModelShape.attention_cost`);
-2. MoE layers: the router's host sync (`profile.router_sync_s`), then layer L's misses are issued
+2. MoE layers: the router's host sync (`profile.router_sync_s`; in a decode-form verify forward,
+   `positionwise`, each position past the first adds `profile.position_s`: its one-token calls'
+   own launches and host work), then layer L's misses are issued
    (never earlier: their ids are known only now) and the experts wait for them. A prefetch
    (router lookahead, a step with `prefetched` > 0 logged after the layer that issued it) starts
    when its issuing layer's reads are done and lands while later layers compute; the target
@@ -56,12 +58,16 @@ class Forward:
     unions: dict[int, int]  # MoE layer -> distinct experts selected (0: layer not routed)
     steps: tuple[ReadStep, ...] = ()  # the call's reads, in the order they were issued
     head: bool = True
+    # computed position by position, each as a one-token call (a decode-form verify forward)
+    positionwise: bool = False
 
 
 @dataclass
 class ModeledTime:
     compute_s: float = 0.0  # roofline time of every part (bandwidth- or FLOP-bound)
-    sync_s: float = 0.0  # router host syncs
+    sync_s: float = (
+        0.0  # fixed costs per MoE layer: router host syncs, a verify's further positions
+    )
     read_s: float = 0.0  # time the device waits on reads (what compute does not hide)
     bytes_read: float = 0.0
     reads: int = 0
@@ -110,6 +116,7 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     demand, issued = _reads_by_layer(fwd.steps)
     T = fwd.positions
     attention = roof(profile, shape.attention_cost(T, fwd.context))  # every layer's alike
+    further = profile.position_s * (T - 1) if fwd.positionwise else 0.0  # per MoE layer
     for layer in fwd.layers:
         t += attention
         out.compute_s += attention
@@ -123,6 +130,8 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         if not steps or any(s.synced for s in steps):  # a wholly resident layer skips the sync
             t += profile.router_sync_s
             out.sync_s += profile.router_sync_s
+        t += further
+        out.sync_s += further
         misses = sum(s.misses for s in steps)
         nbytes = sum(s.bytes_read for s in steps)
         done = t

@@ -174,7 +174,9 @@ class Decode:
         )
         self.prefill_s = 0.0
         self.discarded = 0  # forwards run past an EOS and dropped (pipelined greedy decoding)
-        self.clock = PassClock.for_decode(sm, drafter) if profiles or auto else None
+        self.clock = (
+            PassClock.for_decode(sm, drafter, cfg.verify_form) if profiles or auto else None
+        )
         self.auto = AutoGamma.build(sm, self.clock, profiles, cfg.seed) if auto else None
         self.chooser = self.auto.chooser if auto else None
         routes = drafter.routes_drafts

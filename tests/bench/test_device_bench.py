@@ -44,3 +44,19 @@ def test_read_blocks_land_in_the_slots_and_compute_as_stored(tmp_path):
 def test_landing_is_null_where_the_accelerator_computes_in_place():
     got = device.landing(HIDDEN, INTER, n=2, rounds=1)
     assert got["gbps"] is None and "host memory" in got["why"]
+
+
+def test_layer_cost_times_verify_passes_of_each_width_at_full_residency():
+    """`position_s` comes from decode-form verify passes that verify exactly P positions and read
+    nothing (an oracle drafting plain's own tokens at full residency), beside plain's one."""
+    from dataclasses import replace
+
+    from specdec.clock.profiles import get_profile
+
+    profile = replace(get_profile("m4-24gb"), router_sync_s=0.0)
+    got = device.layer_cost("tiny", profile, tokens=3, positions=(2, 4))
+    assert [r["positions"] for r in got["verify"]] == [1, 2, 4]
+    assert all(r["passes"] >= 2 for r in got["verify"])
+    assert got["moe_layers"] > 0 and got["position_s"] >= 0.0
+    assert got["per_layer_s"] == max(0.0, got["verify"][0]["beyond_compute_s"]) / got["moe_layers"]
+    assert "2: " in device._position_source(got) and "4: " in device._position_source(got)

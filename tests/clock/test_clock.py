@@ -215,14 +215,17 @@ def test_load_user_profile_yaml_and_json(tmp_path):
 # ----------------------------------------------------------------------------- built-in files
 
 
+LATER = ("land_gbps", "land_curve", "position_s")  # fields added after the built-in files
+
+
 def same(a: DeviceProfile, b: DeviceProfile, description: bool = True) -> bool:
-    """Every field equal, as the same floats (and types), sources included. `land_gbps` and
-    `land_curve` came after the files (None and empty keep every built-in's time as before): `a`
-    may name their sources."""
+    """Every field equal, as the same floats (and types), sources included. `land_gbps`,
+    `land_curve` and `position_s` came after the files (None, empty and 0 keep every built-in's
+    time as before): `a` may name their sources."""
     da, db = asdict(a), asdict(b)
     if not description:
         da.pop("description"), db.pop("description")
-    for later in ("land_gbps", "land_curve"):
+    for later in LATER:
         if not da[later] and not db[later] and later not in db["sources"]:
             da["sources"] = {k: v for k, v in da["sources"].items() if k != later}
     return da == db and all(type(da[k]) is type(db[k]) for k in da)
@@ -293,8 +296,7 @@ def test_builtin_files_hold_the_numbers_the_code_computed(name):
     # the file holds every field (none left to a default) and the sources as they were
     data = yaml.safe_load((profiles_module.BUILTIN_DIR / f"{name}.yaml").read_text())
     assert set(data) == set(asdict(new))
-    later = ("land_gbps", "land_curve")
-    assert {k: v for k, v in data["sources"].items() if k not in later} == old.sources
+    assert {k: v for k, v in data["sources"].items() if k not in LATER} == old.sources
 
 
 def test_the_same_check_fails_on_a_different_float(tmp_path):

@@ -83,6 +83,29 @@ def test_router_sync_is_per_moe_layer_per_forward():
     assert forward_time(small_profile(router_sync_s=6e-4), s, fwd).sync_s == pytest.approx(3 * 6e-4)
 
 
+def test_a_decode_form_verify_pays_position_s_per_further_position_and_moe_layer():
+    """Each position past the first of a decode-form verify forward is its own one-token calls:
+    `position_s` per MoE layer each; a native (batched) verify and a one-position forward pay
+    none, and the rest of the time is the same."""
+    from specdec.stream.streamer import LayerStep
+
+    cfg = SMALL | {"num_hidden_layers": 5}  # layers 1..4 are MoE
+    shape, p = ModelShape.from_config(cfg), small_profile(router_sync_s=6e-4, position_s=2e-4)
+    steps = [LayerStep(i, 4, 1, 10**6, "verify") for i in range(1, 5)]
+    kw = dict(context=7, draft_steps=[], verify_steps=steps, measured_compute_s=0.0)
+    decode = PassClock(shape, tuple(range(5)), "none").modeled(p, drafted=3, **kw)
+    native = PassClock(shape, tuple(range(5)), "none", verify_form="native").modeled(
+        p, drafted=3, **kw
+    )
+    assert decode.sync_s == pytest.approx(4 * (6e-4 + 3 * 2e-4))
+    assert native.sync_s == pytest.approx(4 * 6e-4)
+    assert decode.total_s - native.total_s == pytest.approx(4 * 3 * 2e-4)
+    plain = PassClock(shape, tuple(range(5)), "none").modeled(p, drafted=0, **kw)
+    assert plain.sync_s == pytest.approx(4 * 6e-4)
+    with pytest.raises(SpecdecError, match="position_s"):
+        small_profile(position_s=-1e-3)
+
+
 def test_a_decode_wholly_resident_is_charged_no_router_sync(tmp_path, monkeypatch):
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache

@@ -88,6 +88,10 @@ class DeviceProfile:
     mem_gbps: float = 100.0  # weight bytes/s the device's matmul kernels reach, 1e9 B/s
     peak_tflops: float = 4.0  # dense 16-bit matmul peak, 1e12 FLOP/s
     router_sync_s: float = PYTHON_ROUTER_SYNC_S  # fixed cost per MoE layer per forward
+    # fixed cost per MoE layer of each position past the first in a decode-form verify forward
+    # (specdec.decode.verify_form: every position's calls are one-token calls of their own, each
+    # with its launches and host work); 0 where not measured (`specdec bench device` measures it)
+    position_s: float = 0.0
     read_curve: tuple[tuple[float, float], ...] = ((1.0, 2.0),)  # (in flight, GB/s) at the block
     read_block_bytes: float = 2**20  # block size the curve was measured at
     read_latency_s: float = ASSUMED_LATENCY_S  # per read, on top of bytes / bandwidth
@@ -122,7 +126,7 @@ class DeviceProfile:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise SpecdecError(f"profile {self.name!r}: {name} must be > 0, got {v}")
-        for name in ("router_sync_s", "read_latency_s"):
+        for name in ("router_sync_s", "position_s", "read_latency_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
                 raise SpecdecError(f"profile {self.name!r}: {name} must be ≥ 0, got {v}")
