@@ -26,7 +26,7 @@ Tests: `pytest tests/clock/test_clock_model.py`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +111,14 @@ class PassClock:
             return out
         return []
 
+    def _verify(self, drafted: int, context: int, steps: Sequence) -> Forward:
+        """The main model's forward over `drafted` + 1 positions with `steps`' reads (a verify,
+        or a rollback's re-feed), position by position in the decode form."""
+        each = self.verify_form == "decode"
+        unions = layer_unions(steps)
+        return Forward(drafted + 1, context, self.main_layers, unions, read_steps(steps),
+                       positionwise=each)  # fmt: skip
+
     def modeled(
         self,
         profile: DeviceProfile,
@@ -139,16 +147,9 @@ class PassClock:
         forwards = self.draft_forwards(ran, context, tuple(draft_steps))
         # the verify pass runs the drafts plus the last committed token: the last pass of a
         # generation may draft fewer than γ - 1, so γ is taken from what was drafted
-        each = self.verify_form == "decode"
-        unions = layer_unions(verify_steps)
-        verify = Forward(drafted + 1, context, self.main_layers, unions, read_steps(verify_steps),
-                         positionwise=each)  # fmt: skip
-        forwards = [*forwards, (self.shape, verify)]
+        forwards = [*forwards, (self.shape, self._verify(drafted, context, verify_steps))]
         if refed:
-            unions = layer_unions(refeed_steps)
-            fwd = Forward(refed, context, self.main_layers, unions, read_steps(refeed_steps),
-                          positionwise=each)  # fmt: skip
-            forwards.append((self.shape, fwd))
+            forwards.append((self.shape, self._verify(refed - 1, context, refeed_steps)))
         for shape, fwd in forwards:
             total.add(forward_time(profile, shape, fwd))
         return total
@@ -183,45 +184,64 @@ class PassClock:
         union: np.ndarray,
         misses: np.ndarray,
         block_bytes,
-        draft_union: float = 0.0,
-        draft_misses: float = 0.0,
+        draft_union: float | np.ndarray = 0.0,
+        draft_misses: float | np.ndarray = 0.0,
     ) -> float:
         """Modeled seconds of a pass not yet run (`--gamma auto`'s cost): γ positions, expected
-        verify union and misses per MoE layer in `layers` ([L] each), and, per draft, the
-        draft phase's expected union and misses on the MTP layer (other drafters read
-        nothing while drafting). Reads come whole and a pass's time is not linear in them (one
-        read in a layer stalls it, more overlap), so `misses` summing to m + f (0 <= f < 1) is
-        costed as m reads with weight 1 − f and m + 1 with weight f (each spread over the
-        layers as `misses` is): the expected time of whole reads with that mean. Rounding
-        instead costed plain decoding at 0.6 expected misses per token as a full read every
-        token (bundled model, m5, 25%: 0.21 ms where its passes average 0.15 ms)."""
+        verify union and misses per MoE layer in `layers` ([L] each), and, per draft (one value
+        for every draft, or [γ − 1] in order), the draft phase's expected union and misses on
+        the MTP layer (other drafters read nothing while drafting). Reads come whole and a
+        pass's time is not linear in them (one read in a layer stalls it, more overlap), so
+        `misses` summing to m + f (0 <= f < 1) is costed as m reads with weight 1 − f and m + 1
+        with weight f (each spread over the layers as `misses` is): the expected time of whole
+        reads with that mean. Rounding instead costed plain decoding at 0.6 expected misses per
+        token as a full read every token (bundled model, m5, 25%: 0.21 ms where its passes
+        average 0.15 ms)."""
         misses = np.asarray(misses, np.float64)
         total = float(misses.sum())
-        whole = np.floor(total + 1e-9)
-        frac = total - whole
-        draft = []
-        if gamma > 1 and self.mtp_layer is not None:
-            n, mean = gamma - 1, float(np.mean(block_bytes))
-            draft = expected_steps(
-                [self.mtp_layer] * n, [draft_union] * n, [draft_misses] * n, mean
-            )
 
-        def seconds(reads: float) -> float:
+        def verify_s(reads: float) -> float:
             spread = misses * (reads / total) if total > 0 else misses  # [L] summing to reads
-            verify = expected_steps(layers, union, spread, block_bytes)
-            t = self.modeled(
-                profile,
-                drafted=gamma - 1,
-                context=context,
-                draft_steps=draft,
-                verify_steps=verify,
-                measured_compute_s=0.0,
-            )
-            return t.total_s
+            steps = expected_steps(layers, union, spread, block_bytes)
+            return forward_time(
+                profile, self.shape, self._verify(gamma - 1, context, steps)
+            ).total_s
 
-        if frac < 1e-9:
-            return seconds(whole)
-        return (1.0 - frac) * seconds(whole) + frac * seconds(whole + 1.0)
+        out = whole_reads_mean(verify_s, total)
+        n = gamma - 1
+        if n > 0 and self.mtp_layer is not None:
+            # each draft is a forward of its own: its reads' mean taken on its own (a draft that
+            # misses 0.65 on average reads nothing in a third of passes and waits for nothing)
+            size = float(np.mean(block_bytes))
+            per = [
+                np.broadcast_to(np.asarray(x, np.float64), (n,))
+                for x in (draft_union, draft_misses)
+            ]
+            for u, m in zip(*per, strict=True):
+
+                def draft_s(reads: float, u: float = float(u)) -> float:
+                    r = int(round(reads))
+                    step = StepCounts(self.mtp_layer, u, r, int(r * size))
+                    ((shape, fwd),) = self.draft_forwards(1, context, (step,))
+                    return forward_time(profile, shape, fwd).total_s
+
+                out += whole_reads_mean(draft_s, float(m))
+        elif n > 0:  # drafts that read nothing (self, a draft model) or run nothing here
+            out += sum(
+                forward_time(profile, sh, f).total_s
+                for sh, f in self.draft_forwards(n, context, ())
+            )
+        return out
+
+
+def whole_reads_mean(seconds: Callable[[float], float], mean: float) -> float:
+    """The expected seconds of a forward whose reads are whole and `mean` on average: m + f
+    (0 <= f < 1) costed as m reads with weight 1 − f and m + 1 with weight f."""
+    whole = np.floor(mean + 1e-9)
+    frac = mean - whole
+    if frac < 1e-9:
+        return seconds(whole)
+    return (1.0 - frac) * seconds(whole) + frac * seconds(whole + 1.0)
 
 
 @dataclass(frozen=True)

@@ -132,9 +132,21 @@ class AutoGamma:
             misses=np.array([rec.misses.get(lid, 0) for lid in layers], np.float64),  # [L]
             draft_union=float(sum(rec.draft_union.values())),
             draft_misses=float(rec.draft_misses),
+            drafts=_drafts(rec),
             plain_misses=seen.plain_misses,
             shadow=seen.passes,
             context=context,
             spent=(float(rec.bytes_read), seconds),
             cold=cold,
         )
+
+
+def _drafts(rec) -> np.ndarray | None:
+    """[drafted, 2] each kept draft's (union, misses), in order: the draft phase's logged steps
+    split evenly over its forwards, as the clock splits them (None: no draft, or none logged)."""
+    steps = rec.steps.get("draft") or []
+    if not rec.drafted or not steps:
+        return None
+    calls = rec.draft_forwards or rec.drafted
+    counts = np.array([[s[1], s[2]] for s in steps], np.float64)  # [steps, 2] union, misses
+    return np.array([part.sum(0) for part in np.array_split(counts, calls)[: rec.drafted]])

@@ -330,6 +330,25 @@ def test_a_rollback_re_feed_is_charged_as_one_more_forward():
     assert refed.sync_s == 2 * plain.sync_s  # its MoE layer syncs on its router once more
 
 
+def test_expected_draft_reads_are_each_drafts_own_mean_of_whole_reads():
+    """Each MTP draft is a forward of its own: a draft missing 0.5 on average costs the mean of
+    that forward with none and with one read, whatever the other drafts read (cumulative
+    rounding gave the second of [1.0, 0.5] no read and a third of [1, 0.5, 0.5] a whole one)."""
+    cfg = SMALL | {"num_nextn_predict_layers": 1}
+    shape = ModelShape.from_config(cfg, moe_layers=[1, 2])
+    clock = PassClock(shape, (0, 1), "mtp", mtp_layer=2)
+    p, u, m = small_profile(), np.array([2.0]), np.array([0.0])
+
+    def t(dm) -> float:
+        return clock.expected(p, 1 + len(dm), 7, (1,), u, m, 10**6, 2.0, np.array(dm, float))
+
+    zero, one = t([0.0]), t([1.0])
+    assert one > zero
+    assert t([0.5]) == pytest.approx((zero + one) / 2)
+    assert t([1.0, 0.5]) - t([1.0, 0.0]) == pytest.approx((one - zero) / 2)
+    assert t([1.0, 0.5, 0.5]) - t([1.0, 0.0, 0.0]) == pytest.approx(one - zero)
+
+
 def test_expected_time_of_fractional_reads_is_the_mean_of_whole_reads():
     """A pass not yet run expects 0.5 reads: half the time of none and of one read (whole reads
     rounded, 0.5 was costed as no read at all)."""

@@ -212,6 +212,54 @@ def test_mtp_draft_reads_are_charged_before_they_are_measured():
     assert c[3].bytes == pytest.approx(3 * 2 * 50.0), "3 drafts x k = 2 misses x 50 B"
 
 
+def test_mtp_draft_reads_are_learnt_per_place_in_the_pass():
+    # the first draft (the catch-up after the pass before) misses every expert, later drafts
+    # reuse the ones before them: a pass of 4 is charged 4 + 1 + 0.5 misses, not 3 x the mean,
+    # and a place never drafted (the fourth) takes the widest learnt (the third's)
+    seen = []
+
+    def cost(g, context, union, misses, du, dm):
+        seen.append((g, np.asarray(dm, float).copy()))
+        return 1.0
+
+    ch = GammaChooser(cost, n_layers=1, top_k=4, block_bytes=100.0, draft_block_bytes=50.0)
+    drafts = np.array([[4.0, 4.0], [4.0, 1.0], [4.0, 0.5]])  # [3, 2] union, misses per draft
+    lanes = tuple(ShadowPass(g, 1, np.array([6.0]), np.array([6.0])) for g in range(2, 9))
+    for _ in range(3):  # every γ's verify misses 6 (its shadow's), so bytes differ by drafts
+        ch.observe(Observed(4, 3, np.array([6.0]), np.array([6.0]), draft_union=12.0,
+                            draft_misses=5.5, drafts=drafts, plain_misses=np.full((4, 1), 6.0),
+                            shadow=lanes))  # fmt: skip
+    seen.clear()
+    c = ch.candidates(0, 1000)
+    assert c[1].bytes == pytest.approx(6.0 * 100 + 4.0 * 50), "γ = 2: the first draft alone"
+    assert c[3].bytes == pytest.approx(6.0 * 100 + 5.5 * 50)
+    assert c[4].bytes == pytest.approx(6.0 * 100 + 6.0 * 50), "the fourth draft as the third"
+    priced = next(dm for g, dm in seen if g == 4)  # the candidate's cost (then its worst's)
+    assert np.array_equal(priced, [4.0, 1.0, 0.5])
+    # without the breakdown a pass's totals are spread evenly, as before
+    even = GammaChooser(cost, n_layers=1, top_k=4, block_bytes=100.0, draft_block_bytes=50.0)
+    even.observe(Observed(4, 3, np.array([6.0]), np.array([6.0]), draft_misses=6.0,
+                          plain_misses=np.full((4, 1), 6.0), shadow=lanes))  # fmt: skip
+    assert even.candidates(0, 1000)[1].bytes == pytest.approx(6.0 * 100 + 2.0 * 50)
+
+
+def test_a_pass_record_gives_the_chooser_each_drafts_reads_in_order():
+    from types import SimpleNamespace
+
+    from specdec.gamma.controller import _drafts
+
+    step = lambda u, m: [5, u, m, m * 10, 0, 1]  # noqa: E731  (layer, union, misses, bytes, ...)
+    rec = SimpleNamespace(drafted=3, draft_forwards=None,
+                          steps={"draft": [step(4, 4), step(4, 1), step(3, 0)]})  # fmt: skip
+    assert _drafts(rec).tolist() == [[4, 4], [4, 1], [3, 0]]
+    # a chunked call logs two steps for one draft: split over the forwards, as the clock does
+    rec.steps["draft"] = [step(2, 2), step(2, 2), step(4, 1), step(4, 1), step(3, 0), step(3, 0)]
+    assert _drafts(rec).tolist() == [[4, 4], [8, 2], [6, 0]]
+    rec.draft_forwards, rec.drafted = 3, 2  # a draft stop ran one forward it dropped
+    assert _drafts(rec).tolist() == [[4, 4], [8, 2]]
+    assert _drafts(SimpleNamespace(drafted=0, draft_forwards=None, steps={})) is None
+
+
 def test_expected_tokens_follow_the_acceptance_per_position():
     ch = _chooser(read_s=0.0, max_gamma=4)
     for _ in range(500):  # draft 1 always accepted, draft 2 never
