@@ -12,9 +12,9 @@ from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 CHECK = r"""
-import importlib.util, pathlib, re, sys, tempfile
+import importlib.util, pathlib, re, sys
 text = pathlib.Path(sys.argv[1]).read_text()
-d = pathlib.Path(tempfile.mkdtemp())
+d = pathlib.Path(sys.argv[2])
 for i, (kind, code) in enumerate(re.findall(r"```(python|yaml)\n(.*?)```", text, re.S)):
     if kind == "yaml":
         (d / "profile.yaml").write_text(code)
@@ -36,6 +36,7 @@ print("ok")
 """
 
 
-def test_every_worked_example_registers_and_runs():
-    r = subprocess.run([sys.executable, "-c", CHECK, str(DOC)], capture_output=True, text=True)
+def test_every_worked_example_registers_and_runs(tmp_path):
+    cmd = [sys.executable, "-c", CHECK, str(DOC), str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
