@@ -544,11 +544,11 @@ def _where_runs() -> Iterator[tuple[int, str, dict]]:
 
 def where_table() -> str:
     """Where a pass's time goes (bench_cuda.py `where`, sixth and eleventh sessions): per
-    committed token, the
-    run's wall and blocked time, then per MoE layer call summed: the router's sync wait, the
-    reads' wall, the layer's own GPU time (its output evaluated at once: its fresh blocks land,
-    then its experts compute) and the call's host CPU; and the per-call fit of that GPU time on
-    the call's fresh blocks and positions (prefill calls and first-use calls left out)."""
+    committed token, the run's wall and blocked time, then per MoE layer call summed: the
+    router's sync wait, the reads' wall, the layer's own GPU time (its output evaluated at once:
+    its fresh blocks land, then its experts compute) and the call's host CPU; and the per-call
+    fit of that GPU time on the call's fresh blocks and positions (prefill calls and first-use
+    calls left out)."""
     import numpy as np
 
     body = []
@@ -567,9 +567,8 @@ def where_table() -> str:
                      f"{fit[0]:.2f} + {fit[1]:.2f}·blocks + {fit[2]:.2f}·positions",
                      ", ".join(f"{c['cpu']:.1f} s" for c in first) or "—"])  # fmt: skip
     heads = ["session", "run", "tokens", "passes", "ms/token", "blocked", "router sync",
-             "reads (wall)",
-             "layer GPU", "host CPU", "fresh blocks/token", "layer GPU ms per call (fit)",
-             "first-use calls left out (host CPU)"]  # fmt: skip
+             "reads (wall)", "layer GPU", "host CPU", "fresh blocks/token",
+             "layer GPU ms per call (fit)", "first-use calls left out (host CPU)"]  # fmt: skip
     return md_table(heads, body)
 
 

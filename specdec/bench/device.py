@@ -330,8 +330,8 @@ def layer_cost(
 
         one = beyond(plain, 1)
         rows = [one]
+        oracle = DrafterSpec.parse("oracle:1.0")
         for p in positions:
-            oracle = DrafterSpec.parse("oracle:1.0")
             cfg = DecodeConfig(p, tokens * p)
             generate(sm, prompt, oracle, DecodeConfig(p, 2 * p), stop_at_eos=False,
                      reference=plain.tokens)  # fmt: skip  # warm-up at this width

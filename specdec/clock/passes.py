@@ -26,6 +26,7 @@ Tests: `pytest tests/clock/test_clock_model.py`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -103,8 +104,7 @@ class PassClock:
             return [(s, fwd)] * drafted
         if self.draft_compute == "mtp" and self.mtp_layer is not None:
             out = []
-            for part in np.array_split(np.arange(len(steps)), drafted):
-                own = tuple(steps[i] for i in part)
+            for own in draft_parts(steps, drafted):
                 unions = {self.mtp_layer: sum(s.union for s in own) or self.shape.top_k}
                 fwd = Forward(1, context, (self.mtp_layer,), unions, read_steps(own))
                 out.append((self.shape, fwd))
@@ -142,7 +142,6 @@ class PassClock:
                 measured_compute_s,
                 read_steps([*draft_steps, *verify_steps, *refeed_steps]),
             )
-        total = ModeledTime()
         ran = drafted if draft_forwards is None else draft_forwards
         forwards = self.draft_forwards(ran, context, tuple(draft_steps))
         # the verify pass runs the drafts plus the last committed token: the last pass of a
@@ -150,9 +149,7 @@ class PassClock:
         forwards = [*forwards, (self.shape, self._verify(drafted, context, verify_steps))]
         if refed:
             forwards.append((self.shape, self._verify(refed - 1, context, refeed_steps)))
-        for shape, fwd in forwards:
-            total.add(forward_time(profile, shape, fwd))
-        return total
+        return forwards_time(profile, forwards)
 
     def remodel(self, profile: DeviceProfile, rec) -> ModeledTime:
         """A recorded pass (decode.records.PassRecord with its `steps`) modeled on `profile`:
@@ -209,29 +206,44 @@ class PassClock:
 
         out = whole_reads_mean(verify_s, total)
         n = gamma - 1
-        if n > 0 and self.mtp_layer is not None:
-            # each draft is a forward of its own: its reads' mean taken on its own (a draft that
-            # misses 0.65 on average reads nothing in a third of passes and waits for nothing)
-            size = float(np.mean(block_bytes))
-            per = [
-                np.broadcast_to(np.asarray(x, np.float64), (n,))
-                for x in (draft_union, draft_misses)
-            ]
-            for u, m in zip(*per, strict=True):
+        if n <= 0:
+            return out
+        if self.mtp_layer is None:  # drafts that read nothing (self, a draft model) or none
+            return out + forwards_time(profile, self.draft_forwards(n, context, ())).total_s
+        # each draft is a forward of its own: its reads' mean taken on its own (a draft that
+        # misses 0.65 on average reads nothing in a third of passes and waits for nothing)
+        size, times = float(np.mean(block_bytes)), {}
 
-                def draft_s(reads: float, u: float = float(u)) -> float:
-                    r = int(round(reads))
-                    step = StepCounts(self.mtp_layer, u, r, int(r * size))
-                    ((shape, fwd),) = self.draft_forwards(1, context, (step,))
-                    return forward_time(profile, shape, fwd).total_s
+        def draft_s(u: float, reads: float) -> float:  # one draft forward, memoised
+            if (u, reads) not in times:
+                r = int(round(reads))
+                step = StepCounts(self.mtp_layer, u, r, int(r * size))
+                times[u, reads] = forwards_time(profile, self.draft_forwards(1, context, (step,)))
+            return times[u, reads].total_s
 
-                out += whole_reads_mean(draft_s, float(m))
-        elif n > 0:  # drafts that read nothing (self, a draft model) or run nothing here
-            out += sum(
-                forward_time(profile, sh, f).total_s
-                for sh, f in self.draft_forwards(n, context, ())
-            )
+        per = [
+            np.broadcast_to(np.asarray(x, np.float64), (n,)) for x in (draft_union, draft_misses)
+        ]
+        for u, m in zip(*per, strict=True):
+            out += whole_reads_mean(functools.partial(draft_s, float(u)), float(m))
         return out
+
+
+def draft_parts(steps: Sequence, calls: int) -> list[tuple]:
+    """A draft phase's logged steps split evenly over its `calls` forwards, in order (a wide
+    call logs several steps): how the clock and `--gamma auto` read one draft's reads."""
+    return [tuple(steps[i] for i in part) for part in np.array_split(np.arange(len(steps)), calls)]
+
+
+def forwards_time(profile: DeviceProfile, forwards: Sequence) -> ModeledTime:
+    """Modeled time of (shape, Forward) pairs run one after another; a forward listed more than
+    once (a self-draft's γ − 1 identical ones) is timed once."""
+    total, seen = ModeledTime(), {}
+    for shape, fwd in forwards:
+        if id(fwd) not in seen:
+            seen[id(fwd)] = forward_time(profile, shape, fwd)
+        total.add(seen[id(fwd)])
+    return total
 
 
 def whole_reads_mean(seconds: Callable[[float], float], mean: float) -> float:

@@ -65,9 +65,7 @@ class Forward:
 @dataclass
 class ModeledTime:
     compute_s: float = 0.0  # roofline time of every part (bandwidth- or FLOP-bound)
-    sync_s: float = (
-        0.0  # fixed costs per MoE layer: router host syncs, a verify's further positions
-    )
+    sync_s: float = 0.0  # fixed per MoE layer: router syncs, a verify's further positions
     read_s: float = 0.0  # time the device waits on reads (what compute does not hide)
     bytes_read: float = 0.0
     reads: int = 0

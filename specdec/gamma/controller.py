@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.clock.passes import PassClock
+from specdec.clock.passes import PassClock, draft_parts
 from specdec.clock.profiles import DeviceProfile, auto_profile
 from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed, lru_reserve
 from specdec.gamma.shadows import ShadowReport, Shadows
@@ -142,11 +142,10 @@ class AutoGamma:
 
 
 def _drafts(rec) -> np.ndarray | None:
-    """[drafted, 2] each kept draft's (union, misses), in order: the draft phase's logged steps
-    split evenly over its forwards, as the clock splits them (None: no draft, or none logged)."""
+    """[drafted, 2] each kept draft's (union, misses), in order, its steps as the clock splits
+    them (`draft_parts`; None: no draft, or none logged)."""
     steps = rec.steps.get("draft") or []
     if not rec.drafted or not steps:
         return None
-    calls = rec.draft_forwards or rec.drafted
-    counts = np.array([[s[1], s[2]] for s in steps], np.float64)  # [steps, 2] union, misses
-    return np.array([part.sum(0) for part in np.array_split(counts, calls)[: rec.drafted]])
+    parts = draft_parts(steps, rec.draft_forwards or rec.drafted)[: rec.drafted]
+    return np.array([[sum(s[1] for s in own), sum(s[2] for s in own)] for own in parts], float)
