@@ -31,6 +31,9 @@ FINE_STEP = 0.05  # break-even search grid, from 1 down to 0
 POLICIES = ("lru", "slru", "lfu", "hotness", "static", "belady", "opt_bypass")
 LCS = ("lcs:ARC", "lcs:S3FIFO", "lcs:WTinyLFU")  # slower (~0.6 s a replay): at 9 GB only
 SLOPE = 0.58  # the question's union model k·(1 + 0.58·(γ − 1))
+# break-even measures: bytes per token; modeled tokens/s verified in this harness's decode form
+# (the M4 profile's runtime) and verified batched (a runtime that verifies in one forward)
+MEASURES = ("bytes", "time", "batched")
 PROFILE = DEFAULT_PROFILE
 
 
@@ -47,7 +50,8 @@ class Row:
     hit_rate: float
     bytes_per_token: float
     mean_union: float  # per layer per pass
-    tok_s: float  # modeled on PROFILE, verify forwards only
+    tok_s: float  # modeled on PROFILE, verify forwards only, in this harness's decode form
+    tok_s_batched: float  # the same verified in one batched forward (a runtime that does)
 
 
 @dataclass
@@ -56,12 +60,14 @@ class Sweep:
     break_even: dict[tuple[str, float, int], dict[str, float | None]]  # (policy, gb, γ) -> measure
 
 
-def tokens_per_s(profile, shape: ModelShape, r) -> float:
+def tokens_per_s(profile, shape: ModelShape, r, positionwise: bool = True) -> float:
     """Committed tokens/s of the mean verify pass: γ positions, the pass's mean union and misses
-    per layer (misses spread evenly over the layers, rounded so they sum to the pass's)."""
+    per layer (misses spread evenly over the layers, rounded so they sum to the pass's); verified
+    position by position as this harness's decode form does (`positionwise`), else batched."""
     steps = spread_reads(shape, r.misses / r.passes)  # one block is EXPERT_BYTES on MiniMax
     unions = {layer: r.mean_union for layer in sorted(shape.moe_layers)}
-    fwd = Forward(r.gamma, CONTEXT, tuple(range(shape.n_layers)), unions, steps)
+    fwd = Forward(r.gamma, CONTEXT, tuple(range(shape.n_layers)), unions, steps,
+                  positionwise=positionwise)  # fmt: skip
     return r.committed / (r.passes * forward_time(profile, shape, fwd).total_s)
 
 
@@ -82,7 +88,7 @@ def sweep(
     seed: int = 0,
 ) -> Sweep:
     """Every (policy, budget, γ, α in `alphas`) row, and the break-even α per (policy, budget, γ)
-    in bytes per token and in modeled tokens/s: the α below which γ loses to γ = 1, linear
+    in bytes per token and in modeled tokens/s (both verify forms): the α below which γ loses to γ = 1, linear
     between the points of a 0.05 grid searched downward from 1; None when even α = 1 loses,
     0.0 when γ never loses down to α = 0."""
     profile, shape = get_profile(PROFILE), ModelShape.from_config(MINIMAX_M25)
@@ -97,7 +103,7 @@ def sweep(
         r = score(policy, acc, slots(gb), trace, gamma, alpha, hit, pre)
         return Row(
             policy, gb, gamma, alpha, r.hit_rate, r.bytes_per_token, r.mean_union,
-            tokens_per_s(profile, shape, r),
+            tokens_per_s(profile, shape, r), tokens_per_s(profile, shape, r, positionwise=False),
         )  # fmt: skip
 
     acc = access_sequence(trace, 1, 1.0, seed)
@@ -108,7 +114,7 @@ def sweep(
         last: dict = {}  # (key, measure) -> (α, margin) of the last α where γ still paid
         found: dict = {}
         for alpha in fine:
-            todo = [k for k in keys if alpha in alphas or len(found.get(k, {})) < 2]
+            todo = [k for k in keys if alpha in alphas or len(found.get(k, {})) < len(MEASURES)]
             if not todo:
                 continue
             acc = access_sequence(trace, gamma, alpha, seed)
@@ -120,6 +126,7 @@ def sweep(
                 margins = {
                     "bytes": b.bytes_per_token - row.bytes_per_token,
                     "time": row.tok_s - b.tok_s,
+                    "batched": row.tok_s_batched - b.tok_s_batched,
                 }
                 for measure, m in margins.items():
                     if measure in found.setdefault(key, {}):
@@ -131,7 +138,7 @@ def sweep(
                     else:  # loses already at α = 1
                         found[key][measure] = None
         for key in keys:
-            out[(*key, gamma)] = {m: found.get(key, {}).get(m, 0.0) for m in ("bytes", "time")}
+            out[(*key, gamma)] = {m: found.get(key, {}).get(m, 0.0) for m in MEASURES}
     return Sweep(rows, out)
 
 

@@ -427,6 +427,8 @@ def device_profile(
             f"{lc['beyond_compute_s'] * 1e3:.2f} ms beyond roofline compute, over "
             f"{lc['moe_layers']} MoE layers",
             "position_s": _position_source(lc),
+            "batched_verify": "false: this harness's verify, the decode form by default "
+            "(each position as one-token calls)",
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
             f"threads {list(threads)}, {READ_RUN_BYTES >> 20} MiB a point, median of "
             f"{READ_ROUNDS} rounds, {directory}",

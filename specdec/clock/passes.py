@@ -7,8 +7,9 @@
 Forwards of one pass (shapes from the packed config.json, MoE layers from its experts.json):
 
 - verify: one forward of the main model over γ positions, per-layer unions and reads as logged
-  (in the decode form each position past the first also pays the profile's `position_s` per
-  MoE layer: its calls are one-token calls of their own; `verify_form="native"` pays none);
+  (in the decode form computed as γ one-position forwards compute, each position past the first
+  also paying the profile's `position_s` per MoE layer: its calls are one-token calls of their
+  own; `verify_form="native"`, or a profile whose runtime verifies batched, neither);
 - draft phase, by the drafter's `draft_compute` (`self` is "main", `mtp` "mtp", `draft` "model",
   the rest "none"): `self` runs the main model γ − 1 times on one position over resident
   experts only (top-k per MoE layer, no reads); `mtp` runs its one decoder layer + head γ − 1
@@ -75,7 +76,8 @@ class PassClock:
     draft_shape: ModelShape | None = None  # the draft model's, for draft_compute "model"
     mtp_layer: int | None = None
     # how verify (and a rollback's re-feed) computes its positions (decode/verify_form.py):
-    # "decode" position by position, each paying the profile's `position_s`; "native" batched
+    # "decode" position by position (priced as one-position forwards, plus `position_s`);
+    # "native" batched
     verify_form: str = "decode"
 
     @classmethod

@@ -9,7 +9,7 @@ Per layer, in order, as the runtime executes it:
 1. attention: roofline time of its weight + KV bytes and FLOPs (`ModelShape.attention_cost`);
 2. MoE layers: the router's host sync (`profile.router_sync_s`; in a decode-form verify forward,
    `positionwise`, each position past the first adds `profile.position_s`: its one-token calls'
-   own launches and host work), then layer L's misses are issued
+   own launches and host work beyond their roofline), then layer L's misses are issued
    (never earlier: their ids are known only now) and the experts wait for them. A prefetch
    (router lookahead, a step with `prefetched` > 0 logged after the layer that issued it) starts
    when its issuing layer's reads are done and lands while later layers compute; the target
@@ -23,6 +23,13 @@ Per layer, in order, as the runtime executes it:
    overlapped: the experts wait for them);
 4. the MLP: roofline time of shared + router + union × expert bytes and FLOPs;
 5. the LM head once per forward.
+
+A decode-form verify forward (`positionwise`: specdec.decode.verify_form, each position's calls
+are one-token calls of their own) computes as T one-position forwards do: attention, dense MLP,
+router, shared experts and head T times over their weights, each position on its own top-k
+experts, while the disk reads the positions' union once, as logged. A runtime that verifies in
+one batched forward whatever this harness computed (`profile.batched_verify`: ds4) is priced
+batched: each part once over T positions, the union's experts read from memory once.
 
 Roofline: a part takes max(bytes / mem_gbps, FLOPs / peak), not the sum: a matmul kernel
 streams its weights while the ALUs work on what has arrived, so the slower of the two bounds it
@@ -113,13 +120,14 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     prefetched_for: dict[int, tuple[int, float]] = {}  # layer -> (blocks, bytes) prefetched
     demand, issued = _reads_by_layer(fwd.steps)
     T = fwd.positions
-    attention = roof(profile, shape.attention_cost(T, fwd.context))  # every layer's alike
-    further = profile.position_s * (T - 1) if fwd.positionwise else 0.0  # per MoE layer
+    each = fwd.positionwise and T > 1 and not profile.batched_verify
+    attention = _attention(profile, shape, T, fwd.context, each)  # every layer's alike
+    further = profile.position_s * (T - 1) if each else 0.0  # per MoE layer
     for layer in fwd.layers:
         t += attention
         out.compute_s += attention
         union = fwd.unions.get(layer, 0)
-        mlp = roof(profile, shape.mlp_cost(layer, T, union))
+        mlp = _mlp(profile, shape, layer, T, union, each)
         out.compute_s += mlp
         if layer not in shape.moe_layers:
             t += mlp
@@ -153,9 +161,28 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         out.read_s += stall + land
         t += stall + land + mlp
     if fwd.head:
-        part = roof(profile, shape.head_cost(T))
-        out.compute_s += part
+        part = shape.head_cost(1 if each else T)
+        out.compute_s += (T if each else 1) * roof(profile, part)
     return out
+
+
+def _attention(profile: DeviceProfile, shape: ModelShape, T: int, context: int, each: bool):
+    """One layer's attention over T new positions: one batched call, or (`each`, the decode
+    form) T one-position calls, each reading the weights again over a context one longer."""
+    if not each:
+        return roof(profile, shape.attention_cost(T, context))
+    return sum(roof(profile, shape.attention_cost(1, context + i)) for i in range(T))
+
+
+def _mlp(profile: DeviceProfile, shape: ModelShape, layer: int, T: int, union: int, each: bool):
+    """One layer's MLP over T positions: batched over the `union` routed experts (each read from
+    memory once), or (`each`) T one-position calls, each reading the dense or shared weights and
+    the router again and its own top-k experts (the union is what the disk reads, not what each
+    call computes on)."""
+    if not each:
+        return roof(profile, shape.mlp_cost(layer, T, union))
+    own = min(shape.top_k, union)  # 0: a layer not routed
+    return T * roof(profile, shape.mlp_cost(layer, 1, own))
 
 
 def measured_time(

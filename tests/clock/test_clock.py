@@ -180,7 +180,7 @@ def test_this_machine_fallback(tmp_path, monkeypatch):
             "read_curve": "anchors.md: fio 2.0 GB/s, 1 MiB O_DIRECT random reads",
         },
     )
-    assert same(p, old, description=False)
+    assert same(p, old, description=False, skip=LATER)
 
 
 def test_load_user_profile_yaml_and_json(tmp_path):
@@ -215,19 +215,19 @@ def test_load_user_profile_yaml_and_json(tmp_path):
 # ----------------------------------------------------------------------------- built-in files
 
 
-LATER = ("land_gbps", "land_curve", "position_s")  # fields added after the built-in files
+# fields added after the built-in files: each built-in's value has its own test
+LATER = ("land_gbps", "land_curve", "position_s", "batched_verify")
 
 
-def same(a: DeviceProfile, b: DeviceProfile, description: bool = True) -> bool:
-    """Every field equal, as the same floats (and types), sources included. `land_gbps`,
-    `land_curve` and `position_s` came after the files (None, empty and 0 keep every built-in's
-    time as before): `a` may name their sources."""
+def same(a: DeviceProfile, b: DeviceProfile, description: bool = True, skip=()) -> bool:
+    """Every field but `skip`'s equal, as the same floats (and types), sources included."""
     da, db = asdict(a), asdict(b)
     if not description:
         da.pop("description"), db.pop("description")
-    for later in LATER:
-        if not da[later] and not db[later] and later not in db["sources"]:
-            da["sources"] = {k: v for k, v in da["sources"].items() if k != later}
+    for d in (da, db):
+        d["sources"] = {k: v for k, v in d["sources"].items() if k not in skip}
+        for name in skip:
+            d.pop(name)
     return da == db and all(type(da[k]) is type(db[k]) for k in da)
 
 
@@ -292,18 +292,29 @@ def old_builtins() -> dict[str, DeviceProfile]:
 @pytest.mark.parametrize("name", ["m4-24gb", "m5-24gb"])
 def test_builtin_files_hold_the_numbers_the_code_computed(name):
     new, old = get_profile(name), old_builtins()[name]
-    assert same(new, old), (asdict(new), asdict(old))  # the same floats, bit for bit
+    assert same(new, old, skip=LATER), (asdict(new), asdict(old))  # the same floats, bit for bit
     # the file holds every field (none left to a default) and the sources as they were
     data = yaml.safe_load((profiles_module.BUILTIN_DIR / f"{name}.yaml").read_text())
     assert set(data) == set(asdict(new))
     assert {k: v for k, v in data["sources"].items() if k not in LATER} == old.sources
 
 
+def test_the_later_fields_of_the_builtins():
+    """What each built-in says of the fields that came after its file: no landing (unified
+    memory, a CPU), no measured further-position cost, and its runtime's verify: ds4 (m5)
+    batched, a Python runtime like this harness (m4) and this machine as the run computed."""
+    for name in BUILTIN_NAMES:
+        p = load_profile(profiles_module.BUILTIN_DIR / f"{name}.yaml")  # the shipped file
+        assert (p.land_gbps, p.land_curve, p.position_s) == (None, (), 0.0)
+        assert p.batched_verify is (name == "m5-24gb")
+        assert {"position_s", "batched_verify", "land_gbps"} <= set(p.sources)
+
+
 def test_the_same_check_fails_on_a_different_float(tmp_path):
     m4 = old_builtins()["m4-24gb"]
     text = (profiles_module.BUILTIN_DIR / "m4-24gb.yaml").read_text()
     (tmp_path / "m4-24gb.yaml").write_text(text.replace("[8, 3.34]", "[8, 3.3400000000000003]"))
-    assert not same(load_profile(tmp_path / "m4-24gb.yaml"), m4)
+    assert not same(load_profile(tmp_path / "m4-24gb.yaml"), m4, skip=LATER)
 
 
 def test_builtin_names_are_the_files_found(tmp_path, monkeypatch):

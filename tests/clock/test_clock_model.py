@@ -99,11 +99,43 @@ def test_a_decode_form_verify_pays_position_s_per_further_position_and_moe_layer
     )
     assert decode.sync_s == pytest.approx(4 * (6e-4 + 3 * 2e-4))
     assert native.sync_s == pytest.approx(4 * 6e-4)
-    assert decode.total_s - native.total_s == pytest.approx(4 * 3 * 2e-4)
+    assert decode.read_s == pytest.approx(native.read_s) and native.read_s > 0  # one union read
     plain = PassClock(shape, tuple(range(5)), "none").modeled(p, drafted=0, **kw)
     assert plain.sync_s == pytest.approx(4 * 6e-4)
     with pytest.raises(SpecdecError, match="position_s"):
         small_profile(position_s=-1e-3)
+
+
+def test_a_decode_form_verify_computes_as_one_position_forwards_do():
+    """A decode-form verify forward of T positions computes what T one-position forwards
+    compute (attention over a context one longer each, the dense MLP, router and head T times,
+    each position its own top-k experts), though its union is read once; batched, far less at
+    a union below T·k; on a runtime that verifies batched (`batched_verify`, ds4) the native
+    price whatever the run's form."""
+    cfg = SMALL | {"num_hidden_layers": 5}  # layers 1..4 are MoE, top-2
+    shape, p = ModelShape.from_config(cfg), small_profile(router_sync_s=6e-4, position_s=2e-4)
+    layers, T, context = tuple(range(5)), 4, 7
+    steps = [ReadStep(i, 3, 3 * 10**5) for i in range(1, 5)]
+    unions = {i: 5 for i in range(1, 5)}  # 5 distinct experts of 4 positions x top-2
+
+    def verify(positionwise: bool, profile=p):
+        return forward_time(profile, shape, Forward(T, context, layers, unions, tuple(steps),
+                                                    positionwise=positionwise))  # fmt: skip
+
+    ones = [Forward(1, context + i, layers, {i: 2 for i in range(1, 5)}) for i in range(T)]
+    assert verify(True).compute_s == pytest.approx(
+        sum(forward_time(p, shape, f).compute_s for f in ones)
+    )
+    # the MoE MLP by hand, memory-bound at 1e8 B/s: 4 calls of router + 2 experts against
+    # one call of router + the union's 5 experts
+    moe_each, moe_batched = 4 * (512 + 2 * 6144) * BPP / 1e8, (512 + 5 * 6144) * BPP / 1e8
+    attn_gap = verify(True).compute_s - verify(False).compute_s - 4 * (moe_each - moe_batched)
+    assert attn_gap > 0  # attention, dense MLP... and head read their weights T times too
+    assert verify(True).read_s == pytest.approx(verify(False).read_s) and verify(True).read_s > 0
+    ds4 = replace(p, batched_verify=True)
+    assert verify(True, ds4).total_s == verify(False, ds4).total_s == verify(False).total_s
+    with pytest.raises(SpecdecError, match="batched_verify must be true or false"):
+        small_profile(batched_verify="yes")
 
 
 def test_a_decode_wholly_resident_is_charged_no_router_sync(tmp_path, monkeypatch):

@@ -92,6 +92,10 @@ class DeviceProfile:
     # (specdec.decode.verify_form: every position's calls are one-token calls of their own, each
     # with its launches and host work); 0 where not measured (`specdec bench device` measures it)
     position_s: float = 0.0
+    # the runtime verifies a pass's positions in one batched forward (ds4), whatever form this
+    # harness computed them in: its verify is priced batched (specdec.clock.roofline); false: as
+    # the run computed them (this harness's decode form, T one-position forwards)
+    batched_verify: bool = False
     read_curve: tuple[tuple[float, float], ...] = ((1.0, 2.0),)  # (in flight, GB/s) at the block
     read_block_bytes: float = 2**20  # block size the curve was measured at
     read_latency_s: float = ASSUMED_LATENCY_S  # per read, on top of bytes / bandwidth
@@ -130,6 +134,12 @@ class DeviceProfile:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
                 raise SpecdecError(f"profile {self.name!r}: {name} must be ≥ 0, got {v}")
+        for name in ("overlap_reads", "batched_verify"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecdecError(
+                    f"profile {self.name!r}: {name} must be true or false, got "
+                    f"{getattr(self, name)!r}"
+                )
         land = self.land_gbps
         if land is not None and not (isinstance(land, (int, float)) and land > 0):
             raise SpecdecError(f"profile {self.name!r}: land_gbps must be > 0 or null, got {land}")
