@@ -10,7 +10,9 @@ beat plain in bytes and in time: the first committed token at which the guard's 
 check (specdec/gamma/chooser.py `slack`) admits a γ = 2 pass in bytes, if the run decoded plainly
 until then. The run's spent then equals plain's totals, N tokens of plain's measured bytes per
 token, so the check (1 + BOUND)·(N + 1)·plain >= N·plain + worst + reserve asks
-N >= (worst + reserve - (1 + BOUND)·plain) / (BOUND·plain). `worst`: the pass with every expert
+N >= (worst + reserve - (1 + BOUND)·plain) / (BOUND·plain); where the reserve is none the guard
+owes its bound only from min(FRONT, the run's length) h on, and admits the pass from the start
+where plain + BOUND·h·plain covers it (`first_draft`). `worst`: the pass with every expert
 of its two positions missing (and, MTP, its draft's k), as the guard prices a pass none of whose
 experts is resident (near exact at budgets where plain misses nearly every expert); `reserve`:
 the guard's (`lru_reserve`: the cache's size in reads, none where the cache holds at most
@@ -32,7 +34,7 @@ from pathlib import Path
 from analysis._runs import md_table
 from analysis.gamma_auto import RESULTS
 from specdec.cache.spec import PolicySpec
-from specdec.gamma.chooser import BOUND, lru_reserve
+from specdec.gamma.chooser import BOUND, FRONT, lru_reserve
 from specdec.store.budget import Budget, plan_slots
 from specdec.stream.loader import load
 
@@ -53,23 +55,40 @@ def rows(results: tuple[Path, ...] = DEFAULT) -> list[list]:
         for r in (r for r in found if r["mode"] == mode):
             if not r["fixed_wins"]:
                 continue
-            mtp = r["drafter"] == "mtp"
+            # MTP's layer reads and holds slots at runtime only: replay has no draft phase and
+            # its budget is of the main layers' experts (bench_auto_heldout's `replay`)
+            mtp = r["drafter"] == "mtp" and mode == "runtime"
             layers = list(index.layers) if mtp else main
-            slots = plan_slots(Budget.parse(f"{r['budget']}%"), index, top_k, layers=layers).n_slots
+            if mode == "replay":
+                routed = sum(index.layers[lid].n_experts for lid in main)
+                slots = max(1, round(r["budget"] / 100 * routed))
+            else:
+                budget = Budget.parse(f"{r['budget']}%")
+                slots = plan_slots(budget, index, top_k, layers=layers).n_slots
             plain = r["runs"]["1"]["bytes"]  # bytes per committed token
             reads = 2 * top_k * len(main) + (top_k if mtp else 0)
             guard = lru_reserve(PolicySpec("lru"), slots, len(main), top_k)  # the bench's
             first = [
-                max(0, math.ceil((reads * block + reserve * block - (1 + BOUND) * plain)
-                                 / (BOUND * plain)))
+                first_draft(reads * block, reserve * block, plain, r["tokens"])
                 for reserve in (guard, min(guard, reads))
-            ]  # fmt: skip
+            ]
             body.append([
                 mode, r["i"], r["tokens"], f"{r['budget']}%", r["drafter"], slots,
                 f"{plain / 1e3:.0f}", f"{reads * block / 1e3:.0f}", first[0], first[1],
                 f"{least(r, first[0]):.2f}x", f"{r['auto_vs_best_fixed']:.2f}x",
             ])  # fmt: skip
     return body
+
+
+def first_draft(worst: float, reserve: float, plain: float, tokens: int) -> int:
+    """The first committed token N at which the guard's worst check admits a pass of `worst`
+    bytes, the run plain until then (its spent = plain's totals, N·plain):
+    (1 + BOUND)·(N + 1)·plain + ahead >= N·plain + worst + reserve. `ahead`, where the reserve is
+    none (every access misses: the chooser's `front`): BOUND·plain for each token between the
+    pass and min(FRONT, tokens), which makes the check p + BOUND·h·p >= worst at any N < h."""
+    if reserve == 0 and BOUND * min(FRONT, tokens) * plain >= worst - plain:
+        return 0
+    return max(0, math.ceil((worst + reserve - (1 + BOUND) * plain) / (BOUND * plain)))
 
 
 def least(r: dict, first: int) -> float:

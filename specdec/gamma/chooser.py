@@ -56,13 +56,24 @@ one key plain never read, then the old keys asked oldest first, costs the run ex
 tests/gamma/test_gamma_auto.py), and none where the cache holds at most (L − 1)·k experts
 (`lru_reserve`: every access misses there, plain's and the run's alike). The second check
 prices the pass at its worst (every position's and every draft's non-resident experts
-missing) against (1 + BOUND)·plain: so wherever the run ends and whatever its passes read, it
+missing) against (1 + BOUND)·plain: so wherever the run ends (from FRONT tokens on where
+every access misses, below) and whatever its passes read, it
 stays within (1 + BOUND) of plain's bytes, by construction under LRU (other policies are not
 bounded so), and in seconds as far as one read's seconds are a plain pass's marginal read
 time. The price:
 auto drafts only once BOUND of plain's totals covers a pass at its worst and the cache's size
 in reads, so a short run, or one whose plain reads little against a large cache, stays
 plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND.
+
+Where every access misses (the reserve is none) plain's cost of every token ahead is known: k
+reads per MoE layer, and seconds that grow with the context. There the bound is owed from a
+stated length on, FRONT tokens or the run's own length if shorter (`front`; the tokens left
+given to `choose` make the run's length): the worst check also credits BOUND of plain's cost
+of each token between the pass and that length, since those tokens, were they plain, cost the
+run what they cost plain. So a run that reaches min(FRONT, its length) is within
+(1 + BOUND)·plain at that length and every later one, and may draft from its first pass; a run
+cut before it (an end of sequence) may be above by up to BOUND of plain's cost of the tokens it
+did not reach.
 
 A chosen γ is held for a block of BLOCK passes (the guard checked every pass). The first block
 is plain (warm-up). Acceptance is learnt only from passes that draft, so while plain is chosen
@@ -103,6 +114,7 @@ GROWTH = 0.6  # prior union growth per extra position, in units of k (next-token
 GUARD = 0.02  # the run's bytes and seconds stay within (1 + GUARD)·plain's (target 1.03)
 BOUND = 0.03  # ... and, were every pass at its worst, within (1 + BOUND)·plain's (the contract)
 RULE = 0.01  # admissible: expected bytes per token within (1 + RULE)·plain's (below GUARD)
+FRONT = 64  # tokens from which on the bound holds where plain's cost is known in advance
 BLOCK = 8  # passes a chosen γ is held for
 LEARN = 16  # judged first drafts below which every block may explore (acceptance unknown)
 EXPLORE_EVERY = 8  # blocks between explorations once acceptance is known
@@ -205,6 +217,10 @@ class GammaChooser:
     # plain's once it decodes plainly (two LRU caches fed the same keys from any states differ
     # by at most their size in misses), held in reserve by the guard from the first draft on
     cache_blocks: float = 0.0
+    # FRONT where plain decoding's cost is known in advance (every access misses: `lru_reserve`
+    # none), else 0: the bound is kept at every length from min(front, the run's length) on
+    # (module doc), so BOUND of those tokens' plain cost may be spent from the first pass
+    front: int = 0
     max_gamma: int = MAX_GAMMA
     passes: int = 0
     _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
@@ -218,6 +234,8 @@ class GammaChooser:
     _spent: np.ndarray = field(init=False)  # [2] the run's (bytes, seconds) so far
     _plain_total: np.ndarray = field(init=False)  # [2] plain's over the same tokens
     _cold: float = float("inf")  # blocks not resident (Observed.cold): a pass's misses at most
+    _tokens: int = 0  # committed tokens observed
+    _horizon: int = 0  # min(front, the run's length): the first length the bound must hold at
     _miss_s: float = 0.0  # modeled seconds one more read adds to a plain pass (latest)
     _since: int = 0  # blocks since the last exploration
     _blocks: int = 0  # blocks started
@@ -344,7 +362,10 @@ class GammaChooser:
         spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
         spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
         expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
-        worst = (1.0 + BOUND) * (self._plain_total + per_token) - spent_worst
+        # the tokens up to the horizon, were they plain, cost the run what they cost plain (every
+        # access misses; seconds grow with the context), and the bound is owed only from there
+        ahead = BOUND * per_token * max(0, self._horizon - self._tokens - 1)
+        worst = (1.0 + BOUND) * (self._plain_total + per_token) + ahead - spent_worst
         return np.minimum(expected, worst)
 
     def _affordable(self, c: Candidate) -> bool:
@@ -356,6 +377,7 @@ class GammaChooser:
         """The γ of the next pass (at most `left`, the tokens still to commit)."""
         if left <= 1 or self.max_gamma == 1:
             return Choice(1, "last" if left <= 1 else "best")
+        self._horizon = min(self.front, self._tokens + left)
         self._pos += 1
         if self._pos < self._length:  # a block's later pass: its γ while the guard allows
             if self._current > 1 and not self._affordable(self._held):
@@ -427,6 +449,7 @@ class GammaChooser:
             spent_b = float(m @ self.block_bytes) + o.draft_misses * self.draft_block_bytes
             self._spent += (spent_b, spent_s)
         tokens = o.accepted + 1
+        self._tokens += tokens
         for sums in self._sums.values():
             sums *= FORGET**tokens
         if o.plain_misses is not None:

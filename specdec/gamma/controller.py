@@ -22,7 +22,14 @@ import numpy as np
 from specdec.cache.expert_cache import ExpertCache
 from specdec.clock.passes import PassClock, draft_parts
 from specdec.clock.profiles import DeviceProfile, auto_profile
-from specdec.gamma.chooser import MAX_GAMMA, Choice, GammaChooser, Observed, lru_reserve
+from specdec.gamma.chooser import (
+    FRONT,
+    MAX_GAMMA,
+    Choice,
+    GammaChooser,
+    Observed,
+    lru_reserve,
+)
 from specdec.gamma.shadows import ShadowReport, Shadows
 
 if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
@@ -67,7 +74,8 @@ class AutoGamma:
         n = s.cache.n_slots
         one = isinstance(s.cache, ExpertCache) and not s.lookahead.ahead_of
         reserve = lru_reserve(sm.policy, n, len(layers), sm.top_k) if one else n
-        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, reserve)
+        front = FRONT if reserve == 0 else 0  # plain's cost known in advance: every access misses
+        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, reserve, front)
         return cls(sm, clock, profile, chooser, shadows)
 
     def start(self) -> None:

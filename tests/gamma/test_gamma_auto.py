@@ -58,13 +58,15 @@ def test_parse_gamma():
             Gamma.parse(bad)
 
 
-def _chooser(read_s: float, max_gamma: int = 8) -> GammaChooser:
+def _chooser(read_s: float, max_gamma: int = 8, front: int = 0) -> GammaChooser:
     """A chooser whose pass costs 1 s + read_s per expected miss (one layer, k = 2)."""
 
     def cost(g, context, union, misses, du, dm):
         return 1.0 + read_s * float(misses.sum())
 
-    return GammaChooser(cost, n_layers=1, top_k=2, block_bytes=100.0, max_gamma=max_gamma)
+    return GammaChooser(
+        cost, n_layers=1, top_k=2, block_bytes=100.0, front=front, max_gamma=max_gamma
+    )
 
 
 def _world(ch, passes, alpha, lane_misses, actual_misses=None, plain=1.0, refeed=None, record=True):
@@ -179,6 +181,26 @@ def test_guard_holds_every_run_length_when_every_pass_is_at_its_worst():
         worst = max(worst, spent / ref)
     assert worst <= 1 + BOUND, worst
     assert max(chosen) > 1, "the guard must let a pass run once its worst fits (else: vacuous)"
+
+
+def test_guard_holds_from_its_front_on_and_drafts_sooner_where_plain_costs_are_known():
+    # every access misses (plain's tokens and the run's plain tokens cost alike, known in
+    # advance): with `front` F the bound is owed from F tokens on, so BOUND of F tokens' plain
+    # cost may be spent from the start. Every pass at its worst, every draft rejected: a run cut
+    # at any length from F on is within (1 + BOUND) of plain, and it drafts sooner than with none
+    def world(passes: int, front: int):
+        return _world(
+            _chooser(read_s=1.0, front=front), passes, alpha=0.0, lane_misses=lambda g: g / 3,
+            actual_misses=lambda g: 2.0 * g, plain=2.0,  # k = 2 misses a position
+        )  # fmt: skip
+
+    F = 64  # one token a pass (every draft rejected): passes are tokens
+    worst = max(spent / ref for _, spent, ref in (world(n, F) for n in range(F, 300, 9)))
+    assert worst <= 1 + BOUND, worst
+    first = {f: world(300, f)[0].index(2) for f in (0, F)}  # the first pass that drafts
+    assert first[F] < first[0], first
+    early = max(spent / ref for _, spent, ref in (world(n, F) for n in range(first[F] + 1, F)))
+    assert early > 1 + BOUND, "before F the bound is not owed, and the credit was spent"
 
 
 def test_guard_lets_the_widest_gamma_that_fits_run():
