@@ -34,7 +34,7 @@ from pathlib import Path
 from analysis._runs import md_table
 from analysis.gamma_auto import RESULTS
 from specdec.cache.spec import PolicySpec
-from specdec.gamma.chooser import BOUND, FRONT, lru_reserve
+from specdec.gamma.chooser import BOUND, front_for, lru_reserve
 from specdec.store.budget import Budget, plan_slots
 from specdec.stream.loader import load
 
@@ -84,9 +84,9 @@ def first_draft(worst: float, reserve: float, plain: float, tokens: int) -> int:
     """The first committed token N at which the guard's worst check admits a pass of `worst`
     bytes, the run plain until then (its spent = plain's totals, N·plain):
     (1 + BOUND)·(N + 1)·plain + ahead >= N·plain + worst + reserve. `ahead`, where the reserve is
-    none (every access misses: the chooser's `front`): BOUND·plain for each token between the
+    none (every access misses: `front_for`): BOUND·plain for each token between the
     pass and min(FRONT, tokens), which makes the check p + BOUND·h·p >= worst at any N < h."""
-    if reserve == 0 and BOUND * min(FRONT, tokens) * plain >= worst - plain:
+    if BOUND * min(front_for(reserve), tokens) * plain >= worst - plain:
         return 0
     return max(0, math.ceil((worst + reserve - (1 + BOUND) * plain) / (BOUND * plain)))
 

@@ -132,6 +132,12 @@ def lru_reserve(policy: PolicySpec, slots: int, n_layers: int, top_k: int) -> in
     return 0 if str(policy) == "lru" and slots <= (n_layers - 1) * top_k else slots
 
 
+def front_for(reserve: float) -> int:
+    """`GammaChooser.front` for a guard that holds `reserve` (`lru_reserve`'s): FRONT where it
+    holds none (every access misses, so plain's cost of every token ahead is known), else 0."""
+    return FRONT if reserve == 0 else 0
+
+
 @dataclass(frozen=True)
 class Candidate:
     gamma: int

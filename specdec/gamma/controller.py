@@ -23,11 +23,11 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.clock.passes import PassClock, draft_parts
 from specdec.clock.profiles import DeviceProfile, auto_profile
 from specdec.gamma.chooser import (
-    FRONT,
     MAX_GAMMA,
     Choice,
     GammaChooser,
     Observed,
+    front_for,
     lru_reserve,
 )
 from specdec.gamma.shadows import ShadowReport, Shadows
@@ -74,8 +74,9 @@ class AutoGamma:
         n = s.cache.n_slots
         one = isinstance(s.cache, ExpertCache) and not s.lookahead.ahead_of
         reserve = lru_reserve(sm.policy, n, len(layers), sm.top_k) if one else n
-        front = FRONT if reserve == 0 else 0  # plain's cost known in advance: every access misses
-        chooser = GammaChooser(cost, len(layers), sm.top_k, slot, draft_slot, reserve, front)
+        chooser = GammaChooser(
+            cost, len(layers), sm.top_k, slot, draft_slot, reserve, front_for(reserve)
+        )
         return cls(sm, clock, profile, chooser, shadows)
 
     def start(self) -> None:

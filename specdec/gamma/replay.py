@@ -40,7 +40,7 @@ from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.inputs import read_json_object
 from specdec.core.progress import progress
-from specdec.gamma.chooser import FRONT, MAX_GAMMA, GammaChooser, Observed, lru_reserve
+from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed, front_for, lru_reserve
 from specdec.gamma.shadows import Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import prompt_starts, rejected_routing, routing_model, trace_routes
@@ -132,8 +132,9 @@ def replay_passes(
             return clock.expected(profile, g, context, layers, union, misses, block, du, dm)
 
         reserve = lru_reserve(spec, budget_slots, L, k)
-        front = FRONT if reserve == 0 else 0  # plain's cost known in advance: every access misses
-        chooser = GammaChooser(cost, L, k, block, cache_blocks=reserve, front=front, max_gamma=cap)
+        chooser = GammaChooser(
+            cost, L, k, block, cache_blocks=reserve, front=front_for(reserve), max_gamma=cap
+        )
         shadows = Shadows(
             lambda: spec.cache(budget_slots, hotlist=hotlist),
             range(2, cap + 1),

@@ -23,7 +23,15 @@ from specdec.cache.spec import PolicySpec
 from specdec.cli.simulate import add_arguments, run
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import BudgetError, SpecdecError
-from specdec.gamma.chooser import BLOCK, BOUND, GUARD, GammaChooser, Observed, lru_reserve
+from specdec.gamma.chooser import (
+    BLOCK,
+    BOUND,
+    GUARD,
+    GammaChooser,
+    Observed,
+    front_for,
+    lru_reserve,
+)
 from specdec.gamma.replay import replay_passes, trace_clock
 from specdec.gamma.shadows import ShadowPass, Shadows, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
@@ -195,6 +203,7 @@ def test_guard_holds_from_its_front_on_and_drafts_sooner_where_plain_costs_are_k
         )  # fmt: skip
 
     F = 64  # one token a pass (every draft rejected): passes are tokens
+    assert (front_for(0), front_for(8)) == (F, 0)  # the callers' rule: no reserve, a front
     worst = max(spent / ref for _, spent, ref in (world(n, F) for n in range(F, 300, 9)))
     assert worst <= 1 + BOUND, worst
     first = {f: world(300, f)[0].index(2) for f in (0, F)}  # the first pass that drafts
