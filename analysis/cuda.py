@@ -57,6 +57,7 @@ SESSIONS = {
     7: ("h200-r7",),
     10: ("h200-r10",),
     11: ("h200-r11",),
+    13: ("h200-r13",),
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0)
@@ -365,11 +366,12 @@ def model_table() -> str:
     return md_table(heads, body)
 
 
-def split_table(sessions: tuple[int, ...] = (10, 11)) -> str:
+def split_table(sessions: tuple[int, ...] = (10, 11, 13)) -> str:
     """Where the device model's time per committed token goes against the measured, run by run
     (spec runs of `sessions`, on their machine's profile): measured time blocked on reads and
     off the disk; modeled reads, landing (the profile's landing taken out) and the rest
-    (compute and router syncs). ms per committed token."""
+    (compute and router syncs), ms per committed token; and the unpriced time per block read
+    (fresh: the verify phase's misses)."""
     profs, body = profiles(), []
     for row in runs("spec"):
         sess = row.get("session", 1)
@@ -385,10 +387,13 @@ def split_table(sessions: tuple[int, ...] = (10, 11)) -> str:
         blocked = sum(r.blocked_s for r in row["records"])
         wall = sum(r.wall_s for r in row["records"])
         ms = [1e3 * x / n for x in (blocked, wall - blocked, read, land, rest)]
+        fresh = sum(sum(r.misses.values()) for r in row["records"])
         body.append([sess, _label(row), row["gamma"], *[f"{x:.0f}" for x in ms],
-                     f"{ms[1] - ms[3] - ms[4]:+.0f}"])  # fmt: skip
+                     f"{ms[1] - ms[3] - ms[4]:+.0f}", f"{fresh / n:.0f}",
+                     f"{(ms[1] - ms[3] - ms[4]) * n / fresh:+.2f}"])  # fmt: skip
     heads = ["session", "run", "γ", "measured: blocked", "off the disk", "modeled: reads",
-             "landing", "the rest", "off the disk, unpriced"]  # fmt: skip
+             "landing", "the rest", "off the disk, unpriced", "fresh blocks",
+             "unpriced, ms a fresh block"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -531,7 +536,11 @@ def offsets_table() -> str:
     return md_table(heads, body)
 
 
-WHERE = {6: RESULTS / "where.json", 11: RESULTS / "session11" / "where.json"}
+WHERE = {
+    6: RESULTS / "where.json",
+    11: RESULTS / "session11" / "where.json",
+    13: RESULTS / "session13" / "where.json",
+}
 
 
 def _where_runs() -> Iterator[tuple[int, str, dict]]:
@@ -603,12 +612,13 @@ def land_table() -> str:
 def overhead_table() -> str:
     """One row per session and shape: the fourth session's run (overhead.json), the eighth's
     (session8/, its routing then read once a token), the tenth's (session10/: held deferred
-    steps and the frozen heap; docs/results/cuda.md says what changed) and the eleventh's
-    (session11/: 128 tokens, 5 alternations in one process, 4 pairs)."""
+    steps and the frozen heap; docs/results/cuda.md says what changed), the eleventh's
+    (session11/: 128 tokens, 5 alternations in one process, 4 pairs) and the thirteenth's
+    (session13/: 3 pairs)."""
     body = []
     for path in (
         RESULTS / "overhead.json",
-        *(RESULTS / f"session{n}" / "overhead.json" for n in (8, 10, 11)),
+        *(RESULTS / f"session{n}" / "overhead.json" for n in (8, 10, 11, 13)),
     ):
         data = json.loads(path.read_text())
         for model in ("qwen3", "minimax"):
@@ -636,7 +646,7 @@ def _overhead_row(model: str, data: dict) -> list:
     ]  # fmt: skip
 
 
-LOOP_SESSIONS = (11, 12)  # sessions whose overhead step ran the loop split
+LOOP_SESSIONS = (11, 12, 13)  # sessions whose overhead step ran the loop split
 
 
 def loop_table() -> str:

@@ -7,7 +7,9 @@
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
 machine, versions and the command) as soon as it ends, so a run cut short keeps what finished;
-`--deadline SECONDS` skips the steps that would start after it. Nothing here is a timed test.
+`--deadline SECONDS` skips the steps that would start after it. Steps whose runs are priced
+(scale spec auto drafters lookahead shm) read the profile step's DIR/h200.yaml or `--profile
+PATH`; without either they are refused before any step starts. Nothing here is a timed test.
 
     check      the CUDA facts the design rests on: dense arena views pass mx.gather_qmm where an
                array of slots' strided views is refused; mlx-lm's QuantizedMultiLinear refused
@@ -559,7 +561,7 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
     from specdec.stream.loader import load
     from specdec.trace.format import load_trace
 
-    prof = get_profile(str(Path(args.out) / "h200.yaml"))
+    prof = get_profile(args.profile)
     trace = load_trace(Path(args.disk) / "minimax.trace")
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
     groups: dict = {}
@@ -737,6 +739,7 @@ def where(args) -> dict:
     return out
 
 
+PRICED = {"scale", "spec", "auto", "drafters", "lookahead", "shm"}  # steps whose runs it prices
 STEPS = {
     "check": check,
     "offsets": offsets,
@@ -771,7 +774,15 @@ def main() -> int:
     ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
+    ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "
+                    "step's, DIR/h200.yaml)")  # fmt: skip
     args = ap.parse_args()
+    args.profile = args.profile or str(Path(args.out) / "h200.yaml")
+    priced = sorted(PRICED & set(args.steps))
+    if priced and "profile" not in args.steps and not Path(args.profile).exists():
+        # refused before any step: a missing profile found after `big` costs minutes of device time
+        ap.error(f"the runs of {', '.join(priced)} are priced on {args.profile}, which is absent: "
+                 "add the profile step or pass --profile PATH")  # fmt: skip
     args.deadline_at = time.perf_counter() + args.deadline
     for d in (args.shm, args.disk, args.out):
         Path(d).mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,12 @@ machine, named in the profile's `sources`, none of them from the runs the profil
                       calls of their own: their launches and host work), the same way on the same
                       checkpoint: passes of 2, 4 and 8 positions by an oracle that drafts plain's
                       own tokens, so all are kept; the slope over the positions, plain's at 1
+    miss_call_s       what a MoE layer call that reads costs beyond the time blocked on its reads,
+                      its landing and its router sync: issuing the reads, the cache's slot
+                      bookkeeping, the wake-up after them; plain one-position forwards of the
+                      same checkpoint at a budget where calls miss (MISS_BUDGET, read from the
+                      page cache: the reads' own time is measured and taken out), per pass its
+                      time beyond the profile's price over its calls that read, the median
 
     land_gbps         landing: the expert kernel's first call over slots O_DIRECT has just read
                       into against the same call again, in a decode's order (the layer computes,
@@ -43,6 +49,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +66,8 @@ READ_RUN_BYTES, READ_ROUNDS = 1 << 30, 3
 LAND_SLOTS = (1, 2, 4, 8, 16, 32)  # fresh slots a layer call lands: a decode 2-3, a verify 20-30
 LAND_GBPS_SLOTS = 16  # the one count `land_gbps` is taken at (the curve's rate where it has none)
 VERIFY_POSITIONS = (2, 4, 8)  # decode-form verify widths `position_s` is timed at (and plain's 1)
+# `miss_call_s`'s cache: its calls miss a few blocks each, as a decode's below full budget do
+MISS_BUDGET = "25%"
 
 
 def _timed(fn, repeats: int = 5) -> float:
@@ -354,6 +363,55 @@ def layer_cost(
         sm.close()
 
 
+def miss_cost(
+    model: str, profile: DeviceProfile, budget: str = MISS_BUDGET, tokens: int = 48
+) -> dict:
+    """Seconds a MoE layer call that reads costs beyond what `profile` (with its router sync and
+    landing) charges it and beyond the time the caller was blocked on its reads: plain
+    one-position forwards of `model` at `budget`, read from the page cache, every call synced on
+    its router as below full budget; per pass that read, (wall − blocked − modeled with free
+    reads) over its calls that read; `miss_call_s` the median."""
+    from specdec.clock.passes import PassClock
+    from specdec.decode.drafters import Drafter
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+
+    free = replace(profile, read_curve=((1.0, 1e9),), read_latency_s=0.0)  # reads as measured
+    sm = load(model, budget=budget, io="buffered", with_mtp=False)
+    try:
+        prompt = sm.encode("def f(x):")
+        generate(sm, prompt, "none", DecodeConfig(1, 4), stop_at_eos=False)  # warm-up
+        res = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
+        clock = PassClock.for_decode(sm, Drafter())
+        per, calls, misses = [], 0, 0
+        for r in res.records:
+            n = sum(1 for m in r.misses.values() if m)
+            if n:
+                extra = r.wall_s - r.blocked_s - clock.remodel(free, r).total_s
+                per.append(extra / n)
+                calls, misses = calls + n, misses + sum(r.misses.values())
+    finally:
+        sm.close()
+    return {
+        "model": str(model),
+        "budget": budget,
+        "passes": len(per),
+        "misses_per_call": misses / calls if calls else 0.0,
+        "per_call_s": per,
+        "miss_call_s": max(0.0, statistics.median(per)) if per else 0.0,
+    }
+
+
+def _miss_source(mc: dict) -> str:
+    return (
+        f"plain one-position forwards of {mc['model']} at {mc['budget']}, synced, read from the "
+        f"page cache: median {mc['miss_call_s'] * 1e3:.3f} ms a call that read ({mc['passes']} "
+        f"passes, {mc['misses_per_call']:.1f} blocks a call) beyond its blocked time, landing "
+        f"and router sync"
+    )
+
+
 def _position_source(lc: dict) -> str:
     widths = ", ".join(
         f"{r['positions']}: {r['beyond_compute_s'] * 1e3:.2f}" for r in lc["verify"]
@@ -384,6 +442,14 @@ def device_profile(
         curve_runs = [landing(hidden, inter, n, blocks=blocks) for n in LAND_SLOTS]
     land = next(r for r in curve_runs if r["slots"] == LAND_GBPS_SLOTS)
     land_curve = curve_runs if on_cuda() else []  # elsewhere each says why there is none
+    landing_fields = {
+        "land_gbps": None if land["gbps"] is None else float(f"{land['gbps']:.4g}"),
+        "land_curve": tuple(
+            (float(p["slots"]), float(f"{p['gbps']:.4g}"))
+            for p in land_curve
+            if p["gbps"] is not None
+        ),
+    }
     # on CUDA the runs read into slots the GPU computes on: the bench reads into such slots too
     path = "preadv_direct_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
     # 1 GiB a point, 3 rounds: a 256 MiB point (the default) swung ±10% on the H200's disk
@@ -396,9 +462,11 @@ def device_profile(
     provisional = DeviceProfile(
         name, mem_gbps=kern["gbps"], peak_tflops=mm["tflops"], router_sync_s=0.0,
         read_curve=curve, read_block_bytes=float(reads["block_bytes"]), read_latency_s=0.0,
+        **landing_fields,
     )  # fmt: skip
     lc = layer_cost(model, provisional)
     router = lc["per_layer_s"]
+    mc = miss_cost(model, replace(provisional, router_sync_s=router))
     latency = capped_latency(lat["median_s"], curve, reads["block_bytes"])
     profile = DeviceProfile(
         name,
@@ -406,17 +474,13 @@ def device_profile(
         peak_tflops=float(f"{mm['tflops']:.4g}"),
         router_sync_s=router,
         position_s=lc["position_s"],
+        miss_call_s=mc["miss_call_s"],
         read_curve=tuple((n, round(g, 3)) for n, g in curve),
         read_block_bytes=float(reads["block_bytes"]),
         read_latency_s=latency,
         reads_in_flight=8,
         overlap_reads=False,
-        land_gbps=None if land["gbps"] is None else float(f"{land['gbps']:.4g}"),
-        land_curve=tuple(
-            (float(p["slots"]), float(f"{p['gbps']:.4g}"))
-            for p in land_curve
-            if p["gbps"] is not None
-        ),  # fmt: skip
+        **landing_fields,
         description=f"{name}: measured by `specdec bench device` ({machine_info()['cpu']})",
         sources={
             "mem_gbps": f"expert kernel, {hidden}x{inter} 4-bit experts: {kern['expert_bytes']} "
@@ -427,6 +491,7 @@ def device_profile(
             f"{lc['beyond_compute_s'] * 1e3:.2f} ms beyond roofline compute, over "
             f"{lc['moe_layers']} MoE layers",
             "position_s": _position_source(lc),
+            "miss_call_s": _miss_source(mc),
             "batched_verify": "false: this harness's verify, the decode form by default "
             "(each position as one-token calls)",
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
@@ -450,5 +515,6 @@ def device_profile(
         "read_bench": reads,
         "read_latency": lat,
         "layer_cost": lc,
+        "miss_cost": mc,
     }
     return profile, details

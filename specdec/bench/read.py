@@ -505,6 +505,7 @@ def measured_profile(result: dict[str, Any], what: str = "specdec bench read") -
             "peak_tflops": unused,
             "router_sync_s": "0: already inside the measured compute",
             "position_s": "0: already inside the measured compute",
+            "miss_call_s": "0: already inside the measured compute",
             "batched_verify": "false: unused; compute is measured as the run computed",
             "read_curve": f"{what}: {best}, GB/s per thread count (median of {rounds} rounds), "
             f"{block:.0f}-byte blocks",

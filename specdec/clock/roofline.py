@@ -10,7 +10,8 @@ Per layer, in order, as the runtime executes it:
 2. MoE layers: the router's host sync (`profile.router_sync_s`; in a decode-form verify forward,
    `positionwise`, each position past the first adds `profile.position_s`: its one-token calls'
    own launches and host work beyond their roofline), then layer L's misses are issued
-   (never earlier: their ids are known only now) and the experts wait for them. A prefetch
+   (never earlier: their ids are known only now; a call that reads pays `profile.miss_call_s`
+   for doing so, host work beyond the reads themselves) and the experts wait for them. A prefetch
    (router lookahead, a step with `prefetched` > 0 logged after the layer that issued it) starts
    when its issuing layer's reads are done and lands while later layers compute; the target
    layer waits only for what is still in flight. The disk serves one batch at a time (reads
@@ -72,7 +73,7 @@ class Forward:
 @dataclass
 class ModeledTime:
     compute_s: float = 0.0  # roofline time of every part (bandwidth- or FLOP-bound)
-    sync_s: float = 0.0  # fixed per MoE layer: router syncs, a verify's further positions
+    sync_s: float = 0.0  # fixed per MoE layer: router syncs, further positions, miss calls
     read_s: float = 0.0  # time the device waits on reads (what compute does not hide)
     bytes_read: float = 0.0
     reads: int = 0
@@ -140,6 +141,9 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         out.sync_s += further
         misses = sum(s.misses for s in steps)
         nbytes = sum(s.bytes_read for s in steps)
+        if misses:  # the call's host path of a miss: issuing the reads, slot bookkeeping
+            t += profile.miss_call_s
+            out.sync_s += profile.miss_call_s
         done = t
         if misses:
             done = max(t, disk) + _batch(profile, misses, nbytes)

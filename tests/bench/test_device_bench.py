@@ -60,3 +60,18 @@ def test_layer_cost_times_verify_passes_of_each_width_at_full_residency():
     assert got["moe_layers"] > 0 and got["position_s"] >= 0.0
     assert got["per_layer_s"] == max(0.0, got["verify"][0]["beyond_compute_s"]) / got["moe_layers"]
     assert "2: " in device._position_source(got) and "4: " in device._position_source(got)
+
+
+def test_miss_cost_prices_the_calls_that_read_beyond_their_blocked_time():
+    """`miss_call_s` comes from plain passes at a budget where calls read: each pass's time
+    beyond the profile's price and its blocked time, over its calls that read; the median."""
+    import statistics
+    from dataclasses import replace
+
+    from specdec.clock.profiles import get_profile
+
+    profile = replace(get_profile("m4-24gb"), router_sync_s=0.0)
+    got = device.miss_cost("tiny", profile, budget="10%", tokens=6)
+    assert got["passes"] == len(got["per_call_s"]) >= 1 and got["misses_per_call"] >= 1.0
+    assert got["miss_call_s"] == max(0.0, statistics.median(got["per_call_s"]))
+    assert "10%" in device._miss_source(got) and "blocks a call" in device._miss_source(got)

@@ -216,7 +216,7 @@ def test_load_user_profile_yaml_and_json(tmp_path):
 
 
 # fields added after the built-in files: each built-in's value has its own test
-LATER = ("land_gbps", "land_curve", "position_s", "batched_verify")
+LATER = ("land_gbps", "land_curve", "position_s", "miss_call_s", "batched_verify")
 
 
 def same(a: DeviceProfile, b: DeviceProfile, description: bool = True, skip=()) -> bool:
@@ -301,13 +301,14 @@ def test_builtin_files_hold_the_numbers_the_code_computed(name):
 
 def test_the_later_fields_of_the_builtins():
     """What each built-in says of the fields that came after its file: no landing (unified
-    memory, a CPU), no measured further-position cost, and its runtime's verify: ds4 (m5)
-    batched, a Python runtime like this harness (m4) and this machine as the run computed."""
+    memory, a CPU), no measured further-position or miss-call cost, and its runtime's verify:
+    ds4 (m5) batched, a Python runtime like this harness (m4) and this machine as the run
+    computed."""
     for name in BUILTIN_NAMES:
         p = load_profile(profiles_module.BUILTIN_DIR / f"{name}.yaml")  # the shipped file
-        assert (p.land_gbps, p.land_curve, p.position_s) == (None, (), 0.0)
+        assert (p.land_gbps, p.land_curve, p.position_s, p.miss_call_s) == (None, (), 0.0, 0.0)
         assert p.batched_verify is (name == "m5-24gb")
-        assert {"position_s", "batched_verify", "land_gbps"} <= set(p.sources)
+        assert {"position_s", "miss_call_s", "batched_verify", "land_gbps"} <= set(p.sources)
 
 
 def test_the_same_check_fails_on_a_different_float(tmp_path):

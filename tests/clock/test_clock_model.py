@@ -106,6 +106,24 @@ def test_a_decode_form_verify_pays_position_s_per_further_position_and_moe_layer
         small_profile(position_s=-1e-3)
 
 
+def test_a_call_that_reads_pays_miss_call_s_once_whatever_it_reads():
+    """`miss_call_s` is the host path of a MoE layer call that reads (issuing, bookkeeping): paid
+    once by each layer that misses, however many blocks, none by a layer that hits or a dense
+    one, and not part of the reads' own time."""
+    cfg = SMALL | {"num_hidden_layers": 5}  # layers 1..4 are MoE
+    shape = ModelShape.from_config(cfg)
+    steps = (ReadStep(1, 3, 3 * 10**5), ReadStep(2, 0, 0), ReadStep(3, 1, 10**5),
+             ReadStep(4, 0, 0))  # fmt: skip
+    fwd = Forward(1, 10, tuple(range(5)), {i: 2 for i in range(1, 5)}, steps)
+    base, p = small_profile(router_sync_s=6e-4), small_profile(router_sync_s=6e-4, miss_call_s=3e-4)
+    got, without = forward_time(p, shape, fwd), forward_time(base, shape, fwd)
+    assert got.sync_s == pytest.approx(without.sync_s + 2 * 3e-4)
+    assert (got.read_s, got.compute_s) == (without.read_s, without.compute_s)
+    assert got.total_s == pytest.approx(without.total_s + 2 * 3e-4)
+    with pytest.raises(SpecdecError, match="miss_call_s"):
+        small_profile(miss_call_s=-1e-3)
+
+
 def test_a_decode_form_verify_computes_as_one_position_forwards_do():
     """A decode-form verify forward of T positions computes what T one-position forwards
     compute (attention over a context one longer each, the dense MLP, router and head T times,

@@ -92,6 +92,10 @@ class DeviceProfile:
     # (specdec.decode.verify_form: every position's calls are one-token calls of their own, each
     # with its launches and host work); 0 where not measured (`specdec bench device` measures it)
     position_s: float = 0.0
+    # fixed cost of a MoE layer call that reads, beyond the time blocked on its reads and its
+    # landing: issuing the reads, the cache's slot bookkeeping, the wake-up after them; 0 where
+    # not measured (`specdec bench device` measures it)
+    miss_call_s: float = 0.0
     # the runtime verifies a pass's positions in one batched forward (ds4), whatever form this
     # harness computed them in: its verify is priced batched (specdec.clock.roofline); false: as
     # the run computed them (this harness's decode form, T one-position forwards)
@@ -130,7 +134,7 @@ class DeviceProfile:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise SpecdecError(f"profile {self.name!r}: {name} must be > 0, got {v}")
-        for name in ("router_sync_s", "position_s", "read_latency_s"):
+        for name in ("router_sync_s", "position_s", "miss_call_s", "read_latency_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
                 raise SpecdecError(f"profile {self.name!r}: {name} must be ≥ 0, got {v}")
