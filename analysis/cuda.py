@@ -60,8 +60,10 @@ SESSIONS = {
     13: ("h200-r13",),
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
-# the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0)
-FIGURE_SESSIONS = (6, 7)
+# the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
+# the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved)
+FIGURE_SESSIONS = (6, 7, 13)
+GAMMAS_SHOWN = (2, 3, 4, 8)  # the figure's γ, in its colour order
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-use cost
 
@@ -788,9 +790,9 @@ def figure() -> str:
                     key=lambda p: (p[0], order.index(p[1])))  # fmt: skip
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharey=True)
     for ax, panel in zip(axes, panels, strict=True):
-        for i, (gamma, pts) in enumerate(sorted(by[panel].items())):
+        for gamma, pts in sorted(by[panel].items()):
             pts.sort()
-            color = f"C{i}"
+            color = f"C{GAMMAS_SHOWN.index(gamma)}"  # one colour a γ in every panel
             ax.plot([p[0] for p in pts], [p[2] for p in pts], "-", color=color, alpha=0.6)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=color,
                     label=f"γ = {gamma}")  # fmt: skip

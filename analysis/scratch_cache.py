@@ -22,7 +22,6 @@ slots column) is the same for every policy. Bold: the best practical policy of t
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -53,35 +52,17 @@ PROMPT = "import os\nimport sys\n\ndef main(argv):\n    "
 def runtime_rows(tokens: int) -> list[dict]:
     """Rows (budget, γ, α) of the bundled model decoded with every policy; opt_bypass replayed."""
     profiles = (get_profile(DEFAULT_PROFILE),)
-    tmp = tempfile.mkdtemp(prefix="scratch-cache-")
     rows: dict[tuple, dict] = {}
     lru_jobs: dict[tuple, tuple] = {}
-    for share in SHARES:
-        for policy in POLICIES:
-            sm = load("tiny", budget=f"{share:.0%}", io="buffered", policy=policy, threads=1)
-            prompt = sm.tokenizer.encode(PROMPT)
-            for g in GAMMAS:
-                for alpha in RUNTIME_ALPHA:
-                    sm.reset_cache()
-                    cfg = DecodeConfig(gamma=g, max_tokens=tokens)
-                    # the LRU job's records keep its routing: opt_bypass replays its passes
-                    path = Path(tmp) / f"{share}-{g}-{alpha}.jsonl" if policy == "lru" else None
-                    res = generate(
-                        sm, prompt, f"oracle:{alpha}", cfg, stop_at_eos=False, profiles=profiles,
-                        records_path=path,
-                    )  # fmt: skip
-                    s = res.summary
-                    ms = sum(r.modeled_s[DEFAULT_PROFILE] for r in res.records) / s["committed"]
-                    key = (share, g, alpha)
-                    row = rows.setdefault(key, {"tokens": res.tokens, "cells": {}})
-                    if row["tokens"] != res.tokens:
-                        raise SystemExit(f"{policy} {key}: decoded other tokens than lru")
-                    row["cells"][policy] = (s["bytes_per_token"], 1e3 * ms)
-                    if policy == "lru":
-                        idx = sm.streamer.index
-                        lru_jobs[key] = (res.records, s["cache_slots"], idx)
-                    print(f"  {policy} {share:.0%} γ={g} α={alpha} done", file=sys.stderr)
-            sm.close()
+    # the LRU jobs' records files, removed however the runs end
+    with tempfile.TemporaryDirectory(prefix="scratch-cache-") as tmp:
+        for share in SHARES:
+            for policy in POLICIES:
+                sm = load("tiny", budget=f"{share:.0%}", io="buffered", policy=policy, threads=1)
+                try:
+                    _decode(sm, (share, policy), Path(tmp), tokens, profiles, rows, lru_jobs)
+                finally:
+                    sm.close()
     out = []
     for (share, g, alpha), row in sorted(rows.items()):
         records, n, idx = lru_jobs[share, g, alpha]
@@ -90,8 +71,33 @@ def runtime_rows(tokens: int) -> list[dict]:
         size = [idx.slot_bytes] * len(records[0].routing)
         row["cells"][BOUND] = (replay_bytes(BOUND, acc, n, size, E), None)
         out.append({"budget": f"{share:.0%} ({n} slots)", "gamma": g, "alpha": alpha, **row})
-    shutil.rmtree(tmp)
     return out
+
+
+def _decode(sm, job: tuple, tmp: Path, tokens: int, profiles, rows: dict, lru_jobs: dict) -> None:
+    """Every (γ, α) of one budget share and policy on `sm`, into `rows` (and the LRU jobs)."""
+    share, policy = job
+    prompt = sm.tokenizer.encode(PROMPT)
+    for g in GAMMAS:
+        for alpha in RUNTIME_ALPHA:
+            sm.reset_cache()
+            cfg = DecodeConfig(gamma=g, max_tokens=tokens)
+            # the LRU job's records keep its routing: opt_bypass replays its passes
+            path = tmp / f"{share}-{g}-{alpha}.jsonl" if policy == "lru" else None
+            res = generate(
+                sm, prompt, f"oracle:{alpha}", cfg, stop_at_eos=False, profiles=profiles,
+                records_path=path,
+            )  # fmt: skip
+            s = res.summary
+            ms = sum(r.modeled_s[DEFAULT_PROFILE] for r in res.records) / s["committed"]
+            key = (share, g, alpha)
+            row = rows.setdefault(key, {"tokens": res.tokens, "cells": {}})
+            if row["tokens"] != res.tokens:
+                raise SystemExit(f"{policy} {key}: decoded other tokens than lru")
+            row["cells"][policy] = (s["bytes_per_token"], 1e3 * ms)
+            if policy == "lru":
+                lru_jobs[key] = (res.records, s["cache_slots"], sm.streamer.index)
+            print(f"  {policy} {share:.0%} γ={g} α={alpha} done", file=sys.stderr)
 
 
 def replay_rows(positions: int, seed: int) -> list[dict]:
