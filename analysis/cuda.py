@@ -437,6 +437,9 @@ def shm_table() -> str:
 
 
 def auto_table() -> str:
+    """`--gamma auto` runs against the plain runs around them (their mean time per token), with
+    how far those plain runs themselves differ: a run that never drafted is plain's work, so its
+    ratio is the disk's drift between runs."""
     body = []
     for row in spec_rows():
         if row["gamma"] != "auto":
@@ -444,10 +447,12 @@ def auto_table() -> str:
         ratio = measured_tps(row) / plain_tps(row)
         hist = row.get("gamma_chosen_hist") or []
         drafting = sum(hist[2:]) if len(hist) > 2 else 0
+        plains = row["plains"]  # the disk's drift: the later plain run against the earlier
+        drift = measured_tps(plains[-1]) / measured_tps(plains[0]) if len(plains) > 1 else None
         body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x",
-                     drafting, row["passes"]])  # fmt: skip
+                     drafting, row["passes"], "—" if drift is None else f"{drift:.2f}x"])  # fmt: skip
     heads = ["session", "budget", "drafter", "auto / plain, measured", "passes with γ > 1",
-             "passes"]  # fmt: skip
+             "passes", "plain after / plain before"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -569,17 +574,22 @@ def where_table() -> str:
         calls = [c for c in calls if c["cpu"] <= FIRST_USE_S]
         n = v["committed"]
         per = {k: 1e3 * sum(c[k] for c in calls) / n for k in ("router", "reads", "gpu", "cpu")}
+        # a call's wall beyond its router sync and its reads: its host path (where each call has
+        # its wall; the sixth session's calls did not keep it)
+        own = [c["wall"] - c["router"] - c["reads"] for c in calls if "wall" in c]
+        own_ms = f"{1e3 * statistics.mean(own):.2f}" if own else "—"
         x = np.array([[1, c["fresh"], c["positions"]] for c in calls], float)
         fit = np.linalg.lstsq(x, 1e3 * np.array([c["gpu"] for c in calls]), rcond=None)[0]
         body.append([sess, name, n, v["passes"], f"{1e3 * v['wall_s'] / n:.0f}",
                      f"{1e3 * v['blocked_s'] / n:.0f}", f"{per['router']:.1f}",
                      f"{per['reads']:.0f}", f"{per['gpu']:.1f}", f"{per['cpu']:.1f}",
-                     f"{sum(c['fresh'] for c in calls) / n:.0f}",
+                     f"{sum(c['fresh'] for c in calls) / n:.0f}", own_ms,
                      f"{fit[0]:.2f} + {fit[1]:.2f}·blocks + {fit[2]:.2f}·positions",
                      ", ".join(f"{c['cpu']:.1f} s" for c in first) or "—"])  # fmt: skip
     heads = ["session", "run", "tokens", "passes", "ms/token", "blocked", "router sync",
              "reads (wall)", "layer GPU", "host CPU", "fresh blocks/token",
-             "layer GPU ms per call (fit)", "first-use calls left out (host CPU)"]  # fmt: skip
+             "call wall beyond router and reads, ms a call", "layer GPU ms per call (fit)",
+             "first-use calls left out (host CPU)"]  # fmt: skip
     return md_table(heads, body)
 
 

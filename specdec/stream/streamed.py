@@ -37,6 +37,9 @@ slot holding a partial or stale block is ever computed on (tests/e2e/test_fault_
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -105,18 +108,55 @@ class SlotCopy:
     """Where a call's rows find their experts once those are copied out of the arena: the slots
     to copy and each row's index into the copies. A switch call hands its projections the same
     indices array, so the map is made once per call (the memo holds that array: MLX arrays are
-    immutable) and each projection only copies its own tensors."""
+    immutable) and each projection only copies its own tensors.
+
+    A call computed as several switch calls (a verify's decode form: one per position) copies
+    the whole call's experts once (`whole_call`): each projection takes its tensors at the
+    call's distinct slots once, and each position's rows index those copies through a slot ->
+    copy table, instead of every position copying its own k experts again (on the H200 a γ = 8
+    verify call past the reach spent ~1 ms a position more than one within it:
+    docs/results/cuda.md). The copies hold the same bytes, so each position computes as before."""
 
     def __init__(self) -> None:
         self._last: tuple[mx.array, mx.array, mx.array] | None = None
+        # inside whole_call: (picked [u] slots, [max slot + 1] slot -> copy, taken views by
+        # projection)
+        self._call: tuple[mx.array, mx.array, dict[int, dict]] | None = None
 
     def __call__(self, indices: mx.array) -> tuple[mx.array, mx.array]:
         """(picked [u] slots to copy, local [..., k] indices into the copies) for `indices`
         [..., k]: a call of few rows copies each row's expert (no host read), a longer one
-        (prefill, sorted rows) its distinct slots, in slot order so sorted indices stay sorted."""
+        (prefill, sorted rows) its distinct slots, in slot order so sorted indices stay sorted;
+        inside `whole_call`, the whole call's slots and these rows' places among them."""
         if self._last is None or self._last[0] is not indices:
-            self._last = (indices, *self._make(indices))
+            made = self._make(indices) if self._call is None else (
+                self._call[0], self._call[1][indices])  # fmt: skip
+            self._last = (indices, *made)
         return self._last[1], self._last[2]
+
+    def copied(self, owner: nn.Module, views: dict, indices: mx.array) -> tuple[dict, mx.array]:
+        """`owner`'s views taken at the call's experts, and `indices` [..., k] into them: inside
+        `whole_call` taken once for the whole call, else for this call."""
+        picked, local = self(indices)
+        if self._call is None:
+            return {n: mx.take(v, picked, axis=0) for n, v in views.items()}, local
+        taken = self._call[2]
+        if id(owner) not in taken:
+            taken[id(owner)] = {n: mx.take(v, picked, axis=0) for n, v in views.items()}
+        return taken[id(owner)], local
+
+    @contextlib.contextmanager
+    def whole_call(self, slots: np.ndarray) -> Iterator[None]:
+        """The switch calls made inside compute parts of one call on `slots` [..., k], known on
+        the host: its distinct slots are copied once, each part indexes them."""
+        used = np.unique(slots)  # [u] sorted
+        lut = np.zeros(int(used[-1]) + 1, dtype=np.uint32)
+        lut[used] = np.arange(len(used))
+        self._last, self._call = None, (mx.array(used), mx.array(lut), {})
+        try:
+            yield
+        finally:
+            self._last, self._call = None, None
 
     @staticmethod
     def _make(indices: mx.array) -> tuple[mx.array, mx.array]:
@@ -158,8 +198,7 @@ class ArenaLinear(nn.Module):
     def __call__(self, x: mx.array, indices: mx.array, sorted_indices: bool = False) -> mx.array:
         v, q = self._h.views, self._h.quant
         if self._h.copies is not None:  # past the kernels' reach: on the call's experts copied
-            picked, indices = self._h.copies(indices)
-            v = {name: mx.take(view, picked, axis=0) for name, view in v.items()}
+            v, indices = self._h.copies.copied(self, v, indices)
         if q is not None:
             x = mx.gather_qmm(
                 x,
@@ -193,6 +232,8 @@ def _on_arena(
     copies = SlotCopy()  # one map per call for all of the switch's projections
     for proj in layout.projections:
         setattr(switch, proj, ArenaLinear(arena, layout, proj, copies, rows))
+    # the map, where a projection computes on copies (a plain attribute: not a parameter)
+    switch.slot_copy = copies if any(p._h.copies for p in _arena_linears(switch)) else None
     left = [name for name, _ in tree_flatten(switch.parameters())]
     if left:  # a parameter the arena does not hold would never be loaded
         raise SpecdecError(
@@ -200,6 +241,10 @@ def _on_arena(
             f"projections ({left[0]}); specdec cannot stream this switch module"
         )
     return switch
+
+
+def _arena_linears(switch: nn.Module) -> list[ArenaLinear]:
+    return [p for p in switch.values() if isinstance(p, ArenaLinear)]
 
 
 def _shallow_copy(module: nn.Module) -> nn.Module:
@@ -305,18 +350,29 @@ class StreamedSwitchGLU(nn.Module):
             h.windows[table.first] = window
         return self._compute(x, indices, window)
 
-    def _compute(self, x: mx.array, slots: mx.array, switch: nn.Module | None = None) -> mx.array:
+    def _compute(
+        self,
+        x: mx.array,
+        slots: mx.array,
+        switch: nn.Module | None = None,
+        host_slots: np.ndarray | None = None,
+    ) -> mx.array:
         """The switch (the layer's, on every slot, unless given) on x [..., H] and slots
         [..., k] -> [..., k, H']: one call; in a verify pass's decode form
         (decode/verify_form.py) one call per position, shaped as a one-token decode call
         ([1, 1, H], [1, 1, k]), so each position's experts are computed by the kernels
-        one-token decoding uses (a call's row count picks them)."""
+        one-token decoding uses (a call's row count picks them). `host_slots`: the same slots on
+        the host, where known: a switch on copies (past the gather kernels' reach) then copies
+        the whole call's experts once for all its positions (`SlotCopy.whole_call`)."""
         switch = self._h.switch if switch is None else switch
         n = slots.size // slots.shape[-1]
         if not self._decode_form or n == 1:
             return switch(x, slots)
         xs, ss = x.reshape(n, 1, 1, -1), slots.reshape(n, 1, 1, -1)  # [N, 1, 1, H], [N, 1, 1, k]
-        y = mx.concatenate([switch(xs[i], ss[i]) for i in range(n)])  # [N, 1, k, H']
+        copy = getattr(switch, "slot_copy", None)
+        whole = copy.whole_call(host_slots) if copy and host_slots is not None else nullcontext()
+        with whole:
+            y = mx.concatenate([switch(xs[i], ss[i]) for i in range(n)])  # [N, 1, k, H']
         return y.reshape(*slots.shape, -1)
 
     def _launch(self, y: mx.array) -> mx.array:
@@ -341,10 +397,13 @@ class StreamedSwitchGLU(nn.Module):
         for pos, experts, slots in s.steps(h.layer, idx, phase):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
-                y, used = self._compute(x, mx.array(h.lut[idx], h.ids)), experts
+                slots = h.lut[idx]  # [..., k]
+                y, used = self._compute(x, mx.array(slots, h.ids), host_slots=slots), experts
                 continue
             flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
-            out = self._compute(flat_x[start : start + len(pos)], mx.array(h.lut[pos], h.ids))
+            slots = h.lut[pos]  # [n, k]
+            out = self._compute(flat_x[start : start + len(pos)], mx.array(slots, h.ids),
+                                host_slots=slots)  # fmt: skip
             s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
             used += experts

@@ -6,10 +6,13 @@ whose weight region passes 2^32 elements computes on the experts it names copied
 element, so every arena takes that path on the CPU, and the streamed model must still equal
 mlx-lm's resident one bit for bit (quantized experts; float ones within the BLAS contract) on
 the synced path (30%: reads every step; prefill rows past FEW_ROWS take the distinct-slot copy),
-the device-table path (100% --warm) and a speculative verify pass.
+the device-table path (100% --warm) and speculative verify passes (whose decode form copies a
+call's experts once for all its positions).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import mlx.core as mx
 import numpy as np
@@ -95,7 +98,12 @@ def test_copied_experts_give_the_resident_logits(
         sm.close()
 
 
-def test_speculation_on_copied_experts_is_lossless(ckpt_root, tmp_path, monkeypatch):
+def test_speculation_on_copied_experts_is_lossless_and_copies_once_a_call(
+    ckpt_root, tmp_path, monkeypatch
+):
+    """Verify passes past the reach equal plain greedy; in the decode form each position is a
+    call of its own, and those calls share one copy of the whole call's experts (each
+    projection takes its tensors once a call, not once a position)."""
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     src = random_checkpoint(ckpt_root, "qwen3_moe", 4)
     sm = load(src, budget="30%", io="buffered", with_mtp=False)
@@ -105,14 +113,29 @@ def test_speculation_on_copied_experts_is_lossless(ckpt_root, tmp_path, monkeypa
     finally:
         sm.close()
     monkeypatch.setattr(streamed, "gather_reach", lambda: streamed.GatherReach(1, 1))
+    calls, whole = [], streamed.SlotCopy.whole_call
+
+    def watched(self, slots):
+        with whole(self, slots):
+            yield
+            calls.append((len(slots.reshape(-1, slots.shape[-1])), len(self._call[2])))
+
+    monkeypatch.setattr(streamed.SlotCopy, "whole_call", contextlib.contextmanager(watched))
     sm = load(src, budget="30%", io="buffered", with_mtp=False)
     try:
-        for drafter in ("oracle:0.8", "self"):
+        projections = len(streamed._arena_linears(next(
+            m._h.switch for _, m in sm.model.named_modules()
+            if isinstance(m, streamed.StreamedSwitchGLU)
+        )))  # fmt: skip
+        for drafter in ("oracle:0.8", "self", "oracle:1.0"):
             sm.reset_cache()
             res = generate(sm, prompt, drafter, DecodeConfig(4, 24), stop_at_eos=False)
             assert res.tokens == plain, drafter
     finally:
         sm.close()
+    # verify calls of up to 4 positions (fewer at the run's end, or a chunk of a wide union)
+    assert calls and all(2 <= n <= 4 for n, _ in calls) and any(n == 4 for n, _ in calls)
+    assert all(taken == projections for _, taken in calls)  # each projection's copy taken once
 
 
 def test_one_slot_map_per_switch_call(ckpt_root, tmp_path, monkeypatch):
