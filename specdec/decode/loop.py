@@ -186,6 +186,14 @@ class Decode:
     def generated(self) -> list[int]:
         return self.st.generated
 
+    def generated_since(self, n: int) -> list[int]:
+        """The committed tokens after the first `n` generated ones."""
+        return self.st.tokens[self.st.n_prompt + n :]
+
+    @property
+    def n_generated(self) -> int:
+        return self.st.n_generated
+
     def passes(self) -> Iterator[PassRecord]:
         with _heap_frozen():
             yield from self._passes()
@@ -226,7 +234,7 @@ class Decode:
             if self.tap:
                 self.tap.calls.clear()  # one pass's calls at a time
             start = self._clocks()
-            left = cfg.max_tokens - len(st.generated)  # the last pass drafts no further
+            left = cfg.max_tokens - st.n_generated  # the last pass drafts no further
             choice = self.auto.choose(len(st.tokens) - 1, left) if self.auto else None
             gamma = choice.gamma if choice else self.gamma
             n = min(gamma, left) - 1
@@ -289,7 +297,7 @@ class Decode:
 
     def _continues(self, y: int) -> bool:
         """Whether decoding goes on after the committed token y."""
-        return len(self.st.generated) < self.cfg.max_tokens and y not in self.eos_ids
+        return self.st.n_generated < self.cfg.max_tokens and y not in self.eos_ids
 
     def _next(self, token: mx.array) -> tuple[mx.array, mx.array]:
         """greedy_next as a verify forward."""
@@ -324,7 +332,7 @@ class Decode:
             nxt, top = started or self._next(mx.array([[y]]))
             # this token's deferred calls: after the held tokens', before the next token's
             mine = len(streamer.deferred) - sum(h[2] for h in held)
-            last = len(st.generated) + 1 >= cfg.max_tokens
+            last = st.n_generated + 1 >= cfg.max_tokens
             started = None if last else self._start_next(nxt)
             y = nxt.item()  # host sync: token t (t+1 computes meanwhile)
             check_finite(top.item())  # evaluated with nxt: no second sync

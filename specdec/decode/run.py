@@ -154,8 +154,8 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
                 if on_pass:
                     on_pass(rec)
                 if on_tokens:
-                    on_tokens(run.generated[shown:])
-                    shown = len(run.generated)
+                    on_tokens(run.generated_since(shown))
+                    shown = run.n_generated
     finally:
         if writer:
             writer.close()

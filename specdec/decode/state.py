@@ -29,8 +29,14 @@ class DecodeState:
 
     @property
     def generated(self) -> list[int]:
-        """The committed tokens after the prompt."""
+        """The committed tokens after the prompt (a copy)."""
         return self.tokens[self.n_prompt :]
+
+    @property
+    def n_generated(self) -> int:
+        """How many tokens are committed after the prompt, without copying them (the loop asks
+        every token: a copy of a long run's tokens each time made it quadratic)."""
+        return len(self.tokens) - self.n_prompt
 
     def pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
         """A draft token from logits [V]: argmax at temp 0, else a sample with its q."""

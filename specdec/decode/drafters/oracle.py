@@ -55,7 +55,7 @@ class OracleDrafter(Drafter):
     def propose(self, st: DecodeState, n: int) -> tuple[list[int], np.ndarray | None]:
         if st.temp != 0:
             raise SpecdecError("the oracle drafter needs greedy decoding (--temp 0)")
-        m = len(st.generated)
+        m = st.n_generated
         out = []
         self.planned = n  # the drafts before the first wrong one are right
         for j in range(n):
