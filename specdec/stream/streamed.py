@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -369,9 +368,9 @@ class StreamedSwitchGLU(nn.Module):
         if not self._decode_form or n == 1:
             return switch(x, slots)
         xs, ss = x.reshape(n, 1, 1, -1), slots.reshape(n, 1, 1, -1)  # [N, 1, 1, H], [N, 1, 1, k]
-        copy = getattr(switch, "slot_copy", None)
-        whole = copy.whole_call(host_slots) if copy and host_slots is not None else nullcontext()
-        with whole:
+        copy = getattr(switch, "slot_copy", None)  # None: within the reach, or a mixed pack's
+        once = copy is not None and host_slots is not None
+        with copy.whole_call(host_slots) if once else contextlib.nullcontext():
             y = mx.concatenate([switch(xs[i], ss[i]) for i in range(n)])  # [N, 1, k, H']
         return y.reshape(*slots.shape, -1)
 
@@ -397,13 +396,13 @@ class StreamedSwitchGLU(nn.Module):
         for pos, experts, slots in s.steps(h.layer, idx, phase):
             h.lut[experts] = slots
             if pos is idx:  # the call fits one step
-                slots = h.lut[idx]  # [..., k]
-                y, used = self._compute(x, mx.array(slots, h.ids), host_slots=slots), experts
+                at = h.lut[idx]  # [..., k] the call's slots
+                y, used = self._compute(x, mx.array(at, h.ids), host_slots=at), experts
                 continue
             flat_x = x.reshape(-1, x.shape[-1])  # [N, H]
-            slots = h.lut[pos]  # [n, k]
-            out = self._compute(flat_x[start : start + len(pos)], mx.array(slots, h.ids),
-                                host_slots=slots)  # fmt: skip
+            at = h.lut[pos]  # [n, k]
+            out = self._compute(flat_x[start : start + len(pos)], mx.array(at, h.ids),
+                                host_slots=at)  # fmt: skip
             s.source.pending.append(out)  # [n, k, H], evaluated before the next chunk's reads
             outs.append(out)
             used += experts
