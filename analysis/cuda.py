@@ -143,8 +143,7 @@ def own_reads_tps(row: dict, profile) -> float:
     (compute, syncs, landing) plus the time the run was measured blocked on reads. Its error is
     what the model gets wrong apart from the disk's rate (which drifts between the profile's bench
     and the runs)."""
-    diskless = replace(profile, read_curve=((1.0, 1e9),), read_latency_s=0.0)
-    seconds = row["committed"] / modeled_tps(row, diskless) + sum(
+    seconds = row["committed"] / modeled_tps(row, profile.diskless()) + sum(
         r.blocked_s for r in row["records"]
     )
     return row["committed"] / seconds
@@ -389,7 +388,7 @@ def split_table(sessions: tuple[int, ...] = (10, 11, 13)) -> str:
         blocked = sum(r.blocked_s for r in row["records"])
         wall = sum(r.wall_s for r in row["records"])
         ms = [1e3 * x / n for x in (blocked, wall - blocked, read, land, rest)]
-        fresh = sum(sum(r.misses.values()) for r in row["records"])
+        fresh = sum(r.verify_misses for r in row["records"])
         body.append([sess, _label(row), row["gamma"], *[f"{x:.0f}" for x in ms],
                      f"{ms[1] - ms[3] - ms[4]:+.0f}", f"{fresh / n:.0f}",
                      f"{(ms[1] - ms[3] - ms[4]) * n / fresh:+.2f}"])  # fmt: skip
@@ -574,16 +573,14 @@ def where_table() -> str:
         calls = [c for c in calls if c["cpu"] <= FIRST_USE_S]
         n = v["committed"]
         per = {k: 1e3 * sum(c[k] for c in calls) / n for k in ("router", "reads", "gpu", "cpu")}
-        # a call's wall beyond its router sync and its reads: its host path (where each call has
-        # its wall; the sixth session's calls did not keep it)
-        own = [c["wall"] - c["router"] - c["reads"] for c in calls if "wall" in c]
-        own_ms = f"{1e3 * statistics.mean(own):.2f}" if own else "—"
+        # a call's wall beyond its router sync and its reads: its host path
+        own = statistics.mean(c["wall"] - c["router"] - c["reads"] for c in calls)
         x = np.array([[1, c["fresh"], c["positions"]] for c in calls], float)
         fit = np.linalg.lstsq(x, 1e3 * np.array([c["gpu"] for c in calls]), rcond=None)[0]
         body.append([sess, name, n, v["passes"], f"{1e3 * v['wall_s'] / n:.0f}",
                      f"{1e3 * v['blocked_s'] / n:.0f}", f"{per['router']:.1f}",
                      f"{per['reads']:.0f}", f"{per['gpu']:.1f}", f"{per['cpu']:.1f}",
-                     f"{sum(c['fresh'] for c in calls) / n:.0f}", own_ms,
+                     f"{sum(c['fresh'] for c in calls) / n:.0f}", f"{1e3 * own:.2f}",
                      f"{fit[0]:.2f} + {fit[1]:.2f}·blocks + {fit[2]:.2f}·positions",
                      ", ".join(f"{c['cpu']:.1f} s" for c in first) or "—"])  # fmt: skip
     heads = ["session", "run", "tokens", "passes", "ms/token", "blocked", "router sync",

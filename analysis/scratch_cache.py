@@ -60,7 +60,7 @@ def runtime_rows(tokens: int) -> list[dict]:
             for policy in POLICIES:
                 sm = load("tiny", budget=f"{share:.0%}", io="buffered", policy=policy, threads=1)
                 try:
-                    _decode(sm, (share, policy), Path(tmp), tokens, profiles, rows, lru_jobs)
+                    _decode(sm, share, policy, Path(tmp), tokens, profiles, rows, lru_jobs)
                 finally:
                     sm.close()
     out = []
@@ -74,9 +74,10 @@ def runtime_rows(tokens: int) -> list[dict]:
     return out
 
 
-def _decode(sm, job: tuple, tmp: Path, tokens: int, profiles, rows: dict, lru_jobs: dict) -> None:
+def _decode(
+    sm, share: float, policy: str, tmp: Path, tokens: int, profiles, rows: dict, lru_jobs: dict
+) -> None:
     """Every (γ, α) of one budget share and policy on `sm`, into `rows` (and the LRU jobs)."""
-    share, policy = job
     prompt = sm.tokenizer.encode(PROMPT)
     for g in GAMMAS:
         for alpha in RUNTIME_ALPHA:

@@ -46,9 +46,11 @@ reads land before its experts run).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -301,6 +303,27 @@ def read_latency(directory: Path, reads: int = 256) -> dict:
     }
 
 
+@contextlib.contextmanager
+def _synced_decode(model: str, **load_kw) -> Iterator[tuple]:
+    """`model` loaded (`load_kw`: its budget), every MoE call synced on its router (the host sync
+    a call below full budget pays), its prompt decoded a few tokens (warm-up): (sm, prompt, the
+    pass clock of plain decoding; the oracle's, too, drafts nothing on device)."""
+    from specdec.clock.passes import PassClock
+    from specdec.decode.drafters import Drafter
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+
+    sm = load(model, io="buffered", with_mtp=False, **load_kw)
+    try:
+        sm.streamer.source.table = lambda layer: None  # no device tables: the synced path
+        prompt = sm.encode("def f(x):")
+        generate(sm, prompt, "none", DecodeConfig(1, 4), stop_at_eos=False)
+        yield sm, prompt, PassClock.for_decode(sm, Drafter())
+    finally:
+        sm.close()
+
+
 def layer_cost(
     model: str, profile: DeviceProfile, tokens: int = 24, positions=VERIFY_POSITIONS
 ) -> dict:
@@ -310,21 +333,14 @@ def layer_cost(
     positions (an oracle drafting plain's own tokens, so every pass verifies P and keeps them),
     what each position past the first adds per MoE layer (`position_s`: the least-squares slope
     of the medians over P, the one-position forwards at P = 1)."""
-    from specdec.clock.passes import PassClock
-    from specdec.decode.drafters import Drafter, DrafterSpec
+    from specdec.decode.drafters import DrafterSpec
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.stream.loader import load
 
-    sm = load(model, budget="100%", warm=True, io="buffered", with_mtp=False)
-    try:
-        sm.streamer.source.table = lambda layer: None  # the synced path: the router's host sync
-        prompt = sm.encode("def f(x):")
-        generate(sm, prompt, "none", DecodeConfig(1, 4), stop_at_eos=False)  # warm-up
+    with _synced_decode(model, budget="100%", warm=True) as (sm, prompt, clock):
         longest = tokens * max(positions, default=1)
         plain = generate(sm, prompt, "none", DecodeConfig(1, longest + 1), stop_at_eos=False)
         layers = len(sm.main_moe_layers)
-        clock = PassClock.for_decode(sm, Drafter())  # the oracle, too, drafts nothing on device
 
         def beyond(res, p: int) -> dict:
             """Passes that verified p positions: their median wall and excess over roofline."""
@@ -359,8 +375,6 @@ def layer_cost(
             "verify": rows,
             "position_s": max(0.0, slope) / layers,
         }
-    finally:
-        sm.close()
 
 
 def miss_cost(
@@ -371,28 +385,18 @@ def miss_cost(
     one-position forwards of `model` at `budget`, read from the page cache, every call synced on
     its router as below full budget; per pass that read, (wall − blocked − modeled with free
     reads) over its calls that read; `miss_call_s` the median."""
-    from specdec.clock.passes import PassClock
-    from specdec.decode.drafters import Drafter
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.stream.loader import load
 
-    free = replace(profile, read_curve=((1.0, 1e9),), read_latency_s=0.0)  # reads as measured
-    sm = load(model, budget=budget, io="buffered", with_mtp=False)
-    try:
-        prompt = sm.encode("def f(x):")
-        generate(sm, prompt, "none", DecodeConfig(1, 4), stop_at_eos=False)  # warm-up
+    free = profile.diskless()  # the reads' time is the measured blocked time
+    with _synced_decode(model, budget=budget) as (sm, prompt, clock):
         res = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
-        clock = PassClock.for_decode(sm, Drafter())
-        per, calls, misses = [], 0, 0
-        for r in res.records:
-            n = sum(1 for m in r.misses.values() if m)
-            if n:
-                extra = r.wall_s - r.blocked_s - clock.remodel(free, r).total_s
-                per.append(extra / n)
-                calls, misses = calls + n, misses + sum(r.misses.values())
-    finally:
-        sm.close()
+    per, calls, misses = [], 0, 0
+    for r in res.records:
+        n = sum(1 for m in r.misses.values() if m)  # the pass's MoE calls that read
+        if n:
+            per.append((r.wall_s - r.blocked_s - clock.remodel(free, r).total_s) / n)
+            calls, misses = calls + n, misses + r.verify_misses
     return {
         "model": str(model),
         "budget": budget,

@@ -141,11 +141,10 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         out.sync_s += further
         misses = sum(s.misses for s in steps)
         nbytes = sum(s.bytes_read for s in steps)
-        if misses:  # the call's host path of a miss: issuing the reads, slot bookkeeping
+        done = t
+        if misses:  # issued after the call's host path of a miss (`miss_call_s`)
             t += profile.miss_call_s
             out.sync_s += profile.miss_call_s
-        done = t
-        if misses:
             done = max(t, disk) + _batch(profile, misses, nbytes)
             disk = done
         done = max(done, ready.pop(layer, 0.0))

@@ -187,8 +187,7 @@ class Decode:
         return self.st.generated
 
     def generated_since(self, n: int) -> list[int]:
-        """The committed tokens after the first `n` generated ones."""
-        return self.st.tokens[self.st.n_prompt + n :]
+        return self.st.generated_since(n)
 
     @property
     def n_generated(self) -> int:

@@ -30,7 +30,11 @@ class DecodeState:
     @property
     def generated(self) -> list[int]:
         """The committed tokens after the prompt (a copy)."""
-        return self.tokens[self.n_prompt :]
+        return self.generated_since(0)
+
+    def generated_since(self, n: int) -> list[int]:
+        """The committed tokens after the first `n` generated ones (a copy)."""
+        return self.tokens[self.n_prompt + n :]
 
     @property
     def n_generated(self) -> int:

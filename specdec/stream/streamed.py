@@ -137,9 +137,7 @@ class SlotCopy:
         """`owner`'s views taken at the call's experts, and `indices` [..., k] into them: inside
         `whole_call` taken once for the whole call, else for this call."""
         picked, local = self(indices)
-        if self._call is None:
-            return {n: mx.take(v, picked, axis=0) for n, v in views.items()}, local
-        taken = self._call[2]
+        taken = {} if self._call is None else self._call[2]
         if id(owner) not in taken:
             taken[id(owner)] = {n: mx.take(v, picked, axis=0) for n, v in views.items()}
         return taken[id(owner)], local

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from specdec.core.errors import SpecdecError
@@ -159,6 +159,11 @@ class DeviceProfile:
                     f"exceeds what one {self.read_block_bytes:.0f}-byte read took at {g} GB/s "
                     f"with {n:g} in flight: lower it"
                 )
+
+    def diskless(self) -> DeviceProfile:
+        """This profile with reads that cost nothing: a run's modeled time apart from its disk,
+        where the time the run was blocked on reads is measured instead."""
+        return replace(self, read_curve=((1.0, 1e9),), read_latency_s=0.0)
 
     def read_gbps(self, in_flight: float) -> float:
         """Throughput at the curve's block size with `in_flight` reads outstanding."""
