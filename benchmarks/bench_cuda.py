@@ -1,8 +1,8 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
-    steps: check offsets models exact overhead profile reads batches big scale spec auto drafters lookahead shm
-           where
+    steps: check offsets models exact overhead profile reads batches pinned big scale spec auto drafters
+           lookahead shm where
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -36,6 +36,9 @@ PATH`; without either they are refused before any step starts. Nothing here is a
                slots the GPU has just read (managed pages migrate back), one block at a time
     batches    the reader into GPU-touched slots in batches of 1-32 blocks with a wait after
                each (as decoding reads a layer's misses) against one batch of the same blocks
+    pinned     `--io pinned` (O_DIRECT into page-locked staging, then a copy-engine copy into
+               the slot) against `--io direct`: the blocks it lands checked on the GPU, reads
+               and landing in a layer's batches, plain decode at 10% and 9 GB (needs `big`)
     big        a 16-layer MiniMax-M2.5-shaped checkpoint (33 GB) made in --shm, packed to --disk,
                the source deleted; a calibrated MiniMax trace for routing
     scale      budgets from one token's experts to 9 GB, page cache bypassed (O_DIRECT), routing
@@ -96,6 +99,15 @@ def sh(*cmd: str, timeout: int = 900) -> str:
     return out.stdout
 
 
+def gpu_name() -> str:
+    """The card, as nvidia-smi names it: a lent machine of this kind may be an H100 or an H200
+    (the fourteenth session's was an H100), and nothing else in the machine info tells them apart."""
+    try:
+        return sh("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader").strip()
+    except Exception as e:  # noqa: BLE001 -- a fact to report, not to stop on
+        return repr(e)
+
+
 def save(out: Path, step: str, result: dict, t0: float, done: bool = True) -> None:
     """STEP.json; done=False: what a step has so far (a lease can end mid-step), kept until the
     step's own save replaces it."""
@@ -105,6 +117,7 @@ def save(out: Path, step: str, result: dict, t0: float, done: bool = True) -> No
         "command": " ".join(sys.argv),
         "mlx_device": str(mx.default_device()),
         "machine": machine_info(),
+        "gpu": gpu_name(),
         **result,
     }
     # the home directory as "~", the repository relative: results are read on other machines
@@ -321,7 +334,7 @@ def _exact_one(key: str, src: Path, n: int) -> dict:
 
     mtp = key in ("tiny", "deepseek")  # DeepSeek-V3 shapes: their MTP layer drafts too
     row: dict = {}
-    sm = load(src, budget="25%", io="direct", with_mtp=mtp)
+    sm = load(src, budget="25%", with_mtp=mtp)  # the backend's default io
     prompt = sm.encode(PROMPT)
     k_slots = sm.top_k * len(sm.main_moe_layers)
     sm.close()
@@ -329,7 +342,7 @@ def _exact_one(key: str, src: Path, n: int) -> dict:
     ref = reference_greedy(ref_model, prompt, n)
     row["reference"] = ref
     for budget, warm in ((f"{k_slots}slots", False), ("25%", False), ("100%", True)):
-        sm = load(src, budget=budget, io="direct", warm=warm, with_mtp=mtp)
+        sm = load(src, budget=budget, warm=warm, with_mtp=mtp)
         try:
             res = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False)
             row[f"plain@{budget}"] = _agree(res.tokens, ref) | {
@@ -496,6 +509,79 @@ def batches(args, sizes=(1, 2, 3, 4, 8, 16, 32), blocks: int = 128, rounds: int 
     return {"block_bytes": MINIMAX_BLOCK, "blocks": blocks, "gbps": gbps, "median": med}
 
 
+def pinned(args, blocks: int = 256, batch: int = 8, rounds: int = 4) -> dict:
+    """`--io pinned` (specdec.store.cuda_copy) against `--io direct`. First what it lands: a
+    slot's worth of random MiniMax blocks read pinned into GPU-touched slots, each compared on
+    the GPU with the file's bytes. Then the reader (8 threads) into GPU-touched slots, `blocks`
+    random blocks in batches of `batch` (a layer's misses) with the arena touched by the GPU
+    after each, the read's time and the touch's (the fresh blocks landing) kept apart, rounds
+    interleaving both modes. Then plain decoding at 10% and 9 GB (trace routing), the two modes
+    alternating, twice: measured tok/s and time blocked, and the tokens, which must not differ."""
+    from specdec.bench.read import ARENA_SLOTS, drop_page_cache, make_bench_file
+    from specdec.store.arena import Arena, block_layout
+    from specdec.store.layout import EXPERTS_BIN
+    from specdec.store.reader import ExpertReader
+
+    d = Path(args.disk) / "pinned"
+    d.mkdir(parents=True, exist_ok=True)
+    bf = make_bench_file(d, MINIMAX_BLOCK, 4 << 30)
+    n, rng = bf.layout.n_experts, np.random.default_rng(0)
+    arena = Arena(ARENA_SLOTS, MINIMAX_BLOCK, block_layout(bf.index))  # its block a tensor
+    view = arena.tensor_view(bf.layout.tensors[0])  # [slots, block bytes] uint8
+    out: dict = {"block_bytes": MINIMAX_BLOCK, "blocks": blocks, "batch": batch}
+    try:
+        with ExpertReader(bf.dir, bf.index, arena, io="pinned", threads=8) as reader:
+            arena.touch()
+            order = rng.permutation(n)[:ARENA_SLOTS].tolist()
+            reader.read([(0, e, s) for s, e in enumerate(order)])
+            with open(d / EXPERTS_BIN, "rb") as f:
+                equal = [
+                    bool(mx.array_equal(view[s], mx.array(np.frombuffer(
+                        os.pread(f.fileno(), MINIMAX_BLOCK, e * MINIMAX_BLOCK), np.uint8))).item())
+                    for s, e in enumerate(order)
+                ]  # fmt: skip
+            out["landed_equal"] = f"{sum(equal)} of {len(equal)}"
+        print(f"  pinned: blocks equal to the file {out['landed_equal']}", flush=True)
+        spent = {io: {"read": [], "touch": []} for io in ("direct", "pinned")}
+        for _ in range(rounds):
+            for io in ("direct", "pinned"):
+                with ExpertReader(bf.dir, bf.index, arena, io=io, threads=8) as reader:
+                    order = rng.permutation(n)[:blocks].tolist()
+                    reqs = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
+                    drop_page_cache(d / EXPERTS_BIN)
+                    arena.touch()
+                    read = touch = 0.0
+                    for i in range(0, blocks, batch):
+                        t0 = time.perf_counter()
+                        reader.read(reqs[i : i + batch])
+                        t1 = time.perf_counter()
+                        arena.touch()  # the layer's experts run: fresh blocks reach the GPU
+                        read, touch = read + t1 - t0, touch + time.perf_counter() - t1
+                spent[io]["read"].append(read)
+                spent[io]["touch"].append(touch)
+        gb = blocks * MINIMAX_BLOCK / 1e9
+        out["reads"] = {
+            io: {
+                "read_gbps": [gb / r for r in t["read"]],
+                "read_and_land_gbps": [
+                    gb / (r + u) for r, u in zip(t["read"], t["touch"], strict=True)
+                ],
+                "touch_ms_a_batch": [1e3 * u / (blocks // batch) for u in t["touch"]],
+            }
+            for io, t in spent.items()
+        }
+        print(f"  pinned: {json.dumps(out['reads'])}", flush=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    packed, plan = (
+        Path(args.disk) / "mm16.packed",
+        [(b, "none", 1, "trace", 0) for b in ("10%", "9GB")],
+    )
+    out["runs"] = [row for _ in range(2) for io in ("direct", "pinned")
+                   for row in _runs(args, packed, plan, io, "pinned")]  # fmt: skip
+    return out
+
+
 # ---------------------------------------------------------------- the 16-layer model
 
 
@@ -607,7 +693,7 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
 def scale(args) -> dict:
     packed = Path(args.disk) / "mm16.packed"
     plan = [(b, "none", 1, r, 0) for r in ("model", "trace") for b in BUDGETS]
-    return {"runs": _runs(args, packed, plan, "direct", "scale")}
+    return {"runs": _runs(args, packed, plan, args.io, "scale")}
 
 
 def _against_plain(name: str, args, groups: list[list[tuple]]) -> dict:
@@ -620,7 +706,7 @@ def _against_plain(name: str, args, groups: list[list[tuple]]) -> dict:
         for group in groups:
             plan += [(b, d, g, "trace", 0) for d, g in [("none", 1), *group]]
         plan.append((b, "none", 1, "trace", 0))
-    return {"runs": _runs(args, Path(args.disk) / "mm16.packed", plan, "direct", name)}
+    return {"runs": _runs(args, Path(args.disk) / "mm16.packed", plan, args.io, name)}
 
 
 def spec(args) -> dict:
@@ -709,7 +795,7 @@ def where(args) -> dict:
     trace = load_trace(Path(args.disk) / "minimax.trace")
     out = {}
     for budget in args.spec_budgets.split(","):
-        sm = load(Path(args.disk) / "mm16.packed", budget=budget, io="direct", with_mtp=False)
+        sm = load(Path(args.disk) / "mm16.packed", budget=budget, io=args.io, with_mtp=False)
         try:
             prompt, reference = sm.encode(PROMPT), None
             for drafter, gamma in (("none", 1), ("oracle:1", 8)):
@@ -739,7 +825,15 @@ def where(args) -> dict:
     return out
 
 
-PRICED = {"scale", "spec", "auto", "drafters", "lookahead", "shm"}  # steps whose runs it prices
+PRICED = {
+    "scale",
+    "spec",
+    "auto",
+    "drafters",
+    "lookahead",
+    "shm",
+    "pinned",
+}  # steps whose runs it prices
 STEPS = {
     "check": check,
     "offsets": offsets,
@@ -749,6 +843,7 @@ STEPS = {
     "profile": profile,
     "reads": reads,
     "batches": batches,
+    "pinned": pinned,
     "big": big,
     "scale": scale,
     "spec": spec,
@@ -772,6 +867,9 @@ def main() -> int:
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
     ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
+    ap.add_argument("--io", choices=("direct", "pinned"), default="pinned",
+                    help="scale, spec, auto, drafters: the read path (pinned: the CUDA default, "
+                    "specdec.store.reader.default_io)")  # fmt: skip
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "

@@ -35,7 +35,7 @@ class ModelConfig:
     name: str = MISSING  # short name for tags and tables
     path: str = MISSING  # bundled name, mlx-lm or packed directory, or random:FAMILY
     bits: int | None = 4  # random:FAMILY only: quantization of the generated checkpoint
-    io: str = _STREAM.io  # direct | buffered | mmap
+    io: str | None = _STREAM.io  # direct | buffered | mmap | pinned; null: the backend's
     threads: int = _STREAM.threads
 
 

@@ -113,3 +113,47 @@ def force_gamma_schedule(monkeypatch: pytest.MonkeyPatch, gammas: list[int]) -> 
     monkeypatch.setattr(
         AutoGamma, "choose", lambda self, context, left: Choice(min(next(it), left), "best")
     )
+
+
+class HostCopyStandIn:
+    """A mock of specdec.store.cuda_copy.CudaCopy, named as one: the copy engine cannot run on a
+    CPU, so `--io pinned`'s reader path (always staged, staging pinned before use, replaced
+    buffers unpinned, everything unpinned at close) runs here with host copies in its place.
+    `pinned` holds the addresses pinned now; `landed` counts the bytes copied."""
+
+    def __init__(self) -> None:
+        self.pinned: dict[int, int] = {}
+        self.landed, self.closed = 0, False
+
+    def pin(self, buf: np.ndarray) -> None:
+        assert buf.ctypes.data not in self.pinned, "pinned twice"
+        self.pinned[buf.ctypes.data] = buf.nbytes
+
+    def unpin(self, buf: np.ndarray) -> None:
+        self.pinned.pop(buf.ctypes.data, None)
+
+    def land(self, src: np.ndarray, pieces: list[np.ndarray]) -> None:
+        assert any(a <= src.ctypes.data < a + n for a, n in self.pinned.items()), "not pinned"
+        at = 0
+        for piece in pieces:
+            piece[:] = src[at : at + len(piece)]
+            at += len(piece)
+        self.landed += at
+
+    def close(self) -> None:
+        self.pinned.clear()
+        self.closed = True
+
+
+def pinned_stand_in(monkeypatch: pytest.MonkeyPatch) -> list[HostCopyStandIn]:
+    """Readers opened with io="pinned" get a HostCopyStandIn (where the CUDA backend is absent);
+    returns the list each new one is appended to."""
+    from specdec.core.accelerator import on_cuda
+    from specdec.store import reader
+
+    made: list[HostCopyStandIn] = []
+    if not on_cuda():
+        monkeypatch.setattr(
+            reader, "_pinned_copy", lambda: made.append(HostCopyStandIn()) or made[-1]
+        )
+    return made

@@ -62,6 +62,7 @@ from specdec.bench.read import bench_read
 from specdec.clock.profiles import DeviceProfile, capped_latency
 from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
+from specdec.store.reader import ExpertReader, default_io
 
 UNIONS = (1, 2, 4, 8, 16, 32, 64)
 READ_RUN_BYTES, READ_ROUNDS = 1 << 30, 3
@@ -209,8 +210,6 @@ def landing(
     if not on_cuda():
         return {"slots": n, "bytes": 0, "extra_s": 0.0, "gbps": None,
                 "why": "the accelerator computes on host memory where it lies (CPU, Metal)"}  # fmt: skip
-    from specdec.store.reader import ExpertReader
-
     arena, views, expert_bytes = _expert_arena(hidden, inter, n, bits, group)
     x = mx.random.normal((n, hidden)).astype(_act_dtype())
     idx = mx.arange(n, dtype=mx.uint32).reshape(n, 1)
@@ -219,7 +218,7 @@ def landing(
     writers = {"stored": lambda: [_fill(arena, s, specs, rng) for s in range(n)]}
     reader = None
     if blocks is not None:
-        reader = ExpertReader(blocks[0], blocks[1], arena, io="direct", threads=8)
+        reader = ExpertReader(blocks[0], blocks[1], arena, io=default_io(), threads=8)
         count = blocks[1].layers[0].n_experts
         writers["read"] = lambda: reader.read(
             [(0, int(e), s) for s, e in enumerate(rng.choice(count, n, replace=False))]
@@ -454,8 +453,9 @@ def device_profile(
             if p["gbps"] is not None
         ),
     }
-    # on CUDA the runs read into slots the GPU computes on: the bench reads into such slots too
-    path = "preadv_direct_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
+    # on CUDA the runs read into slots the GPU computes on, by the backend's default io (pinned):
+    # the bench reads into such slots the same way
+    path = f"preadv_{default_io()}_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
     # 1 GiB a point, 3 rounds: a 256 MiB point (the default) swung ±10% on the H200's disk
     reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=READ_ROUNDS,
                        run_bytes=READ_RUN_BYTES, paths=(path,))  # fmt: skip

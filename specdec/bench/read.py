@@ -10,6 +10,8 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     ..._4k_pages           the same arena without transparent huge pages            bypassed
     ..._gpu_touched        into slots the device has just computed on (CUDA: managed  bypassed
                            pages on the GPU migrate back before O_DIRECT pins them)
+    preadv_pinned_arena_gpu_touched  ExpertReader(io="pinned") into the same: O_DIRECT   bypassed
+                           into page-locked staging, a copy-engine copy onto the slot (CUDA only)
     preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
     mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
 
@@ -55,6 +57,7 @@ from specdec.clock.profiles import (
     profile_yaml,
 )
 from specdec.core import machine
+from specdec.core.accelerator import on_cuda
 from specdec.core.errors import SpecdecError, StoreError
 from specdec.core.files import write_atomic, write_error
 from specdec.store.arena import Arena
@@ -238,13 +241,18 @@ def _reader_path(io: str, huge_pages: bool = True):
     return run
 
 
-def _direct_touched(bf: BenchFile, order: list[int], threads: int) -> float:
-    """O_DIRECT into arena slots a computation on the default device has just read, as a
-    decode's slots are between reads: on CUDA the arena is managed memory and those pages live
-    on the GPU, so each read first migrates them back (what the runs pay and the plain arena
-    path does not; docs/results/cuda.md). On a CPU or unified memory: the plain path's reads."""
-    bf.arena.touch()  # before the clock, as the reader's setup is
-    return _reader_path("direct")(bf, order, threads)
+def _touched(io: str):
+    """The reader with `io` into arena slots a computation on the default device has just read,
+    as a decode's slots are between reads: on CUDA the arena is managed memory and those pages
+    live on the GPU, so each direct read first migrates them back (what the runs pay and the
+    plain arena path does not; docs/results/cuda.md), where a pinned one copies onto them. On a
+    CPU or unified memory: the plain path's reads."""
+
+    def run(bf: BenchFile, order: list[int], threads: int) -> float:
+        bf.arena.touch()  # before the clock, as the reader's setup is
+        return _reader_path(io)(bf, order, threads)
+
+    return run
 
 
 def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> float:
@@ -262,10 +270,19 @@ PATHS: dict[str, tuple[Callable, bool]] = {
     "preadv_direct_arena": (_reader_path("direct"), False),
     "preadv_direct_arena_one_by_one": (_direct_one_by_one, False),
     "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
-    "preadv_direct_arena_gpu_touched": (_direct_touched, False),
+    "preadv_direct_arena_gpu_touched": (_touched("direct"), False),
+    "preadv_pinned_arena_gpu_touched": (_touched("pinned"), False),
     "preadv_buffered_arena": (_reader_path("buffered"), True),
     "mmap_copy": (_reader_path("mmap"), True),
 }
+
+
+CUDA_PATHS = ("preadv_pinned_arena_gpu_touched",)  # `--io pinned`: MLX's CUDA backend only
+
+
+def available_paths() -> tuple[str, ...]:
+    """The paths this backend can run (every one but CUDA's elsewhere)."""
+    return tuple(n for n in PATHS if on_cuda() or n not in CUDA_PATHS)
 
 
 def time_path(
@@ -312,9 +329,11 @@ def bench_read(
     threads: tuple[int, ...] = (1, 8),
     rounds: int = 10,
     run_bytes: int = DEFAULT_RUN,
-    paths: tuple[str, ...] = tuple(PATHS),
+    paths: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Each path and fio, `rounds` times each; per round the order of the runs is shuffled."""
+    """Each path (default: every one this backend runs) and fio, `rounds` times each; per round
+    the order of the runs is shuffled."""
+    paths = available_paths() if paths is None else paths
     block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
     if directory is None and filesystem_type(Path(tempfile.gettempdir())) in ("tmpfs", "ramfs"):
         directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead

@@ -91,7 +91,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         default=STREAM.io,
         choices=list(IO_MODES),
         help="how expert blocks are read: direct bypasses the page cache (O_DIRECT), "
-        "buffered goes through it",
+        "buffered goes through it, pinned reads O_DIRECT into page-locked memory and copies "
+        "to the GPU (CUDA); default: pinned on MLX's CUDA backend, direct elsewhere",
     )
     p.add_argument("--threads", type=int, default=STREAM.threads, help="reader threads")
     p.add_argument("--verify-checksums", action="store_true", help="crc32 every block read")

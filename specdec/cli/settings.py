@@ -34,7 +34,7 @@ def stream_config(
     budget: str,
     policy: str,
     hotlist: str | Path | None = None,
-    io: str = "direct",
+    io: str | None = None,
     threads: int = 8,
     verify_checksums: bool = False,
     lookahead: int = 0,

@@ -111,7 +111,10 @@ def add_read_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, 
     parser.add_argument("--rounds", type=int, default=10, help="timed runs of each path")
     parser.add_argument("--run-bytes", type=int, default=DEFAULT_RUN, help="bytes per run")
     parser.add_argument(
-        "--paths", nargs="+", choices=list(PATHS), default=list(PATHS), help="paths to run"
+        "--paths",
+        nargs="+",
+        choices=list(PATHS),
+        help="paths to run (default: every one this backend can: the pinned path on CUDA only)",
     )
     parser.add_argument(
         "--no-profile",
@@ -136,7 +139,7 @@ def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
         tuple(args.threads),
         args.rounds,
         args.run_bytes,
-        tuple(args.paths),
+        tuple(args.paths) if args.paths else None,
     )
 
 

@@ -169,6 +169,7 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
     summary["peak_rss_bytes"] = peak_rss_bytes()  # prefill and load included
     # measured, not asked for: under memory pressure the kernel grants fewer 2 MiB pages
     summary["arena_huge_pages"] = sm.streamer.arena.huge_page_fraction
+    summary["io"] = sm.streamer.reader.io  # the read path, resolved (a backend's default)
     summary["cache_counters"] = sm.streamer.cache.stats()  # since load, prefill included
     # the profile `--gamma auto` priced its passes on (None: not auto), given or not
     summary["gamma_auto_profile"] = run.auto.profile.name if run.auto else None

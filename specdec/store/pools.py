@@ -181,6 +181,7 @@ class PooledReader:
     def __init__(self, hot: ExpertReader, cold: ExpertReader) -> None:
         self.hot, self.cold = hot, cold
         self.n_hot = hot.arena.n_slots
+        self.io = hot.io  # both read the same way
         self._waits = ReadStats()  # only blocked_s: time callers spent in wait()
 
     def read(self, requests: Sequence[tuple[int, int, int]]) -> None:

@@ -18,6 +18,9 @@ crc32 (when verified) is checked by whichever thread reads a block's last piece.
               engine's misses really cost; also keeps the page cache from posing as expert cache.
     buffered  plain preadv through the page cache.
     mmap      copy out of an mmap of the file (the baseline an mmap-based loader gets).
+    pinned    O_DIRECT into the thread's page-locked staging buffer, then a copy-engine copy
+              into the slot (MLX's CUDA backend only: specdec.store.cuda_copy). The slot's managed
+              pages stay on the GPU, where `direct` faults them to the host and back.
 
 Short reads are completed in a loop; EIO is retried MAX_RETRIES times, then a StoreError names
 the layer, the expert and the file. `fault_hook(layer, expert, attempt)` lets tests inject
@@ -40,12 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.core.accelerator import on_cuda
 from specdec.core.errors import StoreError
 from specdec.core.files import open_regular
 from specdec.store.arena import Arena
 from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex, round_up
 
-IO_MODES = ("direct", "buffered", "mmap")
+IO_MODES = ("direct", "buffered", "mmap", "pinned")
+DIRECT_MODES = ("direct", "pinned")  # O_DIRECT: the page cache bypassed
 MAX_RETRIES = 3
 F_NOCACHE = 48  # macOS fcntl: bypass the unified buffer cache for this fd
 
@@ -114,7 +119,7 @@ def open_expert_file(path: Path, io: str) -> int:
     """
     if io not in IO_MODES:
         raise StoreError(f"unknown io mode {io!r}; use one of {', '.join(IO_MODES)}")
-    if io == "direct" and filesystem_type(path) in ("tmpfs", "ramfs"):
+    if io in DIRECT_MODES and filesystem_type(path) in ("tmpfs", "ramfs"):
         raise StoreError(
             f"{path} is on {filesystem_type(path)}, which has no disk to read directly "
             "(O_DIRECT cannot bypass a RAM file system); use `--io buffered`"
@@ -122,19 +127,19 @@ def open_expert_file(path: Path, io: str) -> int:
     if Path(path).is_dir():
         raise StoreError(f"{path} is a directory, not the expert file; re-pack with `specdec pack`")
     flags = os.O_RDONLY
-    if io == "direct" and hasattr(os, "O_DIRECT"):
+    if io in DIRECT_MODES and hasattr(os, "O_DIRECT"):
         flags |= os.O_DIRECT
     try:
         fd = open_regular(path, flags, fix="re-pack with `specdec pack MODEL_DIR OUT_DIR --force`")
     except FileNotFoundError as e:
         raise StoreError(f"{path} not found: re-pack with `specdec pack MODEL_DIR OUT_DIR`") from e
     except OSError as e:
-        if e.errno == errno.EINVAL and io == "direct":
+        if e.errno == errno.EINVAL and io in DIRECT_MODES:
             raise StoreError(
                 f"{path}: this file system refuses O_DIRECT (tmpfs?); use `--io buffered`"
             ) from e
         raise StoreError(f"{path}: cannot open ({e.strerror})") from e
-    if io == "direct" and sys.platform == "darwin":
+    if io in DIRECT_MODES and sys.platform == "darwin":
         import fcntl
 
         fcntl.fcntl(fd, F_NOCACHE, 1)
@@ -183,6 +188,7 @@ class ExpertReader:
         self.fault_hook: Callable[[int, int, int], int | None] | None = None
         self.stats = ReadStats()
         self._local = threading.local()  # each thread's staging buffer
+        self._copy = None  # pinned: what lands staged blocks by DMA (made once the file is open)
         self._must_stage = False  # set once O_DIRECT refused the arena's memory
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -198,6 +204,8 @@ class ExpertReader:
                 )
             if io == "mmap":
                 self._mmap = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
+            if io == "pinned":
+                self._copy = _pinned_copy()
         except BaseException:
             os.close(self._fd)
             raise
@@ -284,6 +292,9 @@ class ExpertReader:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if self._copy is not None:
+            self._copy.close()
+            self._copy = None
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
@@ -345,17 +356,13 @@ class ExpertReader:
                 )
             _scatter(np.frombuffer(self._mmap, np.uint8, size, offset + part.start), pieces)
         elif self._staged_mode():
-            staging = self._staging_buffer(size)
-            self._preadv_full([staging], offset + part.start, layer, expert)
-            _scatter(staging, pieces)
+            self._read_staged(pieces, offset + part.start, layer, expert)
         else:
             try:
                 self._preadv_full(pieces, offset + part.start, layer, expert, direct_memory=True)
             except _Unpinnable:  # the kernel will not pin these pages for O_DIRECT: stage
                 self._must_stage = True
-                staging = self._staging_buffer(size)
-                self._preadv_full([staging], offset + part.start, layer, expert)
-                _scatter(staging, pieces)
+                self._read_staged(pieces, offset + part.start, layer, expert)
         with self._lock:
             self.stats.bytes_read += size
             part.block.left -= 1
@@ -370,15 +377,32 @@ class ExpertReader:
 
     def _staged_mode(self) -> bool:
         """O_DIRECT reads go through a staging buffer (see the module doc)."""
+        if self._copy is not None:
+            return True
         return self.io == "direct" and (self._must_stage or not self.arena.direct)
 
+    def _read_staged(self, pieces: list[np.ndarray], offset: int, layer: int, expert: int) -> None:
+        """Bytes from `offset` on into the pieces through this thread's staging buffer, then
+        into the pieces by DMA (pinned) or a host copy."""
+        staging = self._staging_buffer(sum(len(p) for p in pieces))
+        self._preadv_full([staging], offset, layer, expert)
+        if self._copy is not None:
+            self._copy.land(staging, pieces)
+        else:
+            _scatter(staging, pieces)
+
     def _staging_buffer(self, size: int) -> np.ndarray:
-        """This thread's ALIGN-aligned staging buffer, at least `size` bytes."""
+        """This thread's ALIGN-aligned staging buffer, at least `size` bytes (pinned: page-locked,
+        the one it replaces unlocked)."""
         buf = getattr(self._local, "staging", None)
         if buf is None or len(buf) < size:
+            if buf is not None and self._copy is not None:
+                self._copy.unpin(buf)
             raw = np.empty(round_up(size, ALIGN) + ALIGN, dtype=np.uint8)
             cut = (-raw.ctypes.data) % ALIGN
             buf = self._local.staging = raw[cut : cut + round_up(size, ALIGN)]
+            if self._copy is not None:
+                self._copy.pin(buf)
             with self._lock:
                 self.stats.staging_bytes += len(buf)
         with self._lock:
@@ -399,7 +423,7 @@ class ExpertReader:
         total = sum(len(v) for v in views)
         done, attempt, failures = 0, 0, 0
         # O_DIRECT lengths must stay multiples of the logical block size
-        unit = ALIGN if self.io == "direct" else 1
+        unit = ALIGN if self.io in DIRECT_MODES else 1
         while done < total:
             want = total - done
             attempt += 1
@@ -425,6 +449,25 @@ class ExpertReader:
                     f"{expert} (truncated file); re-pack with `specdec pack`"
                 )
             done += got
+
+
+def default_io() -> str:
+    """The read path where none is asked for: `pinned` on MLX's CUDA backend, where O_DIRECT into
+    the managed arena faults each slot's pages to the host and back (on an H100 plain decoding
+    ran 1.25-1.32x faster pinned, docs/results/cuda.md), `direct` elsewhere."""
+    return "pinned" if on_cuda() else "direct"
+
+
+def _pinned_copy():
+    """What `--io pinned` lands blocks with: CUDA's copy engine, on MLX's CUDA backend only."""
+    if not on_cuda():
+        raise StoreError(
+            "--io pinned copies blocks into CUDA memory by DMA and needs MLX's CUDA backend "
+            "(SPECDEC_BACKEND=cuda bash scripts/setup.sh); use --io direct"
+        )
+    from specdec.store.cuda_copy import CudaCopy
+
+    return CudaCopy()
 
 
 class _Unpinnable(Exception):

@@ -26,7 +26,8 @@ class StreamConfig:
     # the policy's options (its Options dataclass); a `hotlist` is (layer, expert) pairs, hottest
     # first
     policy_options: dict = field(default_factory=dict)
-    io: str = "direct"  # direct | buffered | mmap
+    # direct | buffered | mmap | pinned (CUDA); None: the backend's (specdec.store.reader.default_io)
+    io: str | None = None
     threads: int = 8  # reader threads
     verify_checksums: bool = False  # crc32 every block read
     lookahead: int = 0  # d > 0: each MoE layer starts the reads the router d layers on wants

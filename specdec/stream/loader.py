@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from specdec.store.arena import Arena, block_layout
 from specdec.store.budget import SlotPlan, plan_slots
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, INDEX_VERSION, MTP_FILE, ExpertIndex
 from specdec.store.pools import PoolArenas, PooledReader, PoolPlan, plan_pools, pool_index
-from specdec.store.reader import ExpertReader
+from specdec.store.reader import ExpertReader, default_io
 from specdec.stream.config import StreamConfig
 from specdec.stream.mixed import pooled_cache
 from specdec.stream.source import ExpertSource
@@ -190,6 +190,7 @@ def load(
     stream = stream or StreamConfig(
         **{k: v for k, v in settings.items() if k != "policy_options" or v is not None}
     )
+    stream = replace(stream, io=stream.io or default_io())  # as it ran: the summary records it
     src = resolve(path, revision)  # revision: of a Hugging Face repo id
     check_readable(src)
     if not (src / "config.json").is_file():

@@ -208,3 +208,50 @@ def test_eio_retried_then_named(packed):
         reader.fault_hook = lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error"))
         with pytest.raises(StoreError, match=r"layer 2 expert 9 .* after 4 attempt"):
             reader.read([(2, 9, 0)])
+
+
+def test_pinned_reads_need_the_cuda_backend(packed):
+    """`--io pinned` lands blocks by the CUDA copy engine: elsewhere a one-line error naming the
+    fix, before any reader thread starts (the file it opened closed again)."""
+    from specdec.core.accelerator import on_cuda
+
+    if on_cuda():
+        pytest.skip("MLX's CUDA backend is here: pinned reads run (bench_cuda.py pinned)")
+    assert_user_error(specdec("verify", packed, "--io", "pinned"), "CUDA backend", "--io direct")
+
+
+def test_copy_engine_without_a_cuda_driver_is_a_clear_error():
+    """CudaCopy itself, where libcuda.so.1 is absent (this CPU machine): one StoreError naming
+    the fix, not ctypes' OSError."""
+    import ctypes.util
+
+    from specdec.store.cuda_copy import CudaCopy
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("a CUDA driver is installed here")
+    with pytest.raises(StoreError, match=r"libcuda\.so\.1.*--io direct"):
+        CudaCopy()
+
+
+def test_the_default_io_is_the_backends_and_every_run_records_it():
+    """`direct` off CUDA (`pinned` there: specdec.store.reader.default_io); the loader resolves
+    an unset io, and the run's summary records what it read with."""
+    from specdec.core.accelerator import on_cuda
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.store.reader import default_io
+    from specdec.stream.loader import load
+
+    assert default_io() == ("pinned" if on_cuda() else "direct")
+    sm = load("tiny", budget="25%", with_mtp=False)
+    try:
+        assert sm.streamer.reader.io == default_io()
+        res = generate(sm, sm.encode("def f(x):"), "none", DecodeConfig(1, 4))
+        assert res.summary["io"] == default_io()
+    finally:
+        sm.close()
+    sm = load("tiny", budget="25%", io="buffered", with_mtp=False)
+    try:
+        assert sm.streamer.reader.io == "buffered"
+    finally:
+        sm.close()

@@ -17,6 +17,7 @@ from specdec.pack.pack import pack
 from specdec.store.arena import Arena, block_layout
 from specdec.store.layout import MTP_FILE, RESIDENT, ExpertIndex
 from specdec.store.reader import IO_MODES, ExpertReader
+from tests.helpers import pinned_stand_in
 
 CASES = [
     ("deepseek_v3", None),
@@ -55,7 +56,9 @@ def test_index_covers_every_switch_mlp_tensor(packed):
 
 
 @pytest.mark.parametrize("io", IO_MODES)
-def test_every_block_reads_back_exactly(packed, io):
+def test_every_block_reads_back_exactly(packed, io, monkeypatch):
+    """Every io mode; pinned through a stand-in for the copy engine on a CPU (HostCopyStandIn)."""
+    made = pinned_stand_in(monkeypatch) if io == "pinned" else []
     _, _, out, index, params = packed
     n_slots = 5  # fewer slots than experts: slots are reused, as in a cache
     arena = Arena(n_slots, index.slot_bytes, block_layout(index))
@@ -78,6 +81,11 @@ def test_every_block_reads_back_exactly(packed, io):
         assert reader.stats.bytes_read == sum(
             ly.n_experts * ly.block_bytes for ly in index.layers.values()
         )
+        if made:  # every byte landed by the copy engine's stand-in, through pinned staging
+            assert made[0].landed == reader.stats.bytes_read
+            assert reader.stats.staged >= reader.stats.reads and made[0].pinned
+    if made:
+        assert made[0].closed and not made[0].pinned
 
 
 def max_layer(params) -> int:
