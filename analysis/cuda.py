@@ -4,6 +4,7 @@
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda model        # modeled vs measured time per token, every run
     python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | host_reads | shm | reads
+    python -m analysis.cuda pinned       # --io pinned against --io direct (reads, landing, decode)
     python -m analysis.cuda decode9      # the ninth session's full-budget diagnosis
     python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
@@ -58,11 +59,13 @@ SESSIONS = {
     10: ("h200-r10",),
     11: ("h200-r11",),
     13: ("h200-r13",),
+    14: ("h100-r14",),  # an H100 (80GB HBM3) was lent that session, not an H200
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
-# the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved)
-FIGURE_SESSIONS = (6, 7, 13)
+# the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
+# fourteenth's the same on an H100
+FIGURE_SESSIONS = (6, 7, 13, 14)
 GAMMAS_SHOWN = (2, 3, 4, 8)  # the figure's γ, in its colour order
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-use cost
@@ -367,7 +370,7 @@ def model_table() -> str:
     return md_table(heads, body)
 
 
-def split_table(sessions: tuple[int, ...] = (10, 11, 13)) -> str:
+def split_table(sessions: tuple[int, ...] = (10, 11, 13, 14)) -> str:
     """Where the device model's time per committed token goes against the measured, run by run
     (spec runs of `sessions`, on their machine's profile): measured time blocked on reads and
     off the disk; modeled reads, landing (the profile's landing taken out) and the rest
@@ -519,6 +522,77 @@ def batches_table() -> str:
     return md_table(heads, body)
 
 
+# the profile a run of the pinned step is modeled on, by its io: the session's own (measured
+# with direct reads) and the same with the pinned step's read rate and landing
+PINNED_PROFILES = {"direct": "h100-r14", "pinned": "h100-r14-pinned"}
+
+
+def pinned_table() -> str:
+    """`--io pinned` against `--io direct` on one machine (bench_cuda.py `pinned`): the reader in
+    decoding's batches, read and landing apart; then plain decoding, the modes alternating, each
+    run modeled on the profile of its io (PINNED_PROFILES)."""
+    data = json.loads((RESULTS / "pinned.json").read_text())
+    profs = {io: load_profile(RESULTS / f"{p}.yaml") for io, p in PINNED_PROFILES.items()}
+    body = []
+    for io, got in data["reads"].items():
+        body.append([f"reader, {data['batch']}-block batches", io,
+                     _f(statistics.median(got["read_gbps"])),
+                     _f(statistics.median(got["read_and_land_gbps"])),
+                     _f(statistics.median(got["touch_ms_a_batch"]))] + ["—"] * 5)  # fmt: skip
+    rows = runs("pinned")
+    for budget in dict.fromkeys(r["budget"] for r in rows):
+        first = next(r for r in rows if r["budget"] == budget)
+        for io in ("direct", "pinned"):
+            mine = [r for r in rows if r["budget"] == budget and r["io"] == io]
+            recs = [rec for r in mine for rec in r["records"]]
+            n = sum(r["committed"] for r in mine)
+            equal = all(first_departure(r["tokens"], first["tokens"]) is None for r in mine)
+            body.append([f"plain decode, {budget}", io, _f(_read_gbps(recs)), "—", "—",
+                         ", ".join(_f(measured_tps(r)) for r in mine),
+                         ", ".join(f"{measured_tps(r) / modeled_tps(r, profs[io]) - 1:+.0%}"
+                                   for r in mine),
+                         f"{1e3 * sum(x.blocked_s for x in recs) / n:.0f}",
+                         f"{1e3 * sum(x.wall_s - x.blocked_s for x in recs) / n:.0f}",
+                         "equal" if equal else "differ"])  # fmt: skip
+    heads = ["what", "io", "read GB/s", "read and land GB/s", "GPU touch ms a batch",
+             "tok/s, each run", "model error, each run (modeled time / measured - 1)", "blocked ms/token",
+             "not blocked ms/token", "tokens against the first run"]  # fmt: skip
+    return md_table(heads, body) + "\n" + _pinned_spec_table(data, profs["pinned"])
+
+
+def _pinned_spec_table(data: dict, prof) -> str:
+    """The pinned step's speculative runs (9 GB, trace routing, `--io pinned`): each against
+    the plain runs on either side of it, beside the same γ and α of the session's direct runs."""
+    lines = (RESULTS / "pinned-spec.jsonl").read_text().splitlines()
+    rows = data["spec_runs"]
+    for row, line in zip(rows, lines, strict=True):
+        row["records"] = [PassRecord.from_row(r, "spec") for r in json.loads(line)["records"]]
+    direct = {(r["drafter"], r["gamma"]): r for r in spec_rows() if r.get("session") == 14}
+    body = []
+    for i, row in enumerate(rows):
+        if row["drafter"] == "none":
+            continue
+        plain = 1 / statistics.mean(1 / measured_tps(rows[j]) for j in (i - 1, i + 1))
+        twin = direct.get((row["drafter"], row["gamma"]))
+        equal = first_departure(row["tokens"], rows[i - 1]["tokens"]) is None
+        modeled = modeled_tps(row, prof) / modeled_tps(rows[i - 1], prof)
+        body.append([row["drafter"], row["gamma"], _f(measured_tps(row)), _f(plain),
+                     f"{measured_tps(row) / plain:.2f}x", f"{modeled:.2f}x",
+                     "—" if twin is None else f"{measured_tps(twin) / plain_tps(twin):.2f}x",
+                     "equal" if equal else "differ"])  # fmt: skip
+    heads = [
+        "drafter",
+        "γ",
+        "pinned tok/s",
+        "pinned plain around it, tok/s",
+        "speed-up, pinned",
+        f"modeled ({prof.name})",
+        "speed-up, direct (spec step)",
+        "tokens against plain",
+    ]
+    return md_table(heads, body)
+
+
 def offsets_table() -> str:
     """Where MLX's CUDA gather kernels find a slot (bench_cuda.py `offsets`): each case's output
     at slots just below and past 2^31 and 2^32 elements against the expert alone, direct and
@@ -546,6 +620,7 @@ WHERE = {
     6: RESULTS / "where.json",
     11: RESULTS / "session11" / "where.json",
     13: RESULTS / "session13" / "where.json",
+    14: RESULTS / "session14" / "where.json",
 }
 
 
@@ -809,8 +884,9 @@ def figure() -> str:
         ax.set_xlabel("oracle acceptance α (as set)")
     axes[0].set_ylabel("speed-up over plain decoding")
     axes[0].legend(fontsize=8)
-    fig.suptitle("H200, 16-layer MiniMax-M2.5 shape, trace routing: measured (points), "
-                 "modeled on the machine's profile (lines)", fontsize=10)  # fmt: skip
+    fig.suptitle("H200 (h200-*) and H100 (h100-*), 16-layer MiniMax-M2.5 shape, trace routing, "
+                 "direct reads: measured (points), modeled on the machine's profile (lines)",
+                 fontsize=10)  # fmt: skip
     fig.tight_layout()
     tmp = FIGURE.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -828,6 +904,7 @@ TABLES = {
     "exact": exact_table,
     "offsets": offsets_table,
     "batches": batches_table,
+    "pinned": pinned_table,
     "where": where_table,
     "land": land_table,
     "shm": shm_table,
