@@ -245,7 +245,9 @@ def landing(
         by[name] = {"extra_s": seconds, "gbps": gbps if gbps is not None and gbps < 200 else None,
                     "rounds_s": runs}  # fmt: skip
     if reader is not None:
-        by["read"]["direct"] = reader.stats.staged == 0  # O_DIRECT into the slots
+        # how the blocks got there: O_DIRECT into the slots themselves, or staged (pinned: then
+        # copied onto them by DMA)
+        by["read"]["io"], by["read"]["staged"] = reader.io, reader.stats.staged
     used = "read" if reader is not None else "stored"
     return {"slots": n, "bytes": n * expert_bytes, "written": used, **by[used], "by_writer": by}
 
