@@ -209,13 +209,13 @@ def _no_reads(r: PassRecord) -> PassRecord:
     return PassRecord(**{**r.__dict__, "steps": steps})
 
 
-def spec_rows() -> list[dict]:
-    """Every speculative run with the plain runs of its step, budget and routing on either side
-    of it: the last before it (its `plain`: the reference of its tokens and bytes) and the first
-    after it, where the step interleaves plain runs (from the sixth session: one before each
-    group and one after the last); before that, one plain run opened each budget."""
+def spec_rows(steps: tuple[str, ...] = ("spec", "drafters", "auto")) -> list[dict]:
+    """Every speculative run of `steps` with the plain runs of its step, budget and routing on
+    either side of it: the last before it (its `plain`: the reference of its tokens and bytes)
+    and the first after it, where the step interleaves plain runs (from the sixth session: one
+    before each group and one after the last); before that, one plain run opened each budget."""
     out = []
-    for step in ("spec", "drafters", "auto"):
+    for step in steps:
         last: dict = {}  # (session, budget, routing) -> its latest plain run
         waiting: dict = {}  # the same -> its runs since then, waiting for the next plain run
         for row in runs(step):
@@ -531,7 +531,7 @@ def pinned_table() -> str:
     """`--io pinned` against `--io direct` on one machine (bench_cuda.py `pinned`): the reader in
     decoding's batches, read and landing apart; then plain decoding, the modes alternating, each
     run modeled on the profile of its io (PINNED_PROFILES)."""
-    data = json.loads((RESULTS / "pinned.json").read_text())
+    data = json.loads((RESULTS / "pinned.json").read_text())  # its reads; its runs: runs()
     profs = {io: load_profile(RESULTS / f"{p}.yaml") for io, p in PINNED_PROFILES.items()}
     body = []
     for io, got in data["reads"].items():
@@ -557,29 +557,22 @@ def pinned_table() -> str:
     heads = ["what", "io", "read GB/s", "read and land GB/s", "GPU touch ms a batch",
              "tok/s, each run", "model error, each run (modeled time / measured - 1)", "blocked ms/token",
              "not blocked ms/token", "tokens against the first run"]  # fmt: skip
-    return md_table(heads, body) + "\n" + _pinned_spec_table(data, profs["pinned"])
+    return md_table(heads, body) + "\n" + _pinned_spec_table(profs["pinned"])
 
 
-def _pinned_spec_table(data: dict, prof) -> str:
-    """The pinned step's speculative runs (9 GB, trace routing, `--io pinned`): each against
-    the plain runs on either side of it, beside the same γ and α of the session's direct runs."""
-    lines = (RESULTS / "pinned-spec.jsonl").read_text().splitlines()
-    rows = data["spec_runs"]
-    for row, line in zip(rows, lines, strict=True):
-        row["records"] = [PassRecord.from_row(r, "spec") for r in json.loads(line)["records"]]
+def _pinned_spec_table(prof) -> str:
+    """The fourteenth session's speculative runs on pinned reads (pinned-spec.json: 9 GB, trace
+    routing), each against the plain runs on either side of it, beside the same γ and α of the
+    session's direct runs."""
     direct = {(r["drafter"], r["gamma"]): r for r in spec_rows() if r.get("session") == 14}
     body = []
-    for i, row in enumerate(rows):
-        if row["drafter"] == "none":
-            continue
-        plain = 1 / statistics.mean(1 / measured_tps(rows[j]) for j in (i - 1, i + 1))
+    for row in spec_rows(("pinned-spec",)):
         twin = direct.get((row["drafter"], row["gamma"]))
-        equal = first_departure(row["tokens"], rows[i - 1]["tokens"]) is None
-        modeled = modeled_tps(row, prof) / modeled_tps(rows[i - 1], prof)
-        body.append([row["drafter"], row["gamma"], _f(measured_tps(row)), _f(plain),
-                     f"{measured_tps(row) / plain:.2f}x", f"{modeled:.2f}x",
+        modeled = modeled_tps(row, prof) / modeled_tps(row["plain"], prof)
+        body.append([row["drafter"], row["gamma"], _f(measured_tps(row)), _f(plain_tps(row)),
+                     f"{measured_tps(row) / plain_tps(row):.2f}x", f"{modeled:.2f}x",
                      "—" if twin is None else f"{measured_tps(twin) / plain_tps(twin):.2f}x",
-                     "equal" if equal else "differ"])  # fmt: skip
+                     _departure(row)])  # fmt: skip
     heads = [
         "drafter",
         "γ",

@@ -472,13 +472,35 @@ def reads(args) -> dict:
     return json.loads(got)
 
 
+def _in_batches(
+    reader, arena, directory: Path, rng, blocks: int, batch: int
+) -> tuple[float, float]:
+    """`blocks` random blocks of the bench file read into GPU-touched slots as decoding reads a
+    layer's misses, `batch` at a time with a wait after each, the arena then touched by the GPU
+    as the layer's experts are (its fresh blocks land): (seconds reading, seconds touching)."""
+    from specdec.bench.read import ARENA_SLOTS, drop_page_cache
+    from specdec.store.layout import EXPERTS_BIN
+
+    order = rng.permutation(reader.index.layers[0].n_experts)[:blocks].tolist()
+    reqs = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
+    drop_page_cache(directory / EXPERTS_BIN)
+    arena.touch()
+    read = touch = 0.0
+    for i in range(0, blocks, batch):
+        t0 = time.perf_counter()
+        reader.read(reqs[i : i + batch])
+        t1 = time.perf_counter()
+        arena.touch()
+        read, touch = read + t1 - t0, touch + time.perf_counter() - t1
+    return read, touch
+
+
 def batches(args, sizes=(1, 2, 3, 4, 8, 16, 32), blocks: int = 128, rounds: int = 2) -> dict:
     """The reader (8 threads, O_DIRECT) into GPU-touched arena slots, `blocks` random MiniMax
     blocks read as decoding reads a layer's misses — in batches of B with a wait after each,
     the slots then touched by the GPU as that layer's experts are — against the same count as
     one batch (as the profile's read bench reads). Rounds interleave every size."""
-    from specdec.bench.read import ARENA_SLOTS, drop_page_cache, make_bench_file
-    from specdec.store.layout import EXPERTS_BIN
+    from specdec.bench.read import make_bench_file
     from specdec.store.reader import ExpertReader
 
     d = Path(args.disk) / "batches"
@@ -490,17 +512,8 @@ def batches(args, sizes=(1, 2, 3, 4, 8, 16, 32), blocks: int = 128, rounds: int 
         with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=8) as reader:
             for _ in range(rounds):
                 for b in (*sizes, "one batch"):
-                    order = rng.permutation(bf.layout.n_experts)[:blocks].tolist()
-                    reqs = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
                     step = blocks if b == "one batch" else b
-                    drop_page_cache(d / EXPERTS_BIN)
-                    bf.arena.touch()
-                    spent = 0.0
-                    for i in range(0, blocks, step):
-                        t0 = time.perf_counter()
-                        reader.read(reqs[i : i + step])
-                        spent += time.perf_counter() - t0
-                        bf.arena.touch()  # the layer's experts run: its slots land on the GPU
+                    spent, _ = _in_batches(reader, bf.arena, d, rng, blocks, step)
                     gbps[str(b)].append(blocks * MINIMAX_BLOCK / spent / 1e9)
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -517,7 +530,7 @@ def pinned(args, blocks: int = 256, batch: int = 8, rounds: int = 4) -> dict:
     after each, the read's time and the touch's (the fresh blocks landing) kept apart, rounds
     interleaving both modes. Then plain decoding at 10% and 9 GB (trace routing), the two modes
     alternating, twice: measured tok/s and time blocked, and the tokens, which must not differ."""
-    from specdec.bench.read import ARENA_SLOTS, drop_page_cache, make_bench_file
+    from specdec.bench.read import ARENA_SLOTS, make_bench_file
     from specdec.store.arena import Arena, block_layout
     from specdec.store.layout import EXPERTS_BIN
     from specdec.store.reader import ExpertReader
@@ -542,33 +555,19 @@ def pinned(args, blocks: int = 256, batch: int = 8, rounds: int = 4) -> dict:
                 ]  # fmt: skip
             out["landed_equal"] = f"{sum(equal)} of {len(equal)}"
         print(f"  pinned: blocks equal to the file {out['landed_equal']}", flush=True)
-        spent = {io: {"read": [], "touch": []} for io in ("direct", "pinned")}
+        spent: dict[str, list[tuple[float, float]]] = {"direct": [], "pinned": []}
         for _ in range(rounds):
-            for io in ("direct", "pinned"):
+            for io, rounds_so_far in spent.items():
                 with ExpertReader(bf.dir, bf.index, arena, io=io, threads=8) as reader:
-                    order = rng.permutation(n)[:blocks].tolist()
-                    reqs = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
-                    drop_page_cache(d / EXPERTS_BIN)
-                    arena.touch()
-                    read = touch = 0.0
-                    for i in range(0, blocks, batch):
-                        t0 = time.perf_counter()
-                        reader.read(reqs[i : i + batch])
-                        t1 = time.perf_counter()
-                        arena.touch()  # the layer's experts run: fresh blocks reach the GPU
-                        read, touch = read + t1 - t0, touch + time.perf_counter() - t1
-                spent[io]["read"].append(read)
-                spent[io]["touch"].append(touch)
+                    rounds_so_far.append(_in_batches(reader, arena, d, rng, blocks, batch))
         gb = blocks * MINIMAX_BLOCK / 1e9
         out["reads"] = {
             io: {
-                "read_gbps": [gb / r for r in t["read"]],
-                "read_and_land_gbps": [
-                    gb / (r + u) for r, u in zip(t["read"], t["touch"], strict=True)
-                ],
-                "touch_ms_a_batch": [1e3 * u / (blocks // batch) for u in t["touch"]],
+                "read_gbps": [gb / r for r, _ in got],
+                "read_and_land_gbps": [gb / (r + u) for r, u in got],
+                "touch_ms_a_batch": [1e3 * u / (blocks // batch) for _, u in got],
             }
-            for io, t in spent.items()
+            for io, got in spent.items()
         }
         print(f"  pinned: {json.dumps(out['reads'])}", flush=True)
     finally:
@@ -638,9 +637,10 @@ def warm_up(sm, prompt: list[int], runs: list[tuple], routing) -> None:
     sm.reset_cache()
 
 
-def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dict]:
+def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> list[dict]:
     """Each (budget, drafter, γ, routing, lookahead) in plan, one loaded model per budget and
-    routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl."""
+    routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl.
+    `io` None: the backend's; each row's summary records the io it read with."""
     from specdec.clock.profiles import get_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
@@ -673,7 +673,7 @@ def _runs(args, packed: Path, plan: list[tuple], io: str, name: str) -> list[dic
                     reference = res.tokens
                 s = res.summary
                 row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma),
-                       "routing": routing, "lookahead": lookahead, "io": io,
+                       "routing": routing, "lookahead": lookahead,
                        "session": args.session, "read_beside_gbps": beside,
                        "tokens": res.tokens}  # fmt: skip
                 rows.append(row)
@@ -825,15 +825,7 @@ def where(args) -> dict:
     return out
 
 
-PRICED = {
-    "scale",
-    "spec",
-    "auto",
-    "drafters",
-    "lookahead",
-    "shm",
-    "pinned",
-}  # steps whose runs it prices
+PRICED = {"scale", "spec", "auto", "drafters", "lookahead", "shm", "pinned"}  # priced runs
 STEPS = {
     "check": check,
     "offsets": offsets,
@@ -867,9 +859,9 @@ def main() -> int:
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
     ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
-    ap.add_argument("--io", choices=("direct", "pinned"), default="pinned",
-                    help="scale, spec, auto, drafters: the read path (pinned: the CUDA default, "
-                    "specdec.store.reader.default_io)")  # fmt: skip
+    ap.add_argument("--io", choices=("direct", "pinned"),
+                    help="scale, spec, auto, drafters, where: the read path (default: the "
+                    "backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "

@@ -152,8 +152,11 @@ def pinned_stand_in(monkeypatch: pytest.MonkeyPatch) -> list[HostCopyStandIn]:
     from specdec.store import reader
 
     made: list[HostCopyStandIn] = []
+
+    def stand_in() -> HostCopyStandIn:
+        made.append(HostCopyStandIn())
+        return made[-1]
+
     if not on_cuda():
-        monkeypatch.setattr(
-            reader, "_pinned_copy", lambda: made.append(HostCopyStandIn()) or made[-1]
-        )
+        monkeypatch.setattr(reader, "_pinned_copy", stand_in)
     return made

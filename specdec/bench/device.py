@@ -58,7 +58,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from specdec.bench.read import bench_read
+from specdec.bench.read import TOUCHED, bench_read
 from specdec.clock.profiles import DeviceProfile, capped_latency
 from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
@@ -457,7 +457,7 @@ def device_profile(
     }
     # on CUDA the runs read into slots the GPU computes on, by the backend's default io (pinned):
     # the bench reads into such slots the same way
-    path = f"preadv_{default_io()}_arena_gpu_touched" if on_cuda() else "preadv_direct_arena"
+    path = TOUCHED[default_io()] if on_cuda() else "preadv_direct_arena"
     # 1 GiB a point, 3 rounds: a 256 MiB point (the default) swung ±10% on the H200's disk
     reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=READ_ROUNDS,
                        run_bytes=READ_RUN_BYTES, paths=(path,))  # fmt: skip

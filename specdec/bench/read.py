@@ -255,6 +255,11 @@ def _touched(io: str):
     return run
 
 
+# a decode's reads on each O_DIRECT io, into slots the device computed on (the device profile's
+# read curve on CUDA: specdec.bench.device)
+TOUCHED = {"direct": "preadv_direct_arena_gpu_touched", "pinned": "preadv_pinned_arena_gpu_touched"}
+
+
 def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> float:
     """Each block alone, as a lone miss (the reader splits blocks over 2 x SPLIT_MIN)."""
     with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=threads) as reader:
@@ -270,14 +275,13 @@ PATHS: dict[str, tuple[Callable, bool]] = {
     "preadv_direct_arena": (_reader_path("direct"), False),
     "preadv_direct_arena_one_by_one": (_direct_one_by_one, False),
     "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
-    "preadv_direct_arena_gpu_touched": (_touched("direct"), False),
-    "preadv_pinned_arena_gpu_touched": (_touched("pinned"), False),
+    **{name: (_touched(io), False) for io, name in TOUCHED.items()},
     "preadv_buffered_arena": (_reader_path("buffered"), True),
     "mmap_copy": (_reader_path("mmap"), True),
 }
 
 
-CUDA_PATHS = ("preadv_pinned_arena_gpu_touched",)  # `--io pinned`: MLX's CUDA backend only
+CUDA_PATHS = (TOUCHED["pinned"],)  # `--io pinned`: MLX's CUDA backend only
 
 
 def available_paths() -> tuple[str, ...]:

@@ -356,13 +356,13 @@ class ExpertReader:
                 )
             _scatter(np.frombuffer(self._mmap, np.uint8, size, offset + part.start), pieces)
         elif self._staged_mode():
-            self._read_staged(pieces, offset + part.start, layer, expert)
+            self._read_staged(pieces, size, offset + part.start, layer, expert)
         else:
             try:
                 self._preadv_full(pieces, offset + part.start, layer, expert, direct_memory=True)
             except _Unpinnable:  # the kernel will not pin these pages for O_DIRECT: stage
                 self._must_stage = True
-                self._read_staged(pieces, offset + part.start, layer, expert)
+                self._read_staged(pieces, size, offset + part.start, layer, expert)
         with self._lock:
             self.stats.bytes_read += size
             part.block.left -= 1
@@ -381,10 +381,12 @@ class ExpertReader:
             return True
         return self.io == "direct" and (self._must_stage or not self.arena.direct)
 
-    def _read_staged(self, pieces: list[np.ndarray], offset: int, layer: int, expert: int) -> None:
-        """Bytes from `offset` on into the pieces through this thread's staging buffer, then
-        into the pieces by DMA (pinned) or a host copy."""
-        staging = self._staging_buffer(sum(len(p) for p in pieces))
+    def _read_staged(
+        self, pieces: list[np.ndarray], size: int, offset: int, layer: int, expert: int
+    ) -> None:
+        """The `size` bytes from `offset` on (the pieces' total) read into this thread's staging
+        buffer, then into the pieces by DMA (pinned) or a host copy."""
+        staging = self._staging_buffer(size)
         self._preadv_full([staging], offset, layer, expert)
         if self._copy is not None:
             self._copy.land(staging, pieces)
