@@ -47,9 +47,10 @@ PATH`; without either they are refused before any step starts. Nothing here is a
                a plain run before each α's runs and after the last (speed-ups against those)
     auto       --gamma auto beside them
     drafters   self and lookup at the same budgets
-    lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); since
-               the fourth session refused on CUDA (its runs changed greedy output)
-    shm        the scale runs from a copy of the pack in /dev/shm: the "fast SSD" end
+    lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); on CUDA
+               with pinned reads only (direct reads into managed memory changed greedy output)
+    shm        the scale runs from a copy of the pack in /dev/shm: the "fast SSD" end (read
+               pinned on CUDA, without O_DIRECT; buffered with --io direct)
     where      where a streamed pass's time not blocked on reads goes, per MoE layer call (trace
                routing, 9 GB and 10%, plain and oracle:1 γ 8): the router's sync, the wait for
                earlier layers before a read (slot safety), the reads, the layer's own GPU time
@@ -726,7 +727,7 @@ def drafters(args) -> dict:
 def lookahead(args) -> dict:
     packed = Path(args.disk) / "mm16.packed"
     plan = [(b, "none", 1, "model", d) for b in ("10%", "9GB") for d in (0, 1, 2)]
-    return {"runs": _runs(args, packed, plan, "direct", "lookahead")}
+    return {"runs": _runs(args, packed, plan, args.io, "lookahead")}
 
 
 def shm(args) -> dict:
@@ -735,8 +736,11 @@ def shm(args) -> dict:
         shutil.copytree(packed, fast)
     plan = [(b, "none", 1, "trace", 0) for b in (ONE_TOKEN, "10%", "9GB")]
     plan += [(b, "oracle:0.8", 4, "trace", 0) for b in (ONE_TOKEN, "10%", "9GB")]
+    from specdec.store.reader import page_cache_io
+
+    io = "buffered" if args.io == "direct" else page_cache_io()  # pinned reads tmpfs, unbypassed
     try:
-        return {"runs": _runs(args, fast, plan, "buffered", "shm")}
+        return {"runs": _runs(args, fast, plan, io, "shm")}
     finally:
         shutil.rmtree(fast, ignore_errors=True)
 
@@ -860,8 +864,8 @@ def main() -> int:
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
     ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
     ap.add_argument("--io", choices=("direct", "pinned"),
-                    help="scale, spec, auto, drafters, where: the read path (default: the "
-                    "backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip
+                    help="scale, spec, auto, drafters, lookahead, where: the read path (default: "
+                    "the backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "

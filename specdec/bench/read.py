@@ -70,7 +70,12 @@ from specdec.store.layout import (
     TensorSpec,
     round_up,
 )
-from specdec.store.reader import ExpertReader, filesystem_type, open_expert_file
+from specdec.store.reader import (
+    RAM_FILESYSTEMS,
+    ExpertReader,
+    filesystem_type,
+    open_expert_file,
+)
 
 DEFAULT_BLOCK = 1_180_000  # the seed question's 1.18 MB expert blocks
 DEFAULT_FILE = 1 << 30
@@ -111,7 +116,7 @@ class BenchFile:
 def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> BenchFile:
     """A packed-layout experts.bin of random bytes (one 'layer' of equal blocks) and its index."""
     fstype = filesystem_type(directory)
-    if fstype in ("tmpfs", "ramfs"):
+    if fstype in RAM_FILESYSTEMS:
         raise StoreError(f"{directory} is on {fstype}: pass --dir on a real disk")
     n_blocks = max(16, file_bytes // block_bytes)
     layout = LayerLayout(
@@ -339,7 +344,7 @@ def bench_read(
     the order of the runs is shuffled."""
     paths = available_paths() if paths is None else paths
     block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
-    if directory is None and filesystem_type(Path(tempfile.gettempdir())) in ("tmpfs", "ramfs"):
+    if directory is None and filesystem_type(Path(tempfile.gettempdir())) in RAM_FILESYSTEMS:
         directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
     if directory is not None and not Path(directory).is_dir():
         raise StoreError(f"--dir {directory}: no such directory; create it or pass another")

@@ -20,7 +20,9 @@ crc32 (when verified) is checked by whichever thread reads a block's last piece.
     mmap      copy out of an mmap of the file (the baseline an mmap-based loader gets).
     pinned    O_DIRECT into the thread's page-locked staging buffer, then a copy-engine copy
               into the slot (MLX's CUDA backend only: specdec.store.cuda_copy). The slot's managed
-              pages stay on the GPU, where `direct` faults them to the host and back.
+              pages stay on the GPU, where `direct` faults them to the host and back. From a RAM
+              file system (tmpfs, ramfs) without O_DIRECT: its files are memory, no disk to
+              bypass, and the landing is what `pinned` is for (`page_cache_io`).
 
 Short reads are completed in a loop; EIO is retried MAX_RETRIES times, then a StoreError names
 the layer, the expert and the file. `fault_hook(layer, expert, attempt)` lets tests inject
@@ -51,6 +53,7 @@ from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex, round_up
 
 IO_MODES = ("direct", "buffered", "mmap", "pinned")
 DIRECT_MODES = ("direct", "pinned")  # O_DIRECT: the page cache bypassed
+RAM_FILESYSTEMS = ("tmpfs", "ramfs")  # files that are memory: no disk under them
 MAX_RETRIES = 3
 F_NOCACHE = 48  # macOS fcntl: bypass the unified buffer cache for this fd
 
@@ -116,10 +119,12 @@ def open_expert_file(path: Path, io: str) -> int:
 
     tmpfs/ramfs are refused in direct mode even where the kernel accepts O_DIRECT (Linux >= 6.6):
     their files live in the page cache, so "direct" reads would measure memory, not a disk.
+    `pinned` reads them without O_DIRECT: what it changes is how a block lands, not the source.
     """
     if io not in IO_MODES:
         raise StoreError(f"unknown io mode {io!r}; use one of {', '.join(IO_MODES)}")
-    if io in DIRECT_MODES and filesystem_type(path) in ("tmpfs", "ramfs"):
+    in_ram = filesystem_type(path) in RAM_FILESYSTEMS
+    if io == "direct" and in_ram:
         raise StoreError(
             f"{path} is on {filesystem_type(path)}, which has no disk to read directly "
             "(O_DIRECT cannot bypass a RAM file system); use `--io buffered`"
@@ -127,7 +132,7 @@ def open_expert_file(path: Path, io: str) -> int:
     if Path(path).is_dir():
         raise StoreError(f"{path} is a directory, not the expert file; re-pack with `specdec pack`")
     flags = os.O_RDONLY
-    if io in DIRECT_MODES and hasattr(os, "O_DIRECT"):
+    if io in DIRECT_MODES and not in_ram and hasattr(os, "O_DIRECT"):
         flags |= os.O_DIRECT
     try:
         fd = open_regular(path, flags, fix="re-pack with `specdec pack MODEL_DIR OUT_DIR --force`")
@@ -458,6 +463,13 @@ def default_io() -> str:
     the managed arena faults each slot's pages to the host and back (on an H100 plain decoding
     ran 1.25-1.32x faster pinned, docs/results/cuda.md), `direct` elsewhere."""
     return "pinned" if on_cuda() else "direct"
+
+
+def page_cache_io() -> str:
+    """The io that reads a file in the page cache or a RAM file system (a bench's reads without
+    the disk) and lands its blocks as the backend's default does: `pinned` on CUDA (a host write
+    into managed memory would add the page faults pinned reads never pay), `buffered` elsewhere."""
+    return "pinned" if default_io() == "pinned" else "buffered"
 
 
 def _pinned_copy():

@@ -14,14 +14,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specdec.checkpoint.random_models import make_random
 from specdec.core.errors import StoreError
 from specdec.pack.pack import pack
-from specdec.store.arena import Arena
+from specdec.store.arena import Arena, block_layout
 from specdec.store.layout import EXPERTS_BIN, EXPERTS_JSON, ExpertIndex
 from specdec.store.reader import ExpertReader
+from tests.helpers import pinned_stand_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +110,7 @@ def test_malformed_index(packed):
 
 
 @pytest.mark.slow
-def test_o_direct_refused_on_tmpfs(packed):
+def test_o_direct_refused_on_tmpfs_and_pinned_reads_it_buffered(packed, monkeypatch):
     shm = Path("/dev/shm")
     if not shm.is_dir() or sys.platform != "linux":
         pytest.skip("needs a tmpfs at /dev/shm (Linux)")
@@ -119,8 +121,23 @@ def test_o_direct_refused_on_tmpfs(packed):
         index = ExpertIndex.load(dest)
         with pytest.raises(StoreError, match="--io buffered"):
             ExpertReader(dest, index, Arena(1, index.slot_bytes), io="direct")
-        with ExpertReader(dest, index, Arena(1, index.slot_bytes), io="buffered") as r:
+        layout = block_layout(index)
+        with ExpertReader(dest, index, Arena(1, index.slot_bytes, layout), io="buffered") as r:
             r.read([(0, 0, 0)])
+            want = np.array(r.arena.tensor_view(index.layers[0].tensors[0])[0])
+        # pinned is about how a block lands, not the source: a RAM file system is read without
+        # O_DIRECT (the copy engine's stand-in here, as CI has no GPU)
+        made = pinned_stand_in(monkeypatch)
+        opened = []
+        real_open = os.open
+        monkeypatch.setattr(
+            os, "open", lambda p, f, *a, **kw: opened.append(f) or real_open(p, f, *a, **kw)
+        )
+        with ExpertReader(dest, index, Arena(1, index.slot_bytes, layout), io="pinned") as r:
+            r.read([(0, 0, 0)])
+            got = np.array(r.arena.tensor_view(index.layers[0].tensors[0])[0])
+        assert opened and not any(f & getattr(os, "O_DIRECT", 0) for f in opened)
+        assert made[0].landed > 0 and np.array_equal(got, want)
     finally:
         shutil.rmtree(dest)
 

@@ -19,11 +19,12 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import HELD_TOKENS, Decode, DecodeConfig
+from specdec.decode.run import generate
 from specdec.stream import streamer as streamer_module
 from specdec.stream.loader import load
 from specdec.stream.streamed import StreamedSwitchGLU
 from specdec.stream.streamer import Streamer
-from tests.helpers import random_checkpoint, resident_logits
+from tests.helpers import pinned_stand_in, random_checkpoint, resident_logits
 
 
 @pytest.fixture(scope="module")
@@ -247,13 +248,22 @@ def test_warm_lands_the_experts_on_cuda_only(ckpt, monkeypatch, cuda):
 
 
 @pytest.mark.parametrize("cuda", [True, False])
-def test_lookahead_is_refused_on_cuda_only(ckpt, monkeypatch, cuda):
-    # on the H200 every lookahead run's greedy tokens departed from plain's (its reads land in
-    # managed memory while kernels run); the backend check is patched, as CI has no GPU
+def test_lookahead_is_refused_on_cuda_unless_reads_are_pinned(ckpt, monkeypatch, cuda):
+    # on the H200 every lookahead run's greedy tokens departed from plain's while its reads
+    # landed in managed memory from the host; the backend check is patched, as CI has no GPU
     monkeypatch.setattr("specdec.stream.loader.on_cuda", lambda: cuda)
     if cuda:
-        with pytest.raises(SpecdecError, match="--lookahead 1 on CUDA.*use --lookahead 0"):
+        with pytest.raises(
+            SpecdecError, match="--lookahead 1 on CUDA with --io buffered.*--io pinned"
+        ):
             load(ckpt, budget="50%", io="buffered", with_mtp=False, lookahead=1)
+        made = pinned_stand_in(monkeypatch)  # pinned reads land by the copy engine: allowed
+        sm = load(ckpt, budget="50%", io="pinned", with_mtp=False, lookahead=1)
+        try:
+            generate(sm, [1, 2, 3], "none", DecodeConfig(1, 4), stop_at_eos=False)
+        finally:
+            sm.close()
+        assert sum(m.landed for m in made) > 0
         return
     load(ckpt, budget="50%", io="buffered", with_mtp=False, lookahead=1).close()
 
