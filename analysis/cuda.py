@@ -612,18 +612,16 @@ def offsets_table() -> str:
     return md_table(heads, body)
 
 
-WHERE = {
-    6: RESULTS / "where.json",
-    11: RESULTS / "session11" / "where.json",
-    13: RESULTS / "session13" / "where.json",
-    14: RESULTS / "session14" / "where.json",
-    15: RESULTS / "session15" / "where.json",
-}
+def _session_results(name: str) -> list[tuple[int, Path]]:
+    """(session, path) of every sessionN/`name` a later session's step wrote, by session."""
+    found = ((int(d.name.removeprefix("session")), d / name) for d in RESULTS.glob("session*"))
+    return sorted((sess, path) for sess, path in found if path.exists())
 
 
 def _where_runs() -> Iterator[tuple[int, str, dict]]:
-    """(session, run name, its `where` result) of every session that ran the step."""
-    for sess, path in WHERE.items():
+    """(session, run name, its `where` result) of every session that ran the step (the sixth's
+    in where.json, later ones' in their sessionN/)."""
+    for sess, path in [(6, RESULTS / "where.json"), *_session_results("where.json")]:
         for name, v in json.loads(path.read_text()).items():
             if isinstance(v, dict) and "calls" in v:
                 yield sess, name, v
@@ -694,16 +692,14 @@ def overhead_table() -> str:
     """One row per session and shape: the fourth session's run (overhead.json), the eighth's
     (session8/, its routing then read once a token), the tenth's (session10/: held deferred
     steps and the frozen heap; docs/results/cuda.md says what changed), the eleventh's
-    (session11/: 128 tokens, 5 alternations in one process, 4 pairs) and the thirteenth's
-    (session13/: 3 pairs)."""
+    (session11/: 128 tokens, 5 alternations in one process, 4 pairs), the thirteenth's and the
+    fifteenth's (3 pairs): every sessionN/overhead.json with fresh-process pairs."""
     body = []
-    for path in (
-        RESULTS / "overhead.json",
-        *(RESULTS / f"session{n}" / "overhead.json" for n in (8, 10, 11, 13, 15)),
-    ):
+    for path in (RESULTS / "overhead.json", *(p for _, p in _session_results("overhead.json"))):
         data = json.loads(path.read_text())
         for model in ("qwen3", "minimax"):
-            body.append([data["session"], *_overhead_row(model, data)])
+            if "specdec_tokens_per_s" in data.get(model, {}):  # the twelfth ran no fresh pairs
+                body.append([data["session"], *_overhead_row(model, data)])
     heads = ["session", "shape", "MoE layers", "specdec tok/s", "mlx-lm tok/s", "ratio (median)",
              "per pair", "pairs", "added µs per MoE layer", "in one process: one graph per token",
              "started per layer", "warm, one process: ours / mlx-lm", "added µs per MoE layer",
@@ -727,9 +723,6 @@ def _overhead_row(model: str, data: dict) -> list:
     ]  # fmt: skip
 
 
-LOOP_SESSIONS = (11, 12, 13, 15)  # sessions whose overhead step ran the loop split
-
-
 def loop_table() -> str:
     """Warm one-process runs at full budget, µs per token (medians of 5 alternations, 128
     tokens): mlx-lm's `generate_step`, the streamed model in that loop, ours (deferred steps of
@@ -740,15 +733,12 @@ def loop_table() -> str:
             "streamed_routing_per_call")  # fmt: skip
     parts = ("next_forward", "routing_read", "deferred", "records", "rest")
     body = []
-    for sess in LOOP_SESSIONS:
-        path = RESULTS / f"session{sess}" / "overhead.json"
-        if not path.exists():
-            continue
+    for sess, path in _session_results("overhead.json"):
         data = json.loads(path.read_text())
         for model in ("qwen3", "minimax"):
-            if "in_process" not in data.get(model, {}):  # the lease ended before it ran
+            ip = data.get(model, {}).get("in_process", {})
+            if "loop_us_per_token" not in ip:  # before the eleventh, or the lease ended first
                 continue
-            ip = data[model]["in_process"]
             us = {k: 1e6 / ip[f"{k}_tokens_per_s"]["median"] if f"{k}_tokens_per_s" in ip
                   else None for k in runs}  # fmt: skip
             lp = ip["loop_us_per_token"]

@@ -62,7 +62,7 @@ from specdec.bench.read import TOUCHED, bench_read
 from specdec.clock.profiles import DeviceProfile, capped_latency
 from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
-from specdec.store.reader import ExpertReader, default_io
+from specdec.store.reader import ExpertReader, default_io, page_cache_io
 
 UNIONS = (1, 2, 4, 8, 16, 32, 64)
 READ_RUN_BYTES, READ_ROUNDS = 1 << 30, 3
@@ -313,7 +313,6 @@ def _synced_decode(model: str, **load_kw) -> Iterator[tuple]:
     from specdec.decode.drafters import Drafter
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.store.reader import page_cache_io
     from specdec.stream.loader import load
 
     # from the page cache, landing as the runs do: a host write into CUDA's managed arena would

@@ -123,10 +123,11 @@ def open_expert_file(path: Path, io: str) -> int:
     """
     if io not in IO_MODES:
         raise StoreError(f"unknown io mode {io!r}; use one of {', '.join(IO_MODES)}")
-    in_ram = filesystem_type(path) in RAM_FILESYSTEMS
+    fstype = filesystem_type(path)
+    in_ram = fstype in RAM_FILESYSTEMS
     if io == "direct" and in_ram:
         raise StoreError(
-            f"{path} is on {filesystem_type(path)}, which has no disk to read directly "
+            f"{path} is on {fstype}, which has no disk to read directly "
             "(O_DIRECT cannot bypass a RAM file system); use `--io buffered`"
         )
     if Path(path).is_dir():
