@@ -129,6 +129,13 @@ def _quantize(model: nn.Module, config: dict, bits: int) -> dict:
     return config
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _floating(v: mx.array) -> bool:
+    return mx.issubdtype(v.dtype, mx.floating)
+
+
 def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
     """One random MTP layer of the family's layout, under our stored names (model.layers.{N}.*)."""
     from specdec.checkpoint.mtp import mtp_class
@@ -194,15 +201,21 @@ def make_random(
     seed: int = 0,
     force: bool = False,
     overrides: dict[str, Any] | None = None,
+    dtype: str = "float32",
 ) -> Path:
     """Write a tiny random checkpoint of `family` to out_dir (see writing_checkpoint).
 
-    overrides: config.json entries to change (tests: e.g. a huge expert width, few experts)."""
+    overrides: config.json entries to change (tests: e.g. a huge expert width, few experts).
+    dtype: of its float parameters (quantized: scales and biases), so of its activations and
+    logits: "bfloat16" as a real quantized checkpoint (mlx-lm's greedy rule rounds there)."""
     from mlx_lm.utils import save_config, save_model
 
+    if dtype not in DTYPES:
+        raise SpecdecError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     config = {**family_config(family), **(overrides or {})}
     k_model, k_mtp = mx.random.split(mx.random.key(seed))
     model, args, config = random_model(config, bits, k_model)
+    model.set_dtype(getattr(mx, dtype))  # floating parameters only
 
     weights = tree_flatten(model.parameters())
     need = sum(v.nbytes for _, v in weights) * (2 if family in MTP_FAMILIES else 1)  # MTP < model
@@ -210,6 +223,7 @@ def make_random(
         save_model(tmp, model)
         if family in MTP_FAMILIES:
             mtp = _mtp_weights(args, config, k_mtp, bits)
+            mtp = {k: v.astype(getattr(mx, dtype)) if _floating(v) else v for k, v in mtp.items()}
             mx.save_safetensors(str(tmp / MTP_FILE), mtp, metadata={"format": "mlx"})
         save_config(copy.deepcopy(config), tmp / "config.json")
         write_tokenizer(tmp)

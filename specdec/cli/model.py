@@ -1,7 +1,7 @@
 """The model part's commands: `specdec models`, `make-random`, `extract-mtp`, `bench overhead`.
 
     specdec models [--json]                        # the bundled models, name and path
-    specdec make-random qwen3_moe /tmp/q [--quantize 4] [--like PRESET --layers 4]
+    specdec make-random qwen3_moe /tmp/q [--quantize 4] [--dtype bfloat16] [--like PRESET --layers 4]
     specdec extract-mtp ~/hf/DeepSeek-V3 ~/mlx/DeepSeek-V3-4bit [--quantize 4]
     specdec bench overhead --model tiny --tokens 128 --pairs 7 --json
 
@@ -50,6 +50,12 @@ def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
         help="affine-quantize to BITS like mlx_lm.convert -q (FAMILY default: float32; "
         "--like default: 4)",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        help="FAMILY: the float parameters' dtype, so the activations' (default: float32; "
+        "--like is bfloat16, as real checkpoints)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument(
         "--force", action="store_true", help="replace a checkpoint make-random wrote there"
@@ -68,6 +74,11 @@ def run_make_random(args: argparse.Namespace) -> int:
 
         if args.family:
             raise SpecdecError("give either FAMILY or --like PRESET, not both")
+        if args.dtype:
+            raise SpecdecError(
+                "--dtype goes with FAMILY; a --like checkpoint is bfloat16, as the real one: "
+                "drop --dtype"
+            )
         bits = 4 if args.quantize is None else args.quantize
         out = make_like(
             args.like, args.out_dir, args.layers, args.experts, bits, args.seed, force=args.force
@@ -86,12 +97,12 @@ def run_make_random(args: argparse.Namespace) -> int:
         )
     from specdec.checkpoint.random_models import make_random
 
+    dtype = args.dtype or "float32"
     out = make_random(
-        args.family, args.out_dir, bits=args.quantize, seed=args.seed, force=args.force
+        args.family, args.out_dir, args.quantize, args.seed, args.force, dtype=dtype
     )
-    print(
-        f"wrote {args.family} ({'float32' if args.quantize is None else f'{args.quantize}-bit'}) to {out}"
-    )
+    kind = dtype if args.quantize is None else f"{args.quantize}-bit, {dtype}"
+    print(f"wrote {args.family} ({kind}) to {out}")
     return 0
 
 

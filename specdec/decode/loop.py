@@ -43,7 +43,7 @@ from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import MIN_TEMP, check_finite, judge
-from specdec.decode.state import DecodeState, begin_routing, forward
+from specdec.decode.state import DecodeState, begin_routing, forward, log_probs
 from specdec.decode.verify_form import VerifyForm
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.gamma.controller import AutoGamma
@@ -76,14 +76,14 @@ class DecodeConfig:
 
 def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
     """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it, and
-    its logit [] (a NaN wins argmax, so a non-finite one means the logits are not finite)."""
+    its log-probability [1] (a NaN wins argmax, so a non-finite one means the logits are not
+    finite)."""
     begin_routing(st, 1)
     deferred = st.sm.streamer.deferred
     since = len(deferred)
-    logits = st.sm.model(token, cache=st.cache)  # [1, 1, V]
-    row = logits[0, -1].astype(mx.float32)  # [V]
-    nxt = mx.argmax(row)
-    top = row[nxt]  # []
+    lp = log_probs(st.sm.model(token, cache=st.cache))  # [1, V]
+    nxt = mx.argmax(lp, axis=-1)  # [1]: mlx-lm's greedy sampler
+    top = lp[0, nxt]  # [1]
     nxt = nxt.reshape(1, 1)
     routing = deferred.join(since)  # its calls' routing, one host read later (catch_up)
     mx.async_eval(nxt, top, *([] if routing is None else [routing]))
@@ -98,7 +98,8 @@ HELD_CALLS = Deferred.BOUND // 2  # ... and at most this many calls, with the ne
 
 
 def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
-    """The prompt fed as mlx-lm's `generate_step` feeds it; returns the last position's logits.
+    """The prompt fed as mlx-lm's `generate_step` feeds it; returns the last position's
+    log-probabilities (state.log_probs).
 
     All but the last token go in chunks of PREFILL_STEP, then the last token alone. A CPU-tuned
     BLAS (OpenBLAS) sums in an order that depends on a call's row count, so one call over the
@@ -108,9 +109,9 @@ def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
     hidden = []
     head = st.tokens[:-1]
     for i in range(0, len(head), PREFILL_STEP):
-        forward(st, head[i : i + PREFILL_STEP], want_hidden)
+        forward(st, head[i : i + PREFILL_STEP], want_hidden, judged=False)
         hidden.append(st.hidden)
-    logits = forward(st, st.tokens[-1:], want_hidden)  # [1, V]
+    logits = forward(st, st.tokens[-1:], want_hidden)  # [1, V] log-probabilities
     if want_hidden and hidden:
         st.hidden = mx.concatenate([*hidden, st.hidden], axis=1)  # [1, P, H]
     return logits

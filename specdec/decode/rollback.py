@@ -128,5 +128,7 @@ def roll_back(
         return 0
     mark.restore(st.cache, fed)
     if keep:
-        forward(st, keep, want_hidden)  # st.hidden: rows for `keep`, as the drafter reads them
+        forward(
+            st, keep, want_hidden, judged=False
+        )  # st.hidden: rows for `keep`, as the drafter reads them
     return len(keep)

@@ -43,21 +43,40 @@ class DecodeState:
         return len(self.tokens) - self.n_prompt
 
     def pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
-        """A draft token from logits [V]: argmax at temp 0, else a sample with its q."""
+        """A draft token from logits or log-probabilities [V]: argmax at temp 0, else a sample
+        with its q."""
         if self.temp == 0:
             return int(logits.argmax()), None
         q = probs(logits, self.temp)
         return sample(q, self.rng), q
 
 
+def log_probs(logits: mx.array) -> mx.array:
+    """[1, T, V] logits -> [T, V] log-probabilities, each row computed as mlx-lm's
+    `generate_step` computes a decode's: on its own ([1, V]) in the logits' dtype, logits -
+    logsumexp. Greedy decoding takes their argmax, the lowest index among equals, as mlx-lm's
+    greedy sampler does. In bfloat16 the subtraction rounds logits a step apart to one value
+    (a step is 1/16 at -10: a flat distribution's top), so the float32 logits' argmax can be
+    another token than mlx-lm's greedy output (2 of 8 prompts within 32 tokens on a 4-bit
+    bfloat16 Qwen3-MoE checkpoint: tests/decode/test_greedy_rule.py)."""
+    rows = [logits[:, i, :] for i in range(logits.shape[1])]  # [1, V] each, as a decode's
+    return mx.concatenate([r - mx.logsumexp(r, keepdims=True) for r in rows])  # [T, V]
+
+
 def forward(
-    st: DecodeState, tokens: list[int], want_hidden: bool, call: Call | None = None
-) -> np.ndarray:
-    """One main-model call on `tokens` (appended to the KV cache); returns logits [T, V].
+    st: DecodeState,
+    tokens: list[int],
+    want_hidden: bool,
+    call: Call | None = None,
+    judged: bool = True,
+) -> np.ndarray | None:
+    """One main-model call on `tokens` (appended to the KV cache); returns their
+    log-probabilities [T, V] (`log_probs`, float32 on the host), or None where nothing will
+    judge them (`judged` False: a prefill's head, a re-feed), evaluated all the same.
     call: how its MoE calls are served (default: as the phase the caller is in)."""
     if call is not None:
         with st.sm.streamer.serving(call):
-            return forward(st, tokens, want_hidden)
+            return forward(st, tokens, want_hidden, judged=judged)
     begin_routing(st, len(tokens))
     x = mx.array([tokens])  # [1, T]
     model = st.sm.model
@@ -66,7 +85,10 @@ def forward(
         logits = model.lm_head(out)
     else:
         logits = model(x, cache=st.cache)
-    return np.array(logits[0].astype(mx.float32))  # [T, V]
+    if not judged:
+        mx.eval(logits)
+        return None
+    return np.array(log_probs(logits).astype(mx.float32))  # [T, V]
 
 
 def begin_routing(st: DecodeState, n: int) -> None:
