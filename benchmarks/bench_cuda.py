@@ -45,7 +45,8 @@ PATH`; without either they are refused before any step starts. Nothing here is a
                by the model's router and by the trace: tok/s, time blocked on reads, GB/s
     spec       oracle α 0.5-1.0 × γ 1/2/3/4/8 at three budgets, trace routing: measured seconds,
                a plain run before each α's runs and after the last (speed-ups against those)
-    auto       --gamma auto beside them
+    auto       --gamma auto at --auto-alphas, beside the fixed γ of --auto-gammas between the same
+               plain runs
     drafters   self and lookup at the same budgets
     lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); on CUDA
                with pinned reads only (direct reads into managed memory changed greedy output)
@@ -717,7 +718,12 @@ def spec(args) -> dict:
 
 
 def auto(args) -> dict:
-    return _against_plain("auto", args, [[(f"oracle:{a:g}", "auto") for a in (0.5, 0.7, 0.9)]])
+    """`--gamma auto` at each α of --auto-alphas; with --auto-gammas, those fixed γ run in the
+    same group (between the same plain runs), so auto is measured against the γ that wins."""
+    fixed = [int(g) for g in args.auto_gammas.split(",") if g]
+    alphas = [float(a) for a in args.auto_alphas.split(",")]
+    return _against_plain("auto", args, [[(f"oracle:{a:g}", g) for g in (*fixed, "auto")]
+                                         for a in alphas])  # fmt: skip
 
 
 def drafters(args) -> dict:
@@ -863,6 +869,8 @@ def main() -> int:
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
     ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
+    ap.add_argument("--auto-alphas", default="0.5,0.7,0.9", help="auto: oracle α")
+    ap.add_argument("--auto-gammas", default="", help="auto: fixed γ run beside it")
     ap.add_argument("--io", choices=("direct", "pinned"),
                     help="scale, spec, auto, drafters, lookahead, where: the read path (default: "
                     "the backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip

@@ -98,9 +98,7 @@ def run_make_random(args: argparse.Namespace) -> int:
     from specdec.checkpoint.random_models import make_random
 
     dtype = args.dtype or "float32"
-    out = make_random(
-        args.family, args.out_dir, args.quantize, args.seed, args.force, dtype=dtype
-    )
+    out = make_random(args.family, args.out_dir, args.quantize, args.seed, args.force, dtype=dtype)
     kind = dtype if args.quantize is None else f"{args.quantize}-bit, {dtype}"
     print(f"wrote {args.family} ({kind}) to {out}")
     return 0
