@@ -63,12 +63,14 @@ SESSIONS = {
     # an H100 again, runs and profile read by the pinned path; h100-r15b: its miss_call_s as the
     # fixed bench measured it in a second lease (the first read its misses buffered)
     15: ("h100-r15", "h100-r15b"),
+    16: ("h200-r16",),  # an H200 again, pinned reads
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
-# fourteenth's the same on an H100, the fifteenth's on an H100 with pinned reads
-FIGURE_SESSIONS = (6, 7, 13, 14, 15)
+# fourteenth's the same on an H100, the fifteenth's on an H100 with pinned reads, the sixteenth's
+# (an H200, pinned) at 10% and one token's experts (120 slots, beside auto) at α 0.9 and 1.0
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16)
 GAMMAS_SHOWN = (2, 3, 4, 8)  # the figure's γ, in its colour order
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-use cost
@@ -373,7 +375,7 @@ def model_table() -> str:
     return md_table(heads, body)
 
 
-def split_table(sessions: tuple[int, ...] = (10, 11, 13, 14, 15)) -> str:
+def split_table(sessions: tuple[int, ...] = (10, 11, 13, 14, 15, 16)) -> str:
     """Where the device model's time per committed token goes against the measured, run by run
     (spec runs of `sessions`, on their machine's profile): measured time blocked on reads and
     off the disk; modeled reads, landing (the profile's landing taken out) and the rest
@@ -445,8 +447,8 @@ def auto_table() -> str:
     """`--gamma auto` runs against the plain runs around them (their mean time per token), with
     how far those plain runs themselves differ: a run that never drafted is plain's work, so its
     ratio is the disk's drift between runs."""
-    body = []
-    for row in spec_rows():
+    profs, rows, body = profiles(), spec_rows(), []
+    for row in rows:
         if row["gamma"] != "auto":
             continue
         ratio = measured_tps(row) / plain_tps(row)
@@ -455,10 +457,28 @@ def auto_table() -> str:
         plains = row["plains"]  # the disk's drift: the later plain run against the earlier
         drift = measured_tps(plains[-1]) / measured_tps(plains[0]) if len(plains) > 1 else None
         body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x",
-                     drafting, row["passes"], "—" if drift is None else f"{drift:.2f}x"])  # fmt: skip
+                     drafting, row["passes"], "—" if drift is None else f"{drift:.2f}x",
+                     *_against_fixed(row, ratio, rows, profs)])  # fmt: skip
     heads = ["session", "budget", "drafter", "auto / plain, measured", "passes with γ > 1",
-             "passes", "plain after / plain before"]  # fmt: skip
+             "passes", "plain after / plain before", "best fixed γ: speed-up",
+             "auto / best fixed γ, measured", "modeled"]  # fmt: skip
     return md_table(heads, body)
+
+
+def _against_fixed(row: dict, ratio: float, rows: list[dict], profs: dict) -> list[str]:
+    """The fixed γ that ran with the same session, budget and drafter (bench_cuda.py `auto
+    --auto-gammas`) and sped up most, each against its own plain runs: its γ and speed-up,
+    auto's speed-up over it, and the same modeled (tok/s on the session's profile)."""
+    key = (row.get("session", 1), row["budget"], row["drafter"])
+    fixed = [r for r in rows if r["gamma"] != "auto"
+             and (r.get("session", 1), r["budget"], r["drafter"]) == key]  # fmt: skip
+    if not fixed:
+        return ["—", "—", "—"]
+    best = max(fixed, key=lambda r: measured_tps(r) / plain_tps(r))
+    speedup = measured_tps(best) / plain_tps(best)
+    prof = profs[own(row)]
+    modeled = modeled_tps(row, prof) / modeled_tps(best, prof)
+    return [f"γ = {best['gamma']}: {speedup:.2f}x", f"{ratio / speedup:.2f}x", f"{modeled:.2f}x"]
 
 
 def lookahead_table() -> str:
@@ -481,8 +501,8 @@ def lookahead_table() -> str:
     return md_table(heads, body)
 
 
-def exact_table() -> str:
-    data = json.loads((RESULTS / "exact.json").read_text())
+def exact_table(results: Path | None = None) -> str:
+    data = json.loads((results or RESULTS / "exact.json").read_text())
     body, diffs = [], []
     for model in ("tiny", "qwen3", "minimax", "minimax4", "deepseek"):
         for case, r in data.get(model, {}).items():
@@ -854,7 +874,7 @@ def figure() -> str:
         by.setdefault(panel, {}).setdefault(int(row["gamma"]), []).append(
             (alpha, meas, mod[own(row)])
         )
-    order = ("128slots", "10%", "9GB")
+    order = ("120slots", "128slots", "10%", "9GB")  # one token's experts: 120 beside auto
     panels = sorted((p for p in by if len({a for pts in by[p].values() for a, *_ in pts}) > 1),
                     key=lambda p: (p[0], order.index(p[1])))  # fmt: skip
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharey=True)
@@ -872,7 +892,7 @@ def figure() -> str:
     axes[0].set_ylabel("speed-up over plain decoding")
     axes[0].legend(fontsize=8)
     fig.suptitle("H200 (h200-*) and H100 (h100-*), 16-layer MiniMax-M2.5 shape, trace routing, "
-                 "direct reads (session 15: pinned): measured (points), modeled on the machine's "
+                 "direct reads (sessions 15-16: pinned): measured (points), modeled on the machine's "
                  "profile (lines)",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
@@ -911,9 +931,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("table", choices=list(TABLES))
     p.add_argument("--write", action="store_true", help="landing: write h200-landing.yaml")
     p.add_argument("--sessions", help="spec: only these sessions' runs (e.g. 5, or 1,2,3,4)")
+    p.add_argument("--results", type=Path, help="exact: this exact.json (default: results/cuda's)")
     args = p.parse_args(argv)
     if args.table == "landing":
         out = landing(args.write)
+    elif args.table == "exact":
+        out = exact_table(args.results)
     elif args.table == "spec":
         out = spec_table(tuple(map(int, args.sessions.split(","))) if args.sessions else None)
     else:
