@@ -60,7 +60,8 @@ def log_probs(logits: mx.array) -> mx.array:
     another token than mlx-lm's greedy output (2 of 8 prompts within 32 tokens on a 4-bit
     bfloat16 Qwen3-MoE checkpoint: tests/decode/test_greedy_rule.py)."""
     rows = [logits[:, i, :] for i in range(logits.shape[1])]  # [1, V] each, as a decode's
-    return mx.concatenate([r - mx.logsumexp(r, keepdims=True) for r in rows])  # [T, V]
+    out = [r - mx.logsumexp(r, keepdims=True) for r in rows]
+    return out[0] if len(out) == 1 else mx.concatenate(out)  # [T, V]
 
 
 def forward(
