@@ -34,7 +34,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten, tree_map_with_path, tree_unflatten
 
 from specdec.checkpoint.bpe import train_byte_bpe
 from specdec.checkpoint.families import family_config
@@ -132,8 +132,15 @@ def _quantize(model: nn.Module, config: dict, bits: int) -> dict:
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _floating(v: mx.array) -> bool:
-    return mx.issubdtype(v.dtype, mx.floating)
+def cast_floats(module: nn.Module, dtype: mx.Dtype) -> None:
+    """Every float parameter of `module` to `dtype`, but those its `cast_predicate` keeps (as
+    `mlx_lm.convert --dtype` casts)."""
+    keep = getattr(module, "cast_predicate", lambda _: True)
+
+    def cast(name: str, v: mx.array) -> mx.array:
+        return v.astype(dtype) if keep(name) and mx.issubdtype(v.dtype, mx.floating) else v
+
+    module.update(tree_map_with_path(cast, module.parameters()))
 
 
 def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
@@ -215,7 +222,7 @@ def make_random(
     config = {**family_config(family), **(overrides or {})}
     k_model, k_mtp = mx.random.split(mx.random.key(seed))
     model, args, config = random_model(config, bits, k_model)
-    model.set_dtype(getattr(mx, dtype))  # floating parameters only
+    cast_floats(model, getattr(mx, dtype))
 
     weights = tree_flatten(model.parameters())
     need = sum(v.nbytes for _, v in weights) * (2 if family in MTP_FAMILIES else 1)  # MTP < model
@@ -223,7 +230,8 @@ def make_random(
         save_model(tmp, model)
         if family in MTP_FAMILIES:
             mtp = _mtp_weights(args, config, k_mtp, bits)
-            mtp = {k: v.astype(getattr(mx, dtype)) if _floating(v) else v for k, v in mtp.items()}
+            floating = {k for k, v in mtp.items() if mx.issubdtype(v.dtype, mx.floating)}
+            mtp = {k: v.astype(getattr(mx, dtype)) if k in floating else v for k, v in mtp.items()}
             mx.save_safetensors(str(tmp / MTP_FILE), mtp, metadata={"format": "mlx"})
         save_config(copy.deepcopy(config), tmp / "config.json")
         write_tokenizer(tmp)

@@ -37,10 +37,16 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten, tree_map_with_path
+from mlx.utils import tree_flatten
 
 from specdec.checkpoint.presets import like_config
-from specdec.checkpoint.random_models import GROUP_SIZE, VOCAB, write_tokenizer, writing_checkpoint
+from specdec.checkpoint.random_models import (
+    GROUP_SIZE,
+    VOCAB,
+    cast_floats,
+    write_tokenizer,
+    writing_checkpoint,
+)
 from specdec.store.layout import MTP_FILE
 from specdec.store.safetensors import safetensors_header_bytes
 
@@ -127,12 +133,7 @@ def _quantized_tensors(module: nn.Module, config: dict, bits: int) -> tuple[list
     """Names, dtypes and shapes `mlx_lm.convert -q` gives `module`, found lazily."""
     from mlx_lm.utils import quantize_model
 
-    keep = getattr(module, "cast_predicate", lambda _: True)  # as mlx_lm.convert casts
-
-    def cast(name: str, v: mx.array) -> mx.array:
-        return v.astype(mx.bfloat16) if keep(name) and mx.issubdtype(v.dtype, mx.floating) else v
-
-    module.update(tree_map_with_path(cast, module.parameters()))
+    cast_floats(module, mx.bfloat16)  # as mlx_lm.convert casts
     with contextlib.redirect_stdout(io.StringIO()):  # quantize_model prints bits per weight
         _, config = quantize_model(module, config, GROUP_SIZE, bits, mode="affine")
     params = tree_flatten(module.parameters())

@@ -39,6 +39,7 @@ def run_models(args: argparse.Namespace) -> int:
 
 def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
     from specdec.checkpoint.presets import PRESETS
+    from specdec.checkpoint.random_models import DTYPES
 
     parser.add_argument("family", nargs="?", help=f"one of: {', '.join(sorted(FAMILIES))}")
     parser.add_argument("out_dir", type=Path, help="the mlx-lm model directory to write")
@@ -52,7 +53,7 @@ def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16", "float16"),
+        choices=DTYPES,
         help="FAMILY: the float parameters' dtype, so the activations' (default: float32; "
         "--like is bfloat16, as real checkpoints)",
     )

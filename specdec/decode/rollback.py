@@ -128,7 +128,6 @@ def roll_back(
         return 0
     mark.restore(st.cache, fed)
     if keep:
-        forward(
-            st, keep, want_hidden, judged=False
-        )  # st.hidden: rows for `keep`, as the drafter reads them
+        # st.hidden: rows for `keep`, as the drafter reads them
+        forward(st, keep, want_hidden, judged=False)
     return len(keep)

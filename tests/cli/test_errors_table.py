@@ -296,6 +296,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace: experts.npy of 0 bytes": lambda c: (c["trace"] / "experts.npy").write_bytes(b""),
     "trace: a layer twice in layer_ids": lambda c: edit_meta(c["trace"], layer_ids=[1, 1]),
     "make-random: --layers without --like": nothing,
+    "make-random: --dtype with --like": nothing,
     "SPECDEC_BLAS names no file": lambda c: c["monkeypatch"].setenv(
         "SPECDEC_BLAS", str(c["tmp"] / "typo.so")
     ),
