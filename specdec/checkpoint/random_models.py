@@ -143,14 +143,16 @@ def cast_floats(module: nn.Module, dtype: mx.Dtype) -> None:
     module.update(tree_map_with_path(cast, module.parameters()))
 
 
-def _mtp_weights(args, config: dict, key: mx.array, bits: int | None) -> dict:
-    """One random MTP layer of the family's layout, under our stored names (model.layers.{N}.*)."""
+def _mtp_weights(args, config: dict, key: mx.array, bits: int | None, dtype: mx.Dtype) -> dict:
+    """One random MTP layer of the family's layout, under our stored names (model.layers.{N}.*),
+    its float parameters in `dtype` as the main model's."""
     from specdec.checkpoint.mtp import mtp_class
 
     mtp = mtp_class(config["model_type"])(args)
     _randomize(mtp, key)
     if bits is not None:
         _quantize(mtp, copy.deepcopy(config), bits)
+    cast_floats(mtp, dtype)
     return mtp.checkpoint_weights()
 
 
@@ -229,9 +231,7 @@ def make_random(
     with writing_checkpoint(out_dir, force, need) as tmp:
         save_model(tmp, model)
         if family in MTP_FAMILIES:
-            mtp = _mtp_weights(args, config, k_mtp, bits)
-            floating = {k for k, v in mtp.items() if mx.issubdtype(v.dtype, mx.floating)}
-            mtp = {k: v.astype(getattr(mx, dtype)) if k in floating else v for k, v in mtp.items()}
+            mtp = _mtp_weights(args, config, k_mtp, bits, getattr(mx, dtype))
             mx.save_safetensors(str(tmp / MTP_FILE), mtp, metadata={"format": "mlx"})
         save_config(copy.deepcopy(config), tmp / "config.json")
         write_tokenizer(tmp)
