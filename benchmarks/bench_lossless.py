@@ -131,6 +131,11 @@ def run(args) -> list[dict]:
     return sorted(rows, key=lambda r: (order[r["budget"]], r["prompt"]))
 
 
+def drafters_run(rows: list[dict]) -> list[str]:
+    """DRAFTERS that ran (mtp only where the model has an MTP layer), in their order."""
+    return [d for d in DRAFTERS if any(r["drafter"] == d for r in rows)]
+
+
 def summary(rows: list[dict]) -> tuple[list[list[str]], list[list[str]]]:
     """Per form: runs, departures (ties by margin apart); per drafter and form: acceptance."""
     dep = []
@@ -144,7 +149,7 @@ def summary(rows: list[dict]) -> tuple[list[list[str]], list[list[str]]]:
                     ", ".join(sorted({f"{r['drafter']} γ{r['gamma']} {r['budget']} p{r['prompt']}"
                                       for r in parted})[:6]) or "—"])  # fmt: skip
     acc = []
-    for drafter in [d for d in DRAFTERS if any(r["drafter"] == d for r in rows)]:
+    for drafter in drafters_run(rows):
         by = {
             form: [r["acceptance"] for r in rows if r["drafter"] == drafter and r["form"] == form]
             for form in FORMS
@@ -156,11 +161,16 @@ def summary(rows: list[dict]) -> tuple[list[list[str]], list[list[str]]]:
 
 
 def plain_equal(rows: list[dict]) -> str:
-    """ "K of N" prompt × budget pairs whose plain greedy equals mlx-lm's, with the departures."""
-    pairs = {(r["budget"], r["prompt"]): r.get("plain_departs_from_mlx_lm") for r in rows}
+    """The sentence on plain greedy against mlx-lm's: "K of N" prompt × budget pairs equal, with
+    the departures (rows from before the bench recorded it: said so, not counted as equal)."""
+    head = "Plain greedy (streamed) against mlx-lm's `generate_step` on the resident model:"
+    if any("plain_departs_from_mlx_lm" not in r for r in rows):
+        return f"{head} not recorded by this run."
+    pairs = {(r["budget"], r["prompt"]): r["plain_departs_from_mlx_lm"] for r in rows}
     parted = sorted(f"{b} p{p} at {at}" for (b, p), at in pairs.items() if at is not None)
-    return f"{len(pairs) - len(parted)} of {len(pairs)}" + (
-        f" ({', '.join(parted)})" if parted else ""
+    where = f" ({', '.join(parted)})" if parted else ""
+    return (
+        f"{head} equal on\n{len(pairs) - len(parted)} of {len(pairs)} prompt × budget pairs{where}."
     )
 
 
@@ -171,22 +181,20 @@ part only below that; issue 24's backend differed by 0.78)."""
 
 def render(rows, meta) -> str:
     dep, acc = summary(rows)
-    drafters = [d for d in DRAFTERS if any(r["drafter"] == d for r in rows)]
     n_prompts = len({r["prompt"] for r in rows})
     return f"""# The lossless contract, measured
 
 Written by `{meta["command"]}` ({meta["seconds"]:.0f} s, {meta["cpu"]}, BLAS
 {meta["machine"]["blas"]}).
 
-{n_prompts} held-out prompts (specdec/data/prompts_heldout.jsonl) × {{{", ".join(drafters)}}} ×
+{n_prompts} held-out prompts (specdec/data/prompts_heldout.jsonl) × {{{", ".join(drafters_run(rows))}}} ×
 γ {{{", ".join(map(str, GAMMAS))}}} × budgets {{{meta["budgets"]}}}, {meta["tokens"]} tokens each, on
 {meta["model_text"]}, each run against plain greedy on the same prompt and budget. A departure's
 margin is plain's top-1 minus top-2 log-probability (the greedy rule's) where the run first
 parts; below {TIE:g} it is a float tie. The smallest margin of plain greedy over all these
 positions: {min(r["min_margin"] for r in rows):.3g}{TINY_NOTE if meta["model"] == "tiny" else "."}
 
-Plain greedy (streamed) against mlx-lm's `generate_step` on the resident model: equal on
-{plain_equal(rows)} prompt × budget pairs.
+{plain_equal(rows)}
 
 | form | runs | departures | of them ties | largest margin departed at | where (up to 6) |
 |---|---:|---:|---:|---:|---|
