@@ -242,9 +242,14 @@ def plain_tps(row: dict) -> float:
     return 1 / statistics.mean(1 / measured_tps(p) for p in row["plains"])
 
 
+def measured_speedup(row: dict) -> float:
+    """A speculative run's measured tok/s over its bracketing plain runs' (`plain_tps`)."""
+    return measured_tps(row) / plain_tps(row)
+
+
 def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
     """Measured speed-up, and modeled on each profile of the machine the run ran on."""
-    measured = measured_tps(row) / plain_tps(row)
+    measured = measured_speedup(row)
     names = SESSIONS[row.get("session", 1)]
     modeled = {n: modeled_tps(row, profs[n]) / modeled_tps(row["plain"], profs[n]) for n in names}
     return measured, modeled
@@ -451,7 +456,7 @@ def auto_table() -> str:
     for row in rows:
         if row["gamma"] != "auto":
             continue
-        ratio = measured_tps(row) / plain_tps(row)
+        ratio = measured_speedup(row)
         hist = row.get("gamma_chosen_hist") or []
         drafting = sum(hist[2:]) if len(hist) > 2 else 0
         plains = row["plains"]  # the disk's drift: the later plain run against the earlier
@@ -474,8 +479,8 @@ def _against_fixed(row: dict, ratio: float, rows: list[dict], profs: dict) -> li
              and (r.get("session", 1), r["budget"], r["drafter"]) == key]  # fmt: skip
     if not fixed:
         return ["—", "—", "—"]
-    best = max(fixed, key=lambda r: measured_tps(r) / plain_tps(r))
-    speedup = measured_tps(best) / plain_tps(best)
+    best = max(fixed, key=measured_speedup)
+    speedup = measured_speedup(best)
     prof = profs[own(row)]
     modeled = modeled_tps(row, prof) / modeled_tps(best, prof)
     return [f"γ = {best['gamma']}: {speedup:.2f}x", f"{ratio / speedup:.2f}x", f"{modeled:.2f}x"]
@@ -593,8 +598,8 @@ def _pinned_spec_table(prof) -> str:
         twin = direct.get((row["drafter"], row["gamma"]))
         modeled = modeled_tps(row, prof) / modeled_tps(row["plain"], prof)
         body.append([row["drafter"], row["gamma"], _f(measured_tps(row)), _f(plain_tps(row)),
-                     f"{measured_tps(row) / plain_tps(row):.2f}x", f"{modeled:.2f}x",
-                     "—" if twin is None else f"{measured_tps(twin) / plain_tps(twin):.2f}x",
+                     f"{measured_speedup(row):.2f}x", f"{modeled:.2f}x",
+                     "—" if twin is None else f"{measured_speedup(twin):.2f}x",
                      _departure(row)])  # fmt: skip
     heads = [
         "drafter",

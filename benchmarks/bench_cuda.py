@@ -737,13 +737,13 @@ def lookahead(args) -> dict:
 
 
 def shm(args) -> dict:
+    from specdec.store.reader import page_cache_io
+
     packed, fast = Path(args.disk) / "mm16.packed", Path(args.shm) / "mm16.packed"
     if not (fast / "experts.json").exists():
         shutil.copytree(packed, fast)
     plan = [(b, "none", 1, "trace", 0) for b in (ONE_TOKEN, "10%", "9GB")]
     plan += [(b, "oracle:0.8", 4, "trace", 0) for b in (ONE_TOKEN, "10%", "9GB")]
-    from specdec.store.reader import page_cache_io
-
     io = "buffered" if args.io == "direct" else page_cache_io()  # pinned reads tmpfs, unbypassed
     try:
         return {"runs": _runs(args, fast, plan, io, "shm")}
