@@ -64,13 +64,15 @@ SESSIONS = {
     # fixed bench measured it in a second lease (the first read its misses buffered)
     15: ("h100-r15", "h100-r15b"),
     16: ("h200-r16",),  # an H200 again, pinned reads
+    17: ("h100-r17",),  # an H100 (80GB HBM3), pinned reads
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
 # fourteenth's the same on an H100, the fifteenth's on an H100 with pinned reads, the sixteenth's
-# (an H200, pinned) at 10% and one token's experts (120 slots, beside auto) at α 0.9 and 1.0
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16)
+# (an H200, pinned) at 10% and one token's experts (120 slots, beside auto) at α 0.9 and 1.0, the
+# seventeenth's (an H100, pinned) at 10% (α 0.9 and 1.0) and 120 slots (γ = 4 beside auto, α 1.0)
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17)
 GAMMAS_SHOWN = (2, 3, 4, 8)  # the figure's γ, in its colour order
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-use cost
@@ -380,7 +382,7 @@ def model_table() -> str:
     return md_table(heads, body)
 
 
-def split_table(sessions: tuple[int, ...] = (10, 11, 13, 14, 15, 16)) -> str:
+def split_table(sessions: tuple[int, ...] = (10, 11, 13, 14, 15, 16, 17)) -> str:
     """Where the device model's time per committed token goes against the measured, run by run
     (spec runs of `sessions`, on their machine's profile): measured time blocked on reads and
     off the disk; modeled reads, landing (the profile's landing taken out) and the rest
@@ -897,7 +899,7 @@ def figure() -> str:
     axes[0].set_ylabel("speed-up over plain decoding")
     axes[0].legend(fontsize=8)
     fig.suptitle("H200 (h200-*) and H100 (h100-*), 16-layer MiniMax-M2.5 shape, trace routing, "
-                 "direct reads (sessions 15-16: pinned): measured (points), modeled on the machine's "
+                 "direct reads (sessions 15-17: pinned): measured (points), modeled on the machine's "
                  "profile (lines)",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
