@@ -74,7 +74,9 @@ def forward(
 ) -> np.ndarray | None:
     """One main-model call on `tokens` (appended to the KV cache); returns their
     log-probabilities [T, V] (`log_probs`, float32 on the host), or None where nothing will
-    judge them (`judged` False: a prefill's head, a re-feed), evaluated all the same.
+    judge them (`judged` False: a prefill's head, a re-feed): then only what later calls read
+    is evaluated, the KV cache (and the MTP's state), as mlx-lm's prefill evaluates only its
+    cache, so the LM head over those positions is never computed.
     call: how its MoE calls are served (default: as the phase the caller is in)."""
     if call is not None:
         with st.sm.streamer.serving(call):
@@ -88,7 +90,9 @@ def forward(
     else:
         logits = model(x, cache=st.cache)
     if not judged:
-        mx.eval(logits)
+        # st.hidden now, not when the MTP reads it: its graph computes on arena slots that a
+        # later call's reads may refill
+        mx.eval([c.state for c in st.cache], *([st.hidden] if want_hidden else []))
         return None
     return np.array(log_probs(logits).astype(mx.float32))  # [T, V]
 

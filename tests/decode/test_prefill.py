@@ -1,0 +1,71 @@
+"""The prefill feeds the prompt as mlx-lm's `generate_step` does (chunks of PREFILL_STEP, then
+the last token alone) and evaluates what mlx-lm's evaluates between chunks: the KV cache, not
+the LM head over the prompt's head positions (specdec/decode/loop.py `prefill`, state.py
+`forward` with judged=False). Greedy tokens after a prompt of several chunks equal mlx-lm's.
+
+Run: `pytest tests/decode/test_prefill.py`.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm import load as mlx_load
+from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
+
+from specdec.checkpoint.bundled import resolve_model
+from specdec.decode import loop
+from specdec.decode.loop import DecodeConfig, prefill
+from specdec.decode.run import generate
+from specdec.decode.state import DecodeState
+from specdec.stream.loader import load
+
+STEP = 16  # a prefill chunk, small so that a 50-token prompt takes three and the last token
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    sm = load("tiny", budget="10%", io="buffered")
+    yield sm
+    sm.close()
+
+
+def _prompt(sm) -> list[int]:
+    ids = sm.encode("import os\nimport sys\n\ndef walk(root):\n    for name in os.listdir(root):")
+    return (ids * 4)[:50]
+
+
+def test_prefill_evaluates_the_cache_not_the_head(tiny, monkeypatch):
+    monkeypatch.setattr(loop, "PREFILL_STEP", STEP)
+    shapes, real = [], mx.eval
+
+    def spy(*args):
+        shapes.extend(v.shape for _, v in tree_flatten(list(args)) if isinstance(v, mx.array))
+        return real(*args)
+
+    prompt = _prompt(tiny)
+    tiny.reset_cache()
+    st = DecodeState(tiny, make_prompt_cache(tiny.model), list(prompt), len(prompt), 0.0,
+                     np.random.default_rng(0))  # fmt: skip
+    monkeypatch.setattr(mx, "eval", spy)
+    last = prefill(st, want_hidden=False)
+    monkeypatch.setattr(mx, "eval", real)
+    vocab = last.shape[-1]
+    assert last.shape == (1, vocab) and np.isfinite(last).all()
+    assert shapes, "the head's chunks are evaluated (the cache), not left lazy"
+    assert all(s[-1] != vocab for s in shapes), f"logits [.., {vocab}] evaluated: {shapes}"
+    assert all(c.offset == len(prompt) for c in st.cache if hasattr(c, "offset"))
+
+
+def test_greedy_after_a_prompt_of_several_chunks_equals_mlx_lm(tiny, monkeypatch):
+    monkeypatch.setattr(loop, "PREFILL_STEP", STEP)
+    prompt = _prompt(tiny)
+    tiny.reset_cache()
+    ours = generate(tiny, prompt, "none", DecodeConfig(1, 24), stop_at_eos=False).tokens
+    model, _ = mlx_load(str(resolve_model("tiny")))
+    ref = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=24,
+                                            prefill_step_size=STEP)]  # fmt: skip
+    assert ours == ref
