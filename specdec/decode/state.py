@@ -90,8 +90,9 @@ def forward(
     else:
         logits = model(x, cache=st.cache)
     if not judged:
-        # st.hidden now, not when the MTP reads it: its graph computes on arena slots that a
-        # later call's reads may refill
+        # the MTP reads st.hidden next, so it is evaluated with the cache; an output left lazy
+        # (the last MoE layer's) is safe: the source evaluates its pending outputs before their
+        # slots are refilled (stream/source.py `flush`)
         mx.eval([c.state for c in st.cache], *([st.hidden] if want_hidden else []))
         return None
     return np.array(log_probs(logits).astype(mx.float32))  # [T, V]
