@@ -144,7 +144,9 @@ class ExpertSource:
     def track(self, y: mx.array) -> None:
         """`y` computes on slots: it is evaluated before any of them is refilled."""
         self.pending.append(y)
-        if len(self.pending) > 64:  # bound the list; these outputs are long evaluated by now
+        # bound the list: most are long evaluated by now (a prefill's last MoE output, which
+        # nothing reads, is computed here: decode/state.py `forward`)
+        if len(self.pending) > 64:
             self.flush(keep=y)
 
     def flush(self, keep: mx.array | None = None) -> None:
