@@ -62,16 +62,28 @@ DRAFTERS, GAMMAS, FORMS = (
 TIE = 1e-4  # a margin float rounding can close (logits ~1e1, float32 / 4-bit kernels: ~1e-5)
 
 
+def _gap(lp: mx.array) -> float:
+    """Top-1 minus top-2 of one position's log-probabilities [V]."""
+    row = np.sort(np.array(lp.astype(mx.float32)))
+    return float(row[-1] - row[-2])
+
+
+def reference(model, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
+    """mlx-lm's greedy decode (`generate_step` on the resident model): its n tokens and its
+    top-1 minus top-2 log-probability at each [n] (plain's margins wherever plain equals it)."""
+    steps = list(generate_step(mx.array(prompt), model, max_tokens=n))
+    return [int(t) for t, _ in steps], np.array([_gap(lp) for _, lp in steps])
+
+
 def margins(model, prompt: list[int], plain: list[int]) -> np.ndarray:
     """Plain decoding's top-1 minus top-2 log-probability at each generated position
-    [len(plain)]."""
+    [len(plain)], on plain's own tokens (where it parts from mlx-lm's, `reference`'s are
+    another path's)."""
     cache = make_prompt_cache(model)
     model(mx.array([prompt[:-1]]), cache=cache)
     out = []
     for tok in [prompt[-1], *plain[:-1]]:
-        lp = log_probs(model(mx.array([[tok]]), cache=cache))  # [1, V]
-        row = np.sort(np.array(lp[0].astype(mx.float32)))
-        out.append(float(row[-1] - row[-2]))
+        out.append(_gap(log_probs(model(mx.array([[tok]]), cache=cache))[0]))  # [V]
     return np.array(out)
 
 
@@ -88,9 +100,10 @@ def run_prompts(model: str, budget: str, indices: list[int], tokens: int) -> lis
             prompt = sm.encode(texts[pi])
             sm.reset_cache()
             plain = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False)
-            gap = margins(resident, prompt, plain.tokens)
-            ref = [int(t) for t, _ in generate_step(mx.array(prompt), resident, max_tokens=tokens)]
+            ref, gap = reference(resident, prompt, tokens)
             vs_mlx_lm = first_departure(plain.tokens, ref)
+            if vs_mlx_lm is not None:  # then plain's margins are on its own path, not mlx-lm's
+                gap = margins(resident, prompt, plain.tokens)
             for drafter in drafters:
                 for gamma in GAMMAS:
                     for form in FORMS:
