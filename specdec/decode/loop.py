@@ -111,10 +111,10 @@ def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
     for i in range(0, len(head), PREFILL_STEP):
         forward(st, head[i : i + PREFILL_STEP], want_hidden, judged=False)
         hidden.append(st.hidden)
-    logits = forward(st, st.tokens[-1:], want_hidden)  # [1, V] log-probabilities
+    lp = forward(st, st.tokens[-1:], want_hidden)  # [1, V]
     if want_hidden and hidden:
         st.hidden = mx.concatenate([*hidden, st.hidden], axis=1)  # [1, P, H]
-    return logits
+    return lp
 
 
 @contextlib.contextmanager
@@ -204,8 +204,8 @@ class Decode:
         t0 = time.perf_counter()
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
         with streamer.serving(PREFILL):
-            logits = prefill(st, drafter.needs_hidden)
-            y = judge([], None, logits, cfg.temp, st.rng).tokens[0]
+            lp = prefill(st, drafter.needs_hidden)
+            y = judge([], None, lp, cfg.temp, st.rng).tokens[0]
         st.tokens.append(y)
         drafter.start(st)
         streamer.drain()
@@ -250,9 +250,9 @@ class Decode:
             if streamer.route_override is not None and drafter.planned is not None:
                 streamer.route_override.planned = drafter.planned + 1  # y and the right drafts
             with streamer.serving(VERIFY), self.form.verifying():
-                logits = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
+                lp = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V] log-probabilities
             verify_steps = streamer.drain()
-            verdict = judge(drafts, q, logits, cfg.temp, st.rng)
+            verdict = judge(drafts, q, lp, cfg.temp, st.rng)
             keep = [y, *drafts[: verdict.accepted]]
             # the cache back past rejected drafts; a re-feed is positions decoding fed one by one
             with streamer.serving(ROLLBACK), self.form.verifying():
