@@ -42,6 +42,12 @@ def random_checkpoint(root: Path, family: str, bits: int | None) -> Path:
 CODE_PROMPT = "import os\nimport sys\n\ndef main(argv):\n    "
 
 
+def mlx_lm_greedy(model, prompt: list[int], n: int, **kw) -> list[int]:
+    """mlx-lm's own greedy decode of `prompt` on the resident `model`: its `n` tokens, the
+    reference of every lossless test (`kw`: generate_step's, e.g. prefill_step_size)."""
+    return [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=n, **kw)]
+
+
 def streamed_target(root: Path, family: str, bits: int | None, n_tokens: int) -> Iterator[tuple]:
     """A module fixture's body: (streamed model, checkpoint, mlx-lm model, prompt, plain greedy).
 
@@ -53,7 +59,7 @@ def streamed_target(root: Path, family: str, bits: int | None, n_tokens: int) ->
     src = random_checkpoint(root, family, bits)
     ref_model, tok = mlx_load(str(src))
     prompt = tok.encode(CODE_PROMPT)
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=n_tokens)]
+    ref = mlx_lm_greedy(ref_model, prompt, n_tokens)
     sm = load(src, budget="30%", io="buffered")
     yield sm, src, ref_model, prompt, ref
     sm.close()

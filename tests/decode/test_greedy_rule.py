@@ -16,7 +16,6 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.checkpoint.random_models import make_random
@@ -26,7 +25,7 @@ from specdec.decode.sampling import judge
 from specdec.decode.state import log_probs
 from specdec.stream.loader import load
 from specdec.trace.prompts import load_prompts
-from tests.helpers import fast_cases
+from tests.helpers import fast_cases, mlx_lm_greedy
 
 N_TOKENS = 32
 N_PROMPTS = 8
@@ -93,7 +92,7 @@ def test_greedy_equals_mlx_lm_where_bfloat16_rounding_decides(bf16_model):
     sm, ref_model, prompts = bf16_model
     parted = []
     for i, prompt in enumerate(prompts):
-        ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
+        ref = mlx_lm_greedy(ref_model, prompt, N_TOKENS)
         sm.reset_cache()
         got = generate(sm, prompt, "none", DecodeConfig(1, N_TOKENS), stop_at_eos=False).tokens
         assert got == ref, f"prompt {i}: plain greedy parts from mlx-lm's"

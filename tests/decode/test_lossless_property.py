@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import os
 
-import mlx.core as mx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 
 from specdec.cache.policies import POLICIES
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import first_departure, generate
 from specdec.stream.loader import load
-from tests.helpers import random_checkpoint
+from tests.helpers import mlx_lm_greedy, random_checkpoint
 
 N_TOKENS = 24
 TOP_K, N_BLOCKS = 4, 48  # the random deepseek_v3: top-4 of 16 experts, 2 MoE layers + MTP
@@ -37,7 +35,7 @@ def reference(tmp_path_factory):
     src = random_checkpoint(root, "deepseek_v3", 4)
     model, tok = mlx_load(str(src))
     prompt = tok.encode("for i in range(10):\n    print(")
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=N_TOKENS)]
+    ref = mlx_lm_greedy(model, prompt, N_TOKENS)
     return src, prompt, ref
 
 

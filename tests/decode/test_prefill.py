@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.checkpoint.bundled import resolve_model
@@ -22,6 +21,7 @@ from specdec.decode.loop import DecodeConfig, prefill
 from specdec.decode.run import generate
 from specdec.decode.state import DecodeState
 from specdec.stream.loader import load
+from tests.helpers import mlx_lm_greedy
 
 STEP = 16  # a prefill chunk, small so that a 50-token prompt takes three and the last token
 
@@ -66,6 +66,5 @@ def test_greedy_after_a_prompt_of_several_chunks_equals_mlx_lm(tiny, monkeypatch
     tiny.reset_cache()
     ours = generate(tiny, prompt, "none", DecodeConfig(1, 24), stop_at_eos=False).tokens
     model, _ = mlx_load(str(resolve_model("tiny")))
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), model, max_tokens=24,
-                                            prefill_step_size=STEP)]  # fmt: skip
+    ref = mlx_lm_greedy(model, prompt, 24, prefill_step_size=STEP)
     assert ours == ref

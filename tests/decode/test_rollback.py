@@ -13,7 +13,6 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.checkpoint.mtp.qwen3_next import Qwen3NextMTP
@@ -21,7 +20,7 @@ from specdec.decode.loop import DecodeConfig
 from specdec.decode.rollback import CacheMark, can_roll_back
 from specdec.decode.run import generate
 from specdec.stream.loader import load
-from tests.helpers import fast_cases, random_checkpoint, streamed_target
+from tests.helpers import fast_cases, mlx_lm_greedy, random_checkpoint, streamed_target
 
 N_TOKENS = 40
 
@@ -165,7 +164,7 @@ def test_speculation_past_a_sliding_window_is_lossless(tmp_path, monkeypatch, dr
     ref_model, tok = mlx_load(str(src))
     prompt = tok.encode("import os\nimport sys\n\ndef main(argv):\n    return sorted(set(argv))\n")
     assert len(prompt) > 16
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=24)]
+    ref = mlx_lm_greedy(ref_model, prompt, 24)
     sm = load(src, budget="40%", io="buffered")
     try:
         res = generate(sm, prompt, drafter, DecodeConfig(gamma=gamma, max_tokens=24))

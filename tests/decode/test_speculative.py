@@ -12,7 +12,6 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 from scipy.stats import chi2_contingency, chisquare
 
 from specdec.core.errors import SpecdecError
@@ -21,7 +20,13 @@ from specdec.decode.run import generate
 from specdec.decode.sampling import judge
 from specdec.stream.loader import load
 from specdec.stream.steplog import Call
-from tests.helpers import PLAIN_BETWEEN, fast_cases, force_gamma_schedule, random_checkpoint
+from tests.helpers import (
+    PLAIN_BETWEEN,
+    fast_cases,
+    force_gamma_schedule,
+    mlx_lm_greedy,
+    random_checkpoint,
+)
 
 N_TOKENS = 128
 
@@ -36,7 +41,7 @@ def target(tmp_path_factory):
     draft_src = random_checkpoint(root, "qwen3_moe", 4)
     ref_model, ref_tok = mlx_load(str(src))
     prompt = ref_tok.encode("import os\nimport sys\n\ndef main(argv):\n    ")
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
+    ref = mlx_lm_greedy(ref_model, prompt, N_TOKENS)
     sm = load(src, budget="30%", io="direct")
     assert sm.mtp is not None, "random deepseek_v3 checkpoints carry a random MTP layer"
     yield sm, prompt, ref, draft_src

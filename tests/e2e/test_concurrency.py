@@ -20,13 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlx.core as mx
 from mlx_lm import load as mlx_load
-from mlx_lm.generate import generate_step
 
 from specdec.checkpoint.random_models import make_random
 from specdec.pack.verify import verify
 from specdec.store.layout import ExpertIndex
+from tests.helpers import mlx_lm_greedy
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "def main():\n    return"
@@ -48,7 +47,7 @@ def test_two_processes_stream_one_packed_dir(tmp_path):
     model = make_random("deepseek_v3", tmp_path / "model", bits=4, seed=3)
     ref_model, tok = mlx_load(str(model))
     prompt = tok.encode(PROMPT, add_special_tokens=False)
-    ref = [int(t) for t, _ in generate_step(mx.array(prompt), ref_model, max_tokens=N_TOKENS)]
+    ref = mlx_lm_greedy(ref_model, prompt, N_TOKENS)
     common = ["generate", "--model", str(model), "--prompt", PROMPT, "--json", "--io", "direct"]
     runs = [
         ["--budget", "25%", "--policy", "lru", "--max-tokens", str(N_TOKENS)],
