@@ -43,7 +43,7 @@ from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
 from specdec.decode.sampling import MIN_TEMP, check_finite, judge
-from specdec.decode.state import DecodeState, begin_routing, forward, log_probs
+from specdec.decode.state import DecodeState, begin_routing, feed, forward, log_probs
 from specdec.decode.verify_form import VerifyForm
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.gamma.controller import AutoGamma
@@ -109,7 +109,7 @@ def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
     hidden = []
     head = st.tokens[:-1]
     for i in range(0, len(head), PREFILL_STEP):
-        forward(st, head[i : i + PREFILL_STEP], want_hidden, judged=False)
+        feed(st, head[i : i + PREFILL_STEP], want_hidden)
         hidden.append(st.hidden)
     lp = forward(st, st.tokens[-1:], want_hidden)  # [1, V]
     if want_hidden and hidden:

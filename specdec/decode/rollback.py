@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 
 from specdec.core.errors import SpecdecError
-from specdec.decode.state import DecodeState, forward
+from specdec.decode.state import DecodeState, feed
 
 if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
     from specdec.stream.loader import StreamedModel
@@ -129,5 +129,5 @@ def roll_back(
     mark.restore(st.cache, fed)
     if keep:
         # st.hidden: rows for `keep`, as the drafter reads them
-        forward(st, keep, want_hidden, judged=False)
+        feed(st, keep, want_hidden)
     return len(keep)

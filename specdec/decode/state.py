@@ -66,36 +66,36 @@ def log_probs(logits: mx.array) -> mx.array:
 
 
 def forward(
-    st: DecodeState,
-    tokens: list[int],
-    want_hidden: bool,
-    call: Call | None = None,
-    judged: bool = True,
-) -> np.ndarray | None:
+    st: DecodeState, tokens: list[int], want_hidden: bool, call: Call | None = None
+) -> np.ndarray:
     """One main-model call on `tokens` (appended to the KV cache); returns their
-    log-probabilities [T, V] (`log_probs`, float32 on the host), or None where nothing will
-    judge them (`judged` False: a prefill's head, a re-feed): then only what later calls read
-    is evaluated, the KV cache (and the MTP's state), as mlx-lm's prefill evaluates only its
-    cache, so the LM head over those positions is never computed.
+    log-probabilities [T, V] (`log_probs`, float32 on the host).
     call: how its MoE calls are served (default: as the phase the caller is in)."""
     if call is not None:
         with st.sm.streamer.serving(call):
-            return forward(st, tokens, want_hidden, judged=judged)
+            return forward(st, tokens, want_hidden)
+    return np.array(log_probs(_call(st, tokens, want_hidden)).astype(mx.float32))  # [T, V]
+
+
+def feed(st: DecodeState, tokens: list[int], want_hidden: bool) -> None:
+    """`tokens` appended to the KV cache where nothing judges them (a prefill's head, a
+    re-feed): only what later calls read is evaluated, the KV cache and the MTP's state, as
+    mlx-lm's prefill evaluates only its cache, so the LM head over them is never computed. An
+    output left lazy (the last MoE layer's) is safe: the source evaluates its pending outputs
+    before their slots are refilled (stream/source.py `flush`)."""
+    _call(st, tokens, want_hidden)
+    mx.eval([c.state for c in st.cache], *([st.hidden] if want_hidden else []))
+
+
+def _call(st: DecodeState, tokens: list[int], want_hidden: bool) -> mx.array:
+    """The main model on `tokens` [T], lazy: logits [1, T, V]; st.hidden set where wanted."""
     begin_routing(st, len(tokens))
     x = mx.array([tokens])  # [1, T]
     model = st.sm.model
     if want_hidden:  # the MTP module's starting state ([1, T, H]; V4: its streams [1, T, hc, H])
         st.hidden, out = st.sm.mtp.main_hidden(model, x, st.cache)
-        logits = model.lm_head(out)
-    else:
-        logits = model(x, cache=st.cache)
-    if not judged:
-        # the MTP reads st.hidden next, so it is evaluated with the cache; an output left lazy
-        # (the last MoE layer's) is safe: the source evaluates its pending outputs before their
-        # slots are refilled (stream/source.py `flush`)
-        mx.eval([c.state for c in st.cache], *([st.hidden] if want_hidden else []))
-        return None
-    return np.array(log_probs(logits).astype(mx.float32))  # [T, V]
+        return model.lm_head(out)
+    return model(x, cache=st.cache)
 
 
 def begin_routing(st: DecodeState, n: int) -> None:

@@ -145,7 +145,7 @@ class ExpertSource:
         """`y` computes on slots: it is evaluated before any of them is refilled."""
         self.pending.append(y)
         # bound the list: most are long evaluated by now (a prefill's last MoE output, which
-        # nothing reads, is computed here: decode/state.py `forward`)
+        # nothing reads, is computed here: decode/state.py `feed`)
         if len(self.pending) > 64:
             self.flush(keep=y)
 

@@ -1,7 +1,7 @@
 """The prefill feeds the prompt as mlx-lm's `generate_step` does (chunks of PREFILL_STEP, then
 the last token alone) and evaluates what mlx-lm's evaluates between chunks: the KV cache, not
 the LM head over the prompt's head positions (specdec/decode/loop.py `prefill`, state.py
-`forward` with judged=False). Greedy tokens after a prompt of several chunks equal mlx-lm's.
+`feed`). Greedy tokens after a prompt of several chunks equal mlx-lm's.
 
 Run: `pytest tests/decode/test_prefill.py`.
 """
