@@ -79,8 +79,11 @@ A chosen γ is held for a block of BLOCK passes (the guard checked every pass). 
 is plain (warm-up). Acceptance is learnt only from passes that draft, so while plain is chosen
 one pass ("explore") runs: each block until LEARN first drafts have been judged (the fastest
 γ > 1), then every EXPLORE_EVERY blocks only a γ that would be admissible and faster than plain
-were acceptance Z standard errors above its estimate. Exploration is paid from the guard's
-slack only: no slack, no exploration.
+were acceptance Z standard errors above its estimate. A block that is plain by the guard (the
+best γ does not fit, and no admissible one that does drafts) explores only such a γ, in every
+block while acceptance is unknown: a pass that could not become the choice would spend the
+slack the best γ waits for. Exploration is paid from the guard's slack only: no slack, no
+exploration.
 
 The drafter's own routing, per drafter: γ is chosen here, before drafting, for every drafter
 alike: the shadows price its verify reads on the recent text's routing (the draft phase's,
@@ -408,20 +411,25 @@ class GammaChooser:
         # the guard prices a pass at its worst, which grows with γ: where the best γ does not
         # fit, a smaller one may (the widest that fits is what the run can afford yet)
         affordable = [c for c in cands if self._affordable(c)]
-        if best.gamma == 1 and self._judged[1] < LEARN:  # acceptance is learnt by drafting
+        guarded = best not in affordable
+        if guarded:
+            best = max((c for c in allowed if c in affordable), key=lambda c: (c.rate, -c.gamma))
+        # acceptance is learnt only by drafting: a block plain by the bytes rule explores the
+        # fastest γ that fits while it is unknown; one plain by the guard, only a γ that fits and
+        # would be chosen were acceptance as high as it plausibly is (else its pass spends the
+        # slack the best γ waits for)
+        learning = self._judged[1] < LEARN
+        if best.gamma == 1 and learning and not guarded:
             probe = max(affordable[1:], key=lambda c: (c.rate, -c.gamma), default=None)
-        elif best.gamma == 1 and self._since >= EXPLORE_EVERY:
+        elif best.gamma == 1 and (learning or self._since >= EXPLORE_EVERY):
             probe = self._hopeful(affordable, best.rate, per_token)
         else:
             probe = None
         if probe is not None:
             self._since = 0
             return probe.gamma, "explore"
-        if best not in affordable:
-            fits = [c for c in allowed if c in affordable]
-            best = max(fits, key=lambda c: (c.rate, -c.gamma))
-            if best.gamma == 1:
-                return 1, "guard"
+        if guarded and best.gamma == 1:
+            return 1, "guard"
         return best.gamma, "best" if best is fastest else "bytes"
 
     def _hopeful(self, cands, rate: float, per_token: float) -> Candidate | None:

@@ -27,6 +27,7 @@ from specdec.gamma.chooser import (
     BLOCK,
     BOUND,
     GUARD,
+    RULE,
     GammaChooser,
     Observed,
     front_for,
@@ -218,6 +219,26 @@ def test_guard_lets_the_widest_gamma_that_fits_run():
     chosen, spent, ref = _world(ch, 400, alpha=0.95, lane_misses=lambda g: 1.0)
     first = next(i for i, g in enumerate(chosen) if g > 1)
     assert chosen[first] < 8 and np.median(chosen[-200:]) >= 6, (first, chosen[first])
+
+
+def test_a_block_the_guard_keeps_plain_explores_while_acceptance_is_unknown():
+    # every access misses (k = 2 a token) and the bound is owed from a front on. After the
+    # warm-up the fastest γ admissible by bytes (3) does not fit the guard yet, and γ = 2, which
+    # fits, is not admissible at the prior acceptance (0.5). The block is plain by the guard, as
+    # by the bytes rule elsewhere, and acceptance is learnt only by drafting: γ = 2 explores.
+    # (The 120-slot CUDA runs held such a block plain: 8 more plain passes of 96 tokens.)
+    misses = {1: 2.0, 2: 3.2, 3: 3.4}  # a pass's misses per γ; wider ones read more per token
+    ch = _chooser(read_s=1.0, front=64)
+    chosen, _, _ = _world(ch, BLOCK, alpha=0.9, lane_misses=lambda g: misses.get(g, 3.0 * g),
+                          plain=2.0)  # fmt: skip
+    assert chosen == [1] * BLOCK, "the warm-up"
+    plain, two, three = ch.candidates(0, 1000)[:3]
+    per_token = plain.bytes / plain.tokens
+    assert two.bytes / two.tokens > (1 + RULE) * per_token, "γ = 2 is not admissible"
+    assert three.bytes / three.tokens <= (1 + RULE) * per_token and three.rate > plain.rate
+    assert (ch.slack(three) < 0).any() and (ch.slack(two) >= 0).all(), "only γ = 2 fits"
+    c = ch.choose(0, 1000)
+    assert (c.gamma, c.why) == (2, "explore"), c.record()
 
 
 def _whys(ch: GammaChooser, n: int) -> list[str]:
