@@ -221,42 +221,45 @@ def test_guard_lets_the_widest_gamma_that_fits_run():
     assert chosen[first] < 8 and np.median(chosen[-200:]) >= 6, (first, chosen[first])
 
 
-def test_a_block_the_guard_keeps_plain_explores_while_acceptance_is_unknown():
-    # every access misses (k = 2 a token) and the bound is owed from a front on. After the
-    # warm-up the fastest γ admissible by bytes (3) does not fit the guard yet, and γ = 2, which
-    # fits, is not admissible at the prior acceptance (0.5). The block is plain by the guard, as
-    # by the bytes rule elsewhere, and acceptance is learnt only by drafting: γ = 2 explores.
-    # (The 120-slot CUDA runs held such a block plain: 8 more plain passes of 96 tokens.)
-    misses = {1: 2.0, 2: 3.2, 3: 3.4}  # a pass's misses per γ; wider ones read more per token
-    ch = _chooser(read_s=1.0, front=64)
-    chosen, _, _ = _world(ch, BLOCK, alpha=0.9, lane_misses=lambda g: misses.get(g, 3.0 * g),
-                          plain=2.0)  # fmt: skip
+def _guard_kept_block(misses: dict[int, float], front: int = 0, plain_pass: float = 2.0):
+    """A chooser after its warm-up (8 plain passes; every access misses, k = 2 a token) where
+    the fastest γ admissible by bytes (3) does not fit the guard yet and γ = 2 does: the next
+    block is plain by the guard unless it explores. `misses`: a pass's misses per γ (its
+    shadow's and its own); `plain_pass`: what the warm-up's passes read (plain's shadow: 2).
+    Returns (chooser, γ = 2's candidate, plain's bytes a token); the premises are asserted."""
+    ch = _chooser(read_s=1.0, front=front)
+
+    def lane(g: int) -> float:
+        return misses.get(g, 3.0 * g)
+
+    chosen, _, _ = _world(ch, BLOCK, alpha=0.9, lane_misses=lane, plain=2.0,
+                          actual_misses=lambda g: plain_pass if g == 1 else lane(g))  # fmt: skip
     assert chosen == [1] * BLOCK, "the warm-up"
     plain, two, three = ch.candidates(0, 1000)[:3]
     per_token = plain.bytes / plain.tokens
-    assert two.bytes / two.tokens > (1 + RULE) * per_token, "γ = 2 is not admissible"
     assert three.bytes / three.tokens <= (1 + RULE) * per_token and three.rate > plain.rate
     assert (ch.slack(three) < 0).any() and (ch.slack(two) >= 0).all(), "only γ = 2 fits"
+    return ch, two, per_token
+
+
+def test_a_block_the_guard_keeps_plain_explores_while_acceptance_is_unknown():
+    # the bound owed from a front on; γ = 2 is not admissible at the prior acceptance (0.5).
+    # The block is plain by the guard, as by the bytes rule elsewhere, and acceptance is learnt
+    # only by drafting: γ = 2 explores. (The 120-slot CUDA runs held such a block plain: 8 more
+    # plain passes of 96 tokens.)
+    ch, two, per_token = _guard_kept_block({2: 3.2, 3: 3.4}, front=64)
+    assert two.bytes / two.tokens > (1 + RULE) * per_token, "γ = 2 is not admissible"
     c = ch.choose(0, 1000)
     assert (c.gamma, c.why) == (2, "explore"), c.record()
 
 
 def test_a_block_the_guard_keeps_plain_does_not_explore_what_could_not_be_chosen():
-    # as above, but γ = 2 reads more than plain per token even were every draft accepted: an
-    # exploration could never make it the choice and would spend slack the best γ (3) waits for
-    # (on the MiniMax trace at 5%, α 0.95, exploring such a γ fell from 1.07x plain's speed to
-    # 1.00x). The warm-up's passes read less than plain's shadow, which leaves γ = 2 room.
-    misses = {2: 5.0, 3: 3.4}
-    ch = _chooser(read_s=1.0)
-    chosen, _, _ = _world(ch, BLOCK, alpha=0.9, lane_misses=lambda g: misses.get(g, 3.0 * g),
-                          actual_misses=lambda g: 1.6875 if g == 1 else misses.get(g, 3.0 * g),
-                          plain=2.0)  # fmt: skip
-    assert chosen == [1] * BLOCK, "the warm-up"
-    plain, two, three = ch.candidates(0, 1000)[:3]
-    per_token = plain.bytes / plain.tokens
+    # γ = 2 reads more than plain per token even were every draft accepted: an exploration
+    # could never make it the choice and would spend slack the best γ (3) waits for (on the
+    # MiniMax trace at 5%, α 0.95, exploring such a γ fell from 1.07x plain's speed to 1.00x).
+    # The warm-up's passes read less than plain's shadow, which leaves γ = 2 room.
+    ch, two, per_token = _guard_kept_block({2: 5.0, 3: 3.4}, plain_pass=1.6875)
     assert two.bytes / 2 > (1 + RULE) * per_token, "γ = 2 is not admissible at any acceptance"
-    assert three.bytes / three.tokens <= (1 + RULE) * per_token and three.rate > plain.rate
-    assert (ch.slack(three) < 0).any() and (ch.slack(two) >= 0).all(), "only γ = 2 fits"
     c = ch.choose(0, 1000)
     assert (c.gamma, c.why) == (1, "guard"), c.record()
 
