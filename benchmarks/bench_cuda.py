@@ -1,8 +1,8 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
-    steps: check offsets models exact overhead profile reads batches pinned big scale spec auto drafters
-           lookahead shm where
+    steps: check offsets models exact overhead profile reads batches span pinned big scale spec auto
+           drafters lookahead shm where
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -32,10 +32,14 @@ PATH`; without either they are refused before any step starts. Nothing here is a
                saved as each part ends (`"partial"` names the last), the warm part first;
                `--pairs 0`: the warm part alone
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
+               (its read curve from the 16-layer pack in place when `big` ran before it)
     reads      `specdec bench read` at the 16-layer model's block size: into a fresh arena, into
                slots the GPU has just read (managed pages migrate back), one block at a time
     batches    the reader into GPU-touched slots in batches of 1-32 blocks with a wait after
                each (as decoding reads a layer's misses) against one batch of the same blocks
+    span       the profile's read path over a 4 GiB test file just written, the 16-layer pack
+               across its whole file and within its first 4 GiB, interleaved; then the pack read
+               back to back for 24 GiB (needs `big`)
     pinned     `--io pinned` (O_DIRECT into page-locked staging, then a copy-engine copy into
                the slot) against `--io direct`: the blocks it lands checked on the GPU, reads
                and landing in a layer's batches, plain decode at 10% and 9 GB (needs `big`)
@@ -459,9 +463,13 @@ def _so_far(args, out: dict, through: str) -> None:
 
 
 def profile(args) -> dict:
+    """`specdec bench device`; its read curve from the 16-layer pack in place where `big` has
+    made it (the blocks the priced runs read), else from a test file."""
     prof, det = Path(args.out) / "h200.yaml", Path(args.out) / "profile_details.json"
+    packed = Path(args.disk) / "mm16.packed"
+    pack = ["--read-pack", str(packed)] if (packed / "experts.json").exists() else []
     sh(*SPECDEC, "bench", "device", "--out", str(prof), "--name", "h200", "--model",
-       str(Path(args.shm) / "minimax"), "--dir", args.disk, "--details", str(det))  # fmt: skip
+       str(Path(args.shm) / "minimax"), "--dir", args.disk, "--details", str(det), *pack)  # fmt: skip
     return {"profile": prof.read_text(), "details": json.loads(det.read_text())}
 
 
@@ -522,6 +530,48 @@ def batches(args, sizes=(1, 2, 3, 4, 8, 16, 32), blocks: int = 128, rounds: int 
     med = {k: float(np.median(v)) for k, v in gbps.items()}
     print(f"  batches: {med}", flush=True)
     return {"block_bytes": MINIMAX_BLOCK, "blocks": blocks, "gbps": gbps, "median": med}
+
+
+def span(args, rounds: int = 4, threads=(1, 8), window: int = 4 << 30, sustained: int = 24) -> dict:
+    """Whether the disk reads the 16-layer pack's blocks as fast as the profile's read bench
+    reads its test file (the runs have read 10-20% slower than that curve since the fifteenth
+    session). The profile's read path (pinned on CUDA, into GPU-touched slots) over 1 GiB of
+    random blocks of: a 4 GiB test file just written (the profile's bench); the pack across its
+    whole file; the pack's blocks within its first 4 GiB (a span like the test file's, written
+    minutes before, as the pack was). Rounds shuffle every source and thread count. Then the
+    pack read back to back, 1 GiB a run at 8 threads, `sustained` GiB: whether the disk's rate
+    falls as it keeps reading (a burst allowance spent). Needs `big`."""
+    from specdec.bench.read import TOUCHED, make_bench_file, open_bench_pack, time_path
+    from specdec.store.reader import default_io
+
+    packed, d = Path(args.disk) / "mm16.packed", Path(args.disk) / "span"
+    d.mkdir(parents=True, exist_ok=True)
+    path, n_reads = TOUCHED[default_io()], (1 << 30) // MINIMAX_BLOCK
+    try:
+        sources = {
+            "test file": make_bench_file(d, MINIMAX_BLOCK, window),
+            "pack": open_bench_pack(packed),
+            "pack, first 4 GiB": open_bench_pack(packed, window),
+        }
+        jobs = [(src, t) for src in sources for t in threads]
+        gbps: dict[str, list[float]] = {f"{src}@{t}": [] for src, t in jobs}
+        rng = np.random.default_rng(0)
+        for r in range(rounds):
+            for i in rng.permutation(len(jobs)):
+                src, t = jobs[i]
+                gbps[f"{src}@{t}"].append(
+                    time_path(path, sources[src], t, n_reads, 1000 * r + i)[0]
+                )
+        back_to_back = [
+            time_path(path, sources["pack"], 8, n_reads, 50_000 + c)[0] for c in range(sustained)
+        ]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    med = {k: float(np.median(v)) for k, v in gbps.items()}
+    print(f"  span: {med}; back to back {[round(g, 2) for g in back_to_back]}", flush=True)
+    return {"path": path, "block_bytes": MINIMAX_BLOCK, "bytes_per_run": n_reads * MINIMAX_BLOCK,
+            "pack_bytes": sources["pack"].index.file_bytes, "gbps": gbps, "median": med,
+            "back_to_back_gbps": back_to_back}  # fmt: skip
 
 
 def pinned(args, blocks: int = 256, batch: int = 8, rounds: int = 4) -> dict:
@@ -845,6 +895,7 @@ STEPS = {
     "profile": profile,
     "reads": reads,
     "batches": batches,
+    "span": span,
     "pinned": pinned,
     "big": big,
     "scale": scale,

@@ -8,7 +8,9 @@ machine, named in the profile's `sources`, none of them from the runs the profil
 
     read_curve        the read bench (specdec.bench.read, O_DIRECT into the arena; on CUDA into
                       slots the GPU has just computed on, as a decode's are) at the model's
-                      block size, one point per reads in flight (--threads)
+                      block size, one point per reads in flight (--threads); from a test file
+                      written first, or with --read-pack from the modeled model's own pack,
+                      read in place
     read_latency_s    O_DIRECT 4 KiB reads one at a time from the same file: the per-read cost
     peak_tflops       a 16-bit dense matmul (4096³), the accelerator's compute ceiling here
     mem_gbps          the expert kernel: the switch module's three projections of one layer by
@@ -439,8 +441,10 @@ def device_profile(
     hidden: int = 3072,
     inter: int = 1536,
     file_bytes: int = 4 << 30,
+    read_pack: Path | None = None,
 ) -> tuple[DeviceProfile, dict[str, Any]]:
-    """The profile and every measurement behind it."""
+    """The profile and every measurement behind it; `read_pack`: the read curve from that
+    packed model's blocks in place (its block size), not from a test file in `directory`."""
     mm = matmul_tflops()
     kern = expert_kernel(hidden, inter)
     with tempfile.TemporaryDirectory(dir=directory) as d:  # blocks the landing bench reads
@@ -462,7 +466,7 @@ def device_profile(
     path = TOUCHED[default_io()] if on_cuda() else "preadv_direct_arena"
     # 1 GiB a point, 3 rounds: a 256 MiB point (the default) swung ±10% on the H200's disk
     reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=READ_ROUNDS,
-                       run_bytes=READ_RUN_BYTES, paths=(path,))  # fmt: skip
+                       run_bytes=READ_RUN_BYTES, paths=(path,), pack=read_pack)  # fmt: skip
     lat = read_latency(directory)
     curve = tuple(
         (float(p["threads"]), float(p["gbps"])) for p in reads["paths"] if not p["page_cache"]
@@ -504,7 +508,12 @@ def device_profile(
             "(each position as one-token calls)",
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
             f"threads {list(threads)}, {READ_RUN_BYTES >> 20} MiB a point, median of "
-            f"{READ_ROUNDS} rounds, {directory}",
+            f"{READ_ROUNDS} rounds, "
+            + (
+                f"a {file_bytes >> 20} MiB test file in {directory}"
+                if read_pack is None
+                else f"{reads['source']} ({reads['file_bytes'] >> 20} MiB), read in place"
+            ),
             "read_latency_s": f"O_DIRECT 4 KiB random reads one at a time: median "
             f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",

@@ -15,7 +15,8 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     preadv_buffered_arena  ExpertReader(io="buffered")                              page cache
     mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
 
-each serial and with 8 threads. The file's pages are dropped (posix_fadvise DONTNEED) before each
+each serial and with 8 threads. `--pack DIR` reads a packed model's own experts.bin in place
+instead (its blocks, across the whole file: what a decode of it reads). The file's pages are dropped (posix_fadvise DONTNEED) before each
 run, so buffered paths read the disk too. The peer is fio (`store/fiobench.py`; `apt-get install
 fio`) in every configuration that could be its best: psync, libaio and io_uring with the same
 reads in flight, each with 4 KiB-page and huge-page buffers (the arena has huge pages, and
@@ -101,16 +102,24 @@ class PathResult:
 
 @dataclass
 class BenchFile:
-    """The test file in packed layout, its index, and the preallocated arena the reads land in."""
+    """The test file in packed layout, its index, the preallocated arena the reads land in, and
+    the blocks a run draws from."""
 
     dir: Path
     index: ExpertIndex
     arena: Arena  # transparent huge pages where the kernel grants them (Arena's default)
     arena_4k: Arena  # the same without huge pages: shows what page pinning costs O_DIRECT
+    keys: list[tuple[int, int]]  # (layer id, expert) of each block a run may read
 
     @property
     def layout(self) -> LayerLayout:
         return self.index.layers[0]
+
+    def block(self, i: int) -> tuple[int, int]:
+        """(offset in experts.bin, bytes) of block keys[i]."""
+        lid, e = self.keys[i]
+        ly = self.index.layers[lid]
+        return int(ly.offsets[e]), ly.block_bytes
 
 
 def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> BenchFile:
@@ -140,6 +149,35 @@ def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> Bench
         index,
         _huge_page_arena(block_bytes),
         Arena(ARENA_SLOTS, block_bytes, huge_pages=False),
+        [(0, e) for e in range(n_blocks)],
+    )
+
+
+def open_bench_pack(pack: Path, window_bytes: int | None = None) -> BenchFile:
+    """A packed model's own experts.bin as the test file, read in place: a run draws from all its
+    expert blocks (or those wholly within its first `window_bytes`), so its reads span the file a
+    decode of that model reads, where a written test file spans a few GiB just written (a
+    virtual disk may read the two at different rates: docs/results/cuda.md)."""
+    if not (Path(pack) / EXPERTS_BIN).is_file():
+        raise StoreError(f"{pack}: no {EXPERTS_BIN} there; give a packed model's directory")
+    fstype = filesystem_type(Path(pack))
+    if fstype in RAM_FILESYSTEMS:
+        raise StoreError(
+            f"{pack} is on {fstype}: the read bench measures a disk; give a pack on one"
+        )
+    index = ExpertIndex.load(pack)
+    keys = [
+        (lid, e)
+        for lid in index.layer_ids
+        for e in range(index.layers[lid].n_experts)
+        if window_bytes is None
+        or index.layers[lid].offsets[e] + index.layers[lid].block_bytes <= window_bytes
+    ]
+    if not keys:
+        raise StoreError(f"{pack}: no expert block within its first {window_bytes} bytes")
+    slot = index.slot_bytes
+    return BenchFile(
+        Path(pack), index, _huge_page_arena(slot), Arena(ARENA_SLOTS, slot, huge_pages=False), keys
     )
 
 
@@ -202,11 +240,11 @@ def _run_pool(threads: int, fn: Callable[[int], None], items: list[int]) -> floa
 
 
 def _pread_heap_mxarray(bf: BenchFile, order: list[int], threads: int) -> float:
-    ly = bf.layout
     fd = open_expert_file(bf.dir / EXPERTS_BIN, "buffered")
 
-    def one(e: int) -> None:
-        data = os.pread(fd, ly.block_bytes, int(ly.offsets[e]))  # heap bytes
+    def one(i: int) -> None:
+        offset, nbytes = bf.block(i)
+        data = os.pread(fd, nbytes, offset)  # heap bytes
         mx.eval(mx.array(np.frombuffer(data, np.uint8)))  # copied into an MLX buffer
 
     try:
@@ -216,15 +254,15 @@ def _pread_heap_mxarray(bf: BenchFile, order: list[int], threads: int) -> float:
 
 
 def _preadv_fresh_buffer(bf: BenchFile, order: list[int], threads: int) -> float:
-    ly = bf.layout
     fd = open_expert_file(bf.dir / EXPERTS_BIN, "direct")
 
-    def one(e: int) -> None:
-        buf = mx.zeros((ly.block_bytes + ALIGN,), dtype=mx.uint8)  # allocated (and zeroed) per read
+    def one(i: int) -> None:
+        offset, nbytes = bf.block(i)
+        buf = mx.zeros((nbytes + ALIGN,), dtype=mx.uint8)  # allocated (and zeroed) per read
         mx.eval(buf)
         view = np.array(buf, copy=False)
         start = (-view.ctypes.data) % ALIGN
-        os.preadv(fd, [memoryview(view[start : start + ly.block_bytes])], int(ly.offsets[e]))
+        os.preadv(fd, [memoryview(view[start : start + nbytes])], offset)
 
     try:
         return _run_pool(threads, one, order)
@@ -238,7 +276,7 @@ def _reader_path(io: str, huge_pages: bool = True):
     def run(bf: BenchFile, order: list[int], threads: int) -> float:
         arena = bf.arena if huge_pages else bf.arena_4k
         with ExpertReader(bf.dir, bf.index, arena, io=io, threads=threads) as reader:
-            requests = [(0, e, i % ARENA_SLOTS) for i, e in enumerate(order)]
+            requests = [(*bf.keys[k], i % ARENA_SLOTS) for i, k in enumerate(order)]
             t0 = time.perf_counter()
             reader.read(requests)
             return time.perf_counter() - t0
@@ -269,8 +307,8 @@ def _direct_one_by_one(bf: BenchFile, order: list[int], threads: int) -> float:
     """Each block alone, as a lone miss (the reader splits blocks over 2 x SPLIT_MIN)."""
     with ExpertReader(bf.dir, bf.index, bf.arena, io="direct", threads=threads) as reader:
         t0 = time.perf_counter()
-        for i, e in enumerate(order):
-            reader.read([(0, e, i % ARENA_SLOTS)])
+        for i, k in enumerate(order):
+            reader.read([(*bf.keys[k], i % ARENA_SLOTS)])
         return time.perf_counter() - t0
 
 
@@ -297,19 +335,18 @@ def available_paths() -> tuple[str, ...]:
 def time_path(
     name: str, bf: BenchFile, threads: int, n_reads: int, seed: int
 ) -> tuple[float, float | None]:
-    """One run: n_reads distinct blocks in random order, page cache dropped first. Each path
-    opens its file and starts its threads before its clock starts, as fio does (fio's bandwidth
-    counts a job's I/O time, not process start, file open or buffer allocation).
+    """One run: n_reads distinct blocks of bf.keys in random order, page cache dropped first.
+    Each path opens its file and starts its threads before its clock starts, as fio does (fio's
+    bandwidth counts a job's I/O time, not process start, file open or buffer allocation).
 
     Returns (GB/s, read amplification: device bytes read / bytes asked for, or None).
     """
     fn, _ = PATHS[name]
-    ly = bf.layout
-    order = np.random.default_rng(seed).permutation(ly.n_experts)[:n_reads].tolist()
+    order = np.random.default_rng(seed).permutation(len(bf.keys))[:n_reads].tolist()
     drop_page_cache(bf.dir / EXPERTS_BIN)
     sectors = device_sectors_read(bf.dir / EXPERTS_BIN)
     dt = fn(bf, order, threads)  # the reads only: like fio's, setup is off the clock
-    nbytes = len(order) * ly.block_bytes
+    nbytes = sum(bf.block(i)[1] for i in order)
     after = device_sectors_read(bf.dir / EXPERTS_BIN)
     amp = None if sectors is None or after is None else (after - sectors) * 512 / nbytes
     return nbytes / dt / 1e9, amp
@@ -339,28 +376,26 @@ def bench_read(
     rounds: int = 10,
     run_bytes: int = DEFAULT_RUN,
     paths: tuple[str, ...] | None = None,
+    pack: Path | None = None,
 ) -> dict[str, Any]:
     """Each path (default: every one this backend runs) and fio, `rounds` times each; per round
-    the order of the runs is shuffled."""
+    the order of the runs is shuffled. `pack`: read that packed model's expert blocks in place
+    (`open_bench_pack`) instead of a test file written first (block_bytes and file_bytes are
+    then the pack's)."""
     paths = available_paths() if paths is None else paths
-    block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
-    if directory is None and filesystem_type(Path(tempfile.gettempdir())) in RAM_FILESYSTEMS:
-        directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
-    if directory is not None and not Path(directory).is_dir():
-        raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
-    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
-    free = shutil.disk_usage(where).free
-    if file_bytes > free:  # before the block table and the file are made
-        raise StoreError(
-            f"--file-bytes {file_bytes}: more than the {free} bytes free in {where}; "
-            "give a smaller file or another --dir"
-        )
-    work = Path(tempfile.mkdtemp(prefix="specdec-bench-read-", dir=directory))
+    work = None
+    if pack is not None:
+        bf = open_bench_pack(Path(pack))
+        block_bytes = bf.index.slot_bytes
+    else:
+        block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
+        work = _work_dir(directory, file_bytes)
     try:
-        bf = make_bench_file(work, block_bytes, file_bytes)
+        if work is not None:
+            bf = make_bench_file(work, block_bytes, file_bytes)
         index = bf.index
-        n_reads = min(index.layers[0].n_experts, max(1, run_bytes // block_bytes))
-        dropped = drop_page_cache(work / EXPERTS_BIN)
+        n_reads = min(len(bf.keys), max(1, run_bytes // block_bytes))
+        dropped = drop_page_cache(bf.dir / EXPERTS_BIN)
         fio_cfgs = {c.name + f"@{c.threads}": c for c in fiobench.configs(block_bytes, threads)}
         # A shared (virtual) disk drifts by tens of percent within seconds: interleave every
         # path and fio in a shuffled order per round, so drift hits all alike; report medians.
@@ -376,7 +411,7 @@ def bench_read(
                 seed = 1000 * r + int(i)
                 if name in fio_cfgs:
                     cfg = fio_cfgs[name]
-                    gbps = fiobench.run(work / EXPERTS_BIN, block_bytes, cfg, n_reads, seed)
+                    gbps = fiobench.run(bf.dir / EXPERTS_BIN, block_bytes, cfg, n_reads, seed)
                 else:
                     gbps, amp = time_path(name, bf, t, n_reads, seed)
                     if amp is not None:
@@ -402,12 +437,13 @@ def bench_read(
                 "gbps": statistics.median(runs[(k, c.threads)]),
                 "runs_gbps": runs[(k, c.threads)],
                 "command": " ".join(
-                    fiobench.command(work / EXPERTS_BIN, block_bytes, c, n_reads)
-                ).replace(str(work), "BENCH_DIR"),
+                    fiobench.command(bf.dir / EXPERTS_BIN, block_bytes, c, n_reads)
+                ).replace(str(bf.dir), "BENCH_DIR"),
             }
             for k, c in fio_cfgs.items()
         ] or None
         return {
+            "source": "bench file" if pack is None else f"pack {pack}: {len(bf.keys)} blocks",
             "block_bytes": block_bytes,
             "file_bytes": index.file_bytes,
             "bytes_per_run": n_reads * block_bytes,
@@ -419,10 +455,27 @@ def bench_read(
             "fio": fio,
             "checks": _checks(results, fio),
             "hugepages_short_for_fio": fiobench.hugepages_short(block_bytes, threads),
-            "machine": machine_info(work),
+            "machine": machine_info(bf.dir),
         }
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _work_dir(directory: Path | None, file_bytes: int) -> Path:
+    """A fresh directory for the test file, on a disk with room for it."""
+    if directory is None and filesystem_type(Path(tempfile.gettempdir())) in RAM_FILESYSTEMS:
+        directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
+    if directory is not None and not Path(directory).is_dir():
+        raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
+    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+    free = shutil.disk_usage(where).free
+    if file_bytes > free:  # before the block table and the file are made
+        raise StoreError(
+            f"--file-bytes {file_bytes}: more than the {free} bytes free in {where}; "
+            "give a smaller file or another --dir"
+        )
+    return Path(tempfile.mkdtemp(prefix="specdec-bench-read-", dir=directory))
 
 
 DIRECT_PATHS = ("preadv_direct_arena", "preadv_direct_arena_one_by_one")  # ours, into the arena

@@ -69,6 +69,12 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=3072, help="expert kernel: model width")
     p.add_argument("--inter", type=int, default=1536, help="expert kernel: expert width")
     p.add_argument("--file-bytes", type=int, default=4 << 30, help="the read bench's file")
+    p.add_argument(
+        "--read-pack",
+        type=Path,
+        help="the read curve from this packed model's expert blocks, read in place (the blocks "
+        "the profiled runs read), instead of a test file in --dir",
+    )
     p.add_argument("--details", type=Path, help="write every measurement here (JSON)")
 
 
@@ -82,7 +88,7 @@ def run_device(args: argparse.Namespace) -> int:
     name = args.name or args.out.stem
     profile, details = device_profile(
         name, args.model, args.dir, args.block_bytes, tuple(args.threads), args.hidden,
-        args.inter, args.file_bytes,
+        args.inter, args.file_bytes, args.read_pack,
     )  # fmt: skip
     write_atomic(args.out, profile_yaml(profile, f"{name}: written by `specdec bench device`"))
     if args.details:

@@ -106,6 +106,9 @@ def add_read_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, 
         )
     parser.add_argument("--file-bytes", type=int, default=DEFAULT_FILE, help="test file size")
     parser.add_argument(
+        "--pack", type=Path, help="read this packed model's expert blocks in place, not a test file"
+    )
+    parser.add_argument(
         "--threads", type=int, nargs="+", default=[1, 8], help="reader thread counts to run"
     )
     parser.add_argument("--rounds", type=int, default=10, help="timed runs of each path")
@@ -140,6 +143,7 @@ def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
         args.rounds,
         args.run_bytes,
         tuple(args.paths) if args.paths else None,
+        args.pack,
     )
 
 

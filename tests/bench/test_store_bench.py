@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from specdec.bench.read import available_paths, bench_read
@@ -133,3 +134,57 @@ def test_the_pinned_path_runs_only_on_the_cuda_backend():
     assert set(CUDA_PATHS) <= set(PATHS)
     cuda = set(CUDA_PATHS) & set(available_paths())
     assert cuda == (set(CUDA_PATHS) if on_cuda() else set())
+
+
+def test_bench_read_reads_a_pack_in_place(tmp_path, monkeypatch):
+    """`--pack DIR` reads the packed model's own expert blocks, from every layer, where they lie
+    in its experts.bin (each read compared with the file's bytes there), and leaves the pack as
+    it was; a window keeps a run within the file's first bytes."""
+    from specdec.bench import read as readbench
+    from specdec.checkpoint.random_models import make_random
+    from specdec.pack.pack import pack
+    from specdec.store.layout import EXPERTS_BIN, ExpertIndex
+    from specdec.store.reader import ExpertReader
+
+    out = pack(make_random("minimax", tmp_path / "model", bits=8, seed=5), tmp_path / "packed")
+    index = ExpertIndex.load(out)
+    before = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in out.iterdir())
+    read: list[tuple[int, int]] = []
+    real = ExpertReader.read
+
+    def checked(self, requests):  # what a run asks for, then what landed in each slot
+        real(self, requests)
+        for lid, e, slot in requests:
+            ly = index.layers[lid]
+            want = np.fromfile(
+                out / EXPERTS_BIN, np.uint8, ly.block_bytes, offset=int(ly.offsets[e])
+            )
+            got = self.arena.slot_np(slot)[: ly.block_bytes]
+            assert np.array_equal(got, want), (lid, e)
+            read.append((lid, e))
+
+    monkeypatch.setattr(ExpertReader, "read", checked)
+    result = bench_read(
+        pack=out, threads=(2,), rounds=1, run_bytes=1 << 30, paths=("preadv_direct_arena",)
+    )
+    every = [(lid, e) for lid in index.layer_ids for e in range(index.layers[lid].n_experts)]
+    assert sorted(read) == every  # run_bytes above the pack's: each block once, all layers
+    assert (result["block_bytes"], result["file_bytes"]) == (index.slot_bytes, index.file_bytes)
+    assert result["source"] == f"pack {out}: {len(every)} blocks"
+    assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in out.iterdir()) == before
+
+    whole = readbench.open_bench_pack(out)
+    window = whole.block(len(every) // 2)[0]
+    part = readbench.open_bench_pack(out, window)
+    assert 0 < len(part.keys) < len(every)
+    assert all(sum(part.block(i)) <= window for i in range(len(part.keys)))
+
+
+def test_bench_read_refuses_a_directory_that_is_not_a_pack(tmp_path, capsys):
+    from specdec.cli import main
+
+    assert main(["bench", "read", "--pack", str(tmp_path), "--no-profile"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"specdec: error: {tmp_path}: no experts.bin there; give a packed model's directory"
+    ]
