@@ -7,6 +7,7 @@
     python -m analysis.cuda pinned       # --io pinned against --io direct (reads, landing, decode)
     python -m analysis.cuda decode9      # the ninth session's full-budget diagnosis
     python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
+    python -m analysis.cuda span         # the read bench's test file against the pack's own blocks
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -555,6 +556,27 @@ def batches_table() -> str:
     return md_table(heads, body)
 
 
+def span_table() -> str:
+    """The profile's read path over a test file just written against the 16-layer pack read in
+    place, whole and within its first 4 GiB, interleaved (bench_cuda.py `span`), one row per
+    session, source and reads in flight; then the pack read back to back, 1 GiB a run."""
+    body = []
+    for sess, path in _session_results("span.json"):
+        data = json.loads(path.read_text())
+        for key, per_round in data["gbps"].items():
+            source, threads = key.rsplit("@", 1)
+            body.append([str(sess), source, threads, f"{data['median'][key]:.2f}",
+                         ", ".join(f"{g:.2f}" for g in per_round)])  # fmt: skip
+        b2b = data["back_to_back_gbps"]
+        quarter = max(1, len(b2b) // 4)
+        body.append([str(sess), f"pack, {len(b2b)} GiB back to back", "8",
+                     f"{statistics.median(b2b):.2f}",
+                     f"first {quarter} GiB {statistics.mean(b2b[:quarter]):.2f}, last {quarter} "
+                     f"{statistics.mean(b2b[-quarter:]):.2f}; range {min(b2b):.2f}-{max(b2b):.2f}"])  # fmt: skip
+    heads = ["session", "blocks read from", "reads in flight", "GB/s, median", "per round"]
+    return md_table(heads, body)
+
+
 # the profile a run of the pinned step is modeled on, by its io: the session's own (measured
 # with direct reads) and the same with the pinned step's read rate and landing
 PINNED_PROFILES = {"direct": "h100-r14", "pinned": "h100-r14-pinned"}
@@ -922,6 +944,7 @@ TABLES = {
     "exact": exact_table,
     "offsets": offsets_table,
     "batches": batches_table,
+    "span": span_table,
     "pinned": pinned_table,
     "where": where_table,
     "land": land_table,

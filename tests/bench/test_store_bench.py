@@ -178,13 +178,3 @@ def test_bench_read_reads_a_pack_in_place(tmp_path, monkeypatch):
     part = readbench.open_bench_pack(out, window)
     assert 0 < len(part.keys) < len(every)
     assert all(sum(part.block(i)) <= window for i in range(len(part.keys)))
-
-
-def test_bench_read_refuses_a_directory_that_is_not_a_pack(tmp_path, capsys):
-    from specdec.cli import main
-
-    assert main(["bench", "read", "--pack", str(tmp_path), "--no-profile"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
-        f"specdec: error: {tmp_path}: no experts.bin there; give a packed model's directory"
-    ]

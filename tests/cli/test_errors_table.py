@@ -380,6 +380,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace record: --out holds the model": nothing,
     "trace record: --overwrite on a folder it did not write": non_empty_dir,
     "bench read: --dir missing": nothing,
+    "bench read: --pack not a pack": nothing,
     "report: records from an older specdec": old_job,
     "reader threads: far too many": nothing,
     "union-model: γ beyond 1024": nothing,
