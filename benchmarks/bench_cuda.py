@@ -664,7 +664,7 @@ def read_beside(sm, blocks: int = 96, seed: int = 0) -> float:
     src = sm.streamer.source
     src.flush()
     index, n_slots = src.index, src.arena.n_slots
-    keys = [(lid, e) for lid in index.layer_ids for e in range(index.layers[lid].n_experts)]
+    keys = index.blocks()
     pick = np.random.default_rng(seed).choice(len(keys), min(blocks, len(keys)), replace=False)
     reqs = [(*keys[i], j % n_slots) for j, i in enumerate(pick)]
     t = time.perf_counter()

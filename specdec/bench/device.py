@@ -508,12 +508,7 @@ def device_profile(
             "(each position as one-token calls)",
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
             f"threads {list(threads)}, {READ_RUN_BYTES >> 20} MiB a point, median of "
-            f"{READ_ROUNDS} rounds, "
-            + (
-                f"a {file_bytes >> 20} MiB test file in {directory}"
-                if read_pack is None
-                else f"{reads['source']} ({reads['file_bytes'] >> 20} MiB), read in place"
-            ),
+            f"{READ_ROUNDS} rounds, {reads['source']}",
             "read_latency_s": f"O_DIRECT 4 KiB random reads one at a time: median "
             f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",

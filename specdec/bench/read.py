@@ -16,8 +16,8 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     mmap_copy              ExpertReader(io="mmap"): copy out of an mmap            page cache
 
 each serial and with 8 threads. `--pack DIR` reads a packed model's own experts.bin in place
-instead (its blocks, across the whole file: what a decode of it reads). The file's pages are dropped (posix_fadvise DONTNEED) before each
-run, so buffered paths read the disk too. The peer is fio (`store/fiobench.py`; `apt-get install
+instead (its blocks, across the whole file: what a decode of it reads). The file's pages are
+dropped (posix_fadvise DONTNEED) before each run, so buffered paths read the disk too. The peer is fio (`store/fiobench.py`; `apt-get install
 fio`) in every configuration that could be its best: psync, libaio and io_uring with the same
 reads in flight, each with 4 KiB-page and huge-page buffers (the arena has huge pages, and
 O_DIRECT pins every page of its buffer). Every path and every fio configuration run once per
@@ -34,13 +34,14 @@ benchmarks/results/read.json. Both write this machine's device profile from the 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import shutil
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -122,11 +123,23 @@ class BenchFile:
         return int(ly.offsets[e]), ly.block_bytes
 
 
-def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> BenchFile:
-    """A packed-layout experts.bin of random bytes (one 'layer' of equal blocks) and its index."""
+def _on_disk(directory: Path, fix: str) -> None:
+    """The read bench measures a disk: refuse a RAM file system."""
     fstype = filesystem_type(directory)
     if fstype in RAM_FILESYSTEMS:
-        raise StoreError(f"{directory} is on {fstype}: pass --dir on a real disk")
+        raise StoreError(f"{directory} is on {fstype}: {fix}")
+
+
+def _bench_file(directory: Path, index: ExpertIndex, keys: list[tuple[int, int]]) -> BenchFile:
+    """The reads' arenas (one with huge pages where granted, one without) sized to the index."""
+    slot = index.slot_bytes
+    arenas = _huge_page_arena(slot), Arena(ARENA_SLOTS, slot, huge_pages=False)
+    return BenchFile(directory, index, *arenas, keys)
+
+
+def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> BenchFile:
+    """A packed-layout experts.bin of random bytes (one 'layer' of equal blocks) and its index."""
+    _on_disk(directory, "pass --dir on a real disk")
     n_blocks = max(16, file_bytes // block_bytes)
     layout = LayerLayout(
         prefix="bench",
@@ -144,13 +157,7 @@ def make_bench_file(directory: Path, block_bytes: int, file_bytes: int) -> Bench
         f.flush()
         os.fsync(f.fileno())
     index.save(directory)
-    return BenchFile(
-        directory,
-        index,
-        _huge_page_arena(block_bytes),
-        Arena(ARENA_SLOTS, block_bytes, huge_pages=False),
-        [(0, e) for e in range(n_blocks)],
-    )
+    return _bench_file(directory, index, index.blocks())
 
 
 def open_bench_pack(pack: Path, window_bytes: int | None = None) -> BenchFile:
@@ -158,27 +165,37 @@ def open_bench_pack(pack: Path, window_bytes: int | None = None) -> BenchFile:
     expert blocks (or those wholly within its first `window_bytes`), so its reads span the file a
     decode of that model reads, where a written test file spans a few GiB just written (a
     virtual disk may read the two at different rates: docs/results/cuda.md)."""
-    if not (Path(pack) / EXPERTS_BIN).is_file():
+    pack = Path(pack)
+    if not (pack / EXPERTS_BIN).is_file():
         raise StoreError(f"{pack}: no {EXPERTS_BIN} there; give a packed model's directory")
-    fstype = filesystem_type(Path(pack))
-    if fstype in RAM_FILESYSTEMS:
-        raise StoreError(
-            f"{pack} is on {fstype}: the read bench measures a disk; give a pack on one"
-        )
+    _on_disk(pack, "the read bench measures a disk; give a pack on one")
     index = ExpertIndex.load(pack)
-    keys = [
-        (lid, e)
-        for lid in index.layer_ids
-        for e in range(index.layers[lid].n_experts)
-        if window_bytes is None
-        or index.layers[lid].offsets[e] + index.layers[lid].block_bytes <= window_bytes
-    ]
-    if not keys:
-        raise StoreError(f"{pack}: no expert block within its first {window_bytes} bytes")
-    slot = index.slot_bytes
-    return BenchFile(
-        Path(pack), index, _huge_page_arena(slot), Arena(ARENA_SLOTS, slot, huge_pages=False), keys
-    )
+    if index.mixed:  # its cold blocks land in an arena of their own layout (stream/mixed.py)
+        raise StoreError(
+            f"{pack} is a mixed pack (--cold-bits): the read bench reads one block size; "
+            "give a pack without cold blocks"
+        )
+    bf = _bench_file(pack, index, index.blocks())
+    if window_bytes is not None:
+        bf.keys = [k for i, k in enumerate(bf.keys) if sum(bf.block(i)) <= window_bytes]
+        if not bf.keys:
+            raise StoreError(f"{pack}: no expert block within its first {window_bytes} bytes")
+    return bf
+
+
+@contextlib.contextmanager
+def _source(
+    directory: Path | None, block_bytes: int, file_bytes: int, pack: Path | None
+) -> Iterator[BenchFile]:
+    """What a bench reads: the pack in place, or a test file written first (removed after)."""
+    if pack is not None:
+        yield open_bench_pack(pack)
+        return
+    work = _work_dir(directory, file_bytes)
+    try:
+        yield make_bench_file(work, block_bytes, file_bytes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _huge_page_arena(block_bytes: int) -> Arena:
@@ -383,17 +400,10 @@ def bench_read(
     (`open_bench_pack`) instead of a test file written first (block_bytes and file_bytes are
     then the pack's)."""
     paths = available_paths() if paths is None else paths
-    work = None
-    if pack is not None:
-        bf = open_bench_pack(Path(pack))
-        block_bytes = bf.index.slot_bytes
-    else:
-        block_bytes = round_up(block_bytes, ALIGN)  # O_DIRECT needs whole 4 KiB pages
-        work = _work_dir(directory, file_bytes)
-    try:
-        if work is not None:
-            bf = make_bench_file(work, block_bytes, file_bytes)
+    # O_DIRECT needs whole 4 KiB pages
+    with _source(directory, round_up(block_bytes, ALIGN), file_bytes, pack) as bf:
         index = bf.index
+        block_bytes = index.slot_bytes  # the test file's blocks, or the pack's largest
         n_reads = min(len(bf.keys), max(1, run_bytes // block_bytes))
         dropped = drop_page_cache(bf.dir / EXPERTS_BIN)
         fio_cfgs = {c.name + f"@{c.threads}": c for c in fiobench.configs(block_bytes, threads)}
@@ -443,7 +453,9 @@ def bench_read(
             for k, c in fio_cfgs.items()
         ] or None
         return {
-            "source": "bench file" if pack is None else f"pack {pack}: {len(bf.keys)} blocks",
+            "source": f"a {index.file_bytes >> 20} MiB test file written first in {bf.dir.parent}"
+            if pack is None
+            else f"pack {pack}: {len(bf.keys)} blocks ({index.file_bytes >> 20} MiB), read in place",
             "block_bytes": block_bytes,
             "file_bytes": index.file_bytes,
             "bytes_per_run": n_reads * block_bytes,
@@ -457,9 +469,6 @@ def bench_read(
             "hugepages_short_for_fio": fiobench.hugepages_short(block_bytes, threads),
             "machine": machine_info(bf.dir),
         }
-    finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _work_dir(directory: Path | None, file_bytes: int) -> Path:

@@ -269,6 +269,10 @@ class ExpertIndex:
     def n_blocks(self) -> int:
         return sum(ly.n_experts for ly in self.layers.values())
 
+    def blocks(self) -> list[tuple[int, int]]:
+        """(layer id, expert) of every expert block, layer by layer."""
+        return [(lid, e) for lid in self.layer_ids for e in range(self.layers[lid].n_experts)]
+
     def content_hash(self, config: bytes) -> str:
         """sha256 (hex, 16 digits) of the model's content without reading a weight: config.json's
         bytes and the checksums pack recorded, of every resident tensor (name, dtype, shape,

@@ -156,10 +156,9 @@ def test_bench_read_reads_a_pack_in_place(tmp_path, monkeypatch):
         real(self, requests)
         for lid, e, slot in requests:
             ly = index.layers[lid]
-            want = np.fromfile(
-                out / EXPERTS_BIN, np.uint8, ly.block_bytes, offset=int(ly.offsets[e])
-            )
-            got = self.arena.slot_np(slot)[: ly.block_bytes]
+            n = ly.block_size(e)
+            want = np.fromfile(out / EXPERTS_BIN, np.uint8, n, offset=int(ly.offsets[e]))
+            got = self.arena.slot_np(slot)[:n]
             assert np.array_equal(got, want), (lid, e)
             read.append((lid, e))
 
@@ -170,7 +169,8 @@ def test_bench_read_reads_a_pack_in_place(tmp_path, monkeypatch):
     every = [(lid, e) for lid in index.layer_ids for e in range(index.layers[lid].n_experts)]
     assert sorted(read) == every  # run_bytes above the pack's: each block once, all layers
     assert (result["block_bytes"], result["file_bytes"]) == (index.slot_bytes, index.file_bytes)
-    assert result["source"] == f"pack {out}: {len(every)} blocks"
+    mib = index.file_bytes >> 20
+    assert result["source"] == f"pack {out}: {len(every)} blocks ({mib} MiB), read in place"
     assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in out.iterdir()) == before
 
     whole = readbench.open_bench_pack(out)
@@ -178,3 +178,18 @@ def test_bench_read_reads_a_pack_in_place(tmp_path, monkeypatch):
     part = readbench.open_bench_pack(out, window)
     assert 0 < len(part.keys) < len(every)
     assert all(sum(part.block(i)) <= window for i in range(len(part.keys)))
+
+
+def test_the_read_bench_refuses_a_mixed_pack(tmp_path):
+    """A mixed pack's cold blocks are smaller and land in an arena of their own layout; the
+    bench's one arena would read a hot block's bytes for each (past the file's end at the last):
+    a one-line error, not a traceback from the reader."""
+    from specdec.bench.read import open_bench_pack
+    from specdec.checkpoint.random_models import make_random
+    from specdec.core.errors import StoreError
+    from specdec.pack.pack import pack
+
+    src = make_random("minimax", tmp_path / "model", bits=8, seed=5)
+    out = pack(src, tmp_path / "mixed", cold_bits=2, hotlist=[(1, 0)])
+    with pytest.raises(StoreError, match="is a mixed pack"):
+        open_bench_pack(out)
