@@ -178,18 +178,3 @@ def test_bench_read_reads_a_pack_in_place(tmp_path, monkeypatch):
     part = readbench.open_bench_pack(out, window)
     assert 0 < len(part.keys) < len(every)
     assert all(sum(part.block(i)) <= window for i in range(len(part.keys)))
-
-
-def test_the_read_bench_refuses_a_mixed_pack(tmp_path):
-    """A mixed pack's cold blocks are smaller and land in an arena of their own layout; the
-    bench's one arena would read a hot block's bytes for each (past the file's end at the last):
-    a one-line error, not a traceback from the reader."""
-    from specdec.bench.read import open_bench_pack
-    from specdec.checkpoint.random_models import make_random
-    from specdec.core.errors import StoreError
-    from specdec.pack.pack import pack
-
-    src = make_random("minimax", tmp_path / "model", bits=8, seed=5)
-    out = pack(src, tmp_path / "mixed", cold_bits=2, hotlist=[(1, 0)])
-    with pytest.raises(StoreError, match="is a mixed pack"):
-        open_bench_pack(out)

@@ -96,6 +96,11 @@ def without_scipy(ctx: dict) -> None:
     ctx["monkeypatch"].setitem(sys.modules, "scipy.optimize", None)
 
 
+def mixed_pack(c) -> None:
+    """{tmp}/mixed: the model packed with cold blocks (--cold-bits 2), one hot expert."""
+    pack(c["model"], c["tmp"] / "mixed", cold_bits=2, hotlist=[(1, 0)])
+
+
 def nothing(ctx: dict[str, Path]) -> None:
     pass
 
@@ -233,9 +238,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "extract-mtp: a checkpoint without its MTP layer": lambda c: (
         c["packed"] / "mtp.safetensors"
     ).unlink(),
-    "+scratch on a mixed-precision pack": lambda c: pack(
-        c["model"], c["tmp"] / "mixed", cold_bits=2, hotlist=[(1, 0)]
-    ),
+    "+scratch on a mixed-precision pack": mixed_pack,
     "extract-mtp: a GGUF MLX cannot read": lambda c: (
         edit_config(c["packed"], model_type="deepseek_v41"),
         (c["packed"] / "mtp.gguf").write_bytes(b"not a gguf"),
@@ -381,6 +384,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace record: --overwrite on a folder it did not write": non_empty_dir,
     "bench read: --dir missing": nothing,
     "bench read: --pack not a pack": nothing,
+    "bench read: --pack a mixed pack": mixed_pack,
     "report: records from an older specdec": old_job,
     "reader threads: far too many": nothing,
     "union-model: γ beyond 1024": nothing,
