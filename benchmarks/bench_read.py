@@ -100,6 +100,9 @@ def main() -> int:
     add_read_arguments(parser, block_sizes=(readbench.DEFAULT_BLOCK, 8_000_000))
     parser.set_defaults(rounds=5)
     args = parser.parse_args()
+    if args.pack is not None:
+        parser.error("--pack: this benchmark compares block sizes on test files; read a pack with "
+                     "`specdec bench read --pack DIR`")  # fmt: skip
     sizes = list(args.block_bytes)
     results = []
     with hugepages_for_fio(sizes, tuple(args.threads)):

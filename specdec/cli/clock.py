@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if worst <= TOLERANCE else 1
 
 
+READ_BLOCK = 7962624  # the device bench's default read: one MiniMax-M2.5 expert block, 4-bit
+READ_FILE = 4 << 30  # ... from a test file this large
+
+
 def add_device_arguments(p: argparse.ArgumentParser) -> None:
     from specdec.checkpoint.bundled import DEFAULT_MODEL
 
@@ -62,13 +66,13 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="the profile's name (default: the file's stem)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint whose MoE layers are timed")
     p.add_argument("--dir", type=Path, default=Path.cwd(), help="where the read bench's file goes")
-    p.add_argument("--block-bytes", type=int, default=7962624, help="expert block to read")
+    p.add_argument("--block-bytes", type=int, help=f"expert block to read ({READ_BLOCK})")
     p.add_argument(
         "--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="reader thread counts"
     )
     p.add_argument("--hidden", type=int, default=3072, help="expert kernel: model width")
     p.add_argument("--inter", type=int, default=1536, help="expert kernel: expert width")
-    p.add_argument("--file-bytes", type=int, default=4 << 30, help="the read bench's file")
+    p.add_argument("--file-bytes", type=int, help=f"the read bench's file ({READ_FILE})")
     p.add_argument(
         "--read-pack",
         type=Path,
@@ -82,13 +86,16 @@ def run_device(args: argparse.Namespace) -> int:
     import json
 
     from specdec.bench.device import device_profile
+    from specdec.cli.store import refuse_beside_pack
     from specdec.clock.profiles import profile_yaml
     from specdec.core.files import write_atomic
 
+    if args.read_pack is not None:
+        refuse_beside_pack("--read-pack", args, ("block_bytes", "file_bytes"))
     name = args.name or args.out.stem
     profile, details = device_profile(
-        name, args.model, args.dir, args.block_bytes, tuple(args.threads), args.hidden,
-        args.inter, args.file_bytes, args.read_pack,
+        name, args.model, args.dir, args.block_bytes or READ_BLOCK, tuple(args.threads),
+        args.hidden, args.inter, args.file_bytes or READ_FILE, args.read_pack,
     )  # fmt: skip
     write_atomic(args.out, profile_yaml(profile, f"{name}: written by `specdec bench device`"))
     if args.details:

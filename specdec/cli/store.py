@@ -102,11 +102,14 @@ def add_read_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, 
         )
     else:
         parser.add_argument(
-            "--block-bytes", type=int, default=DEFAULT_BLOCK, help="bytes per read (one expert)"
+            "--block-bytes", type=int, help=f"bytes per read (one expert; {DEFAULT_BLOCK})"
         )
-    parser.add_argument("--file-bytes", type=int, default=DEFAULT_FILE, help="test file size")
+    parser.add_argument("--file-bytes", type=int, help=f"test file size ({DEFAULT_FILE})")
     parser.add_argument(
-        "--pack", type=Path, help="read this packed model's expert blocks in place, not a test file"
+        "--pack",
+        type=Path,
+        help="read this packed model's expert blocks in place, not a test file (their size and "
+        "file are the pack's: no --dir, --block-bytes, --file-bytes)",
     )
     parser.add_argument(
         "--threads", type=int, nargs="+", default=[1, 8], help="reader thread counts to run"
@@ -128,8 +131,12 @@ def add_read_arguments(parser: argparse.ArgumentParser, block_sizes: tuple[int, 
 
 def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """`bench_read` with the options `add_read_arguments` declared."""
-    from specdec.bench.read import bench_read
+    from specdec.bench.read import DEFAULT_BLOCK, DEFAULT_FILE, bench_read
 
+    if args.pack is not None:
+        refuse_beside_pack("--pack", args, ("dir", "block_bytes", "file_bytes"))
+    args.block_bytes = DEFAULT_BLOCK if args.block_bytes is None else args.block_bytes
+    args.file_bytes = DEFAULT_FILE if args.file_bytes is None else args.file_bytes
     for name in ("block_bytes", "file_bytes", "rounds", "run_bytes"):
         if getattr(args, name) < 1:
             raise StoreError(f"--{name.replace('_', '-')} {getattr(args, name)}: give at least 1")
@@ -145,6 +152,18 @@ def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
         tuple(args.paths) if args.paths else None,
         args.pack,
     )
+
+
+def refuse_beside_pack(pack: str, args: argparse.Namespace, test_file: tuple[str, ...]) -> None:
+    """A read of a pack in place takes its blocks' size and file from the pack: the test
+    file's options, given beside it, would be ignored silently; refuse them by name."""
+    given = ["--" + name.replace("_", "-") for name in test_file if getattr(args, name) is not None]
+    if given:
+        raise StoreError(
+            f"{pack} reads the pack's own blocks in place, so {' and '.join(given)} "
+            f"(a test file's) would be ignored: drop {'them' if len(given) > 1 else 'it'}, "
+            f"or drop {pack}"
+        )
 
 
 def run_read(args: argparse.Namespace) -> int:

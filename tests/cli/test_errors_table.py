@@ -385,6 +385,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "bench read: --dir missing": nothing,
     "bench read: --pack not a pack": nothing,
     "bench read: --pack a mixed pack": mixed_pack,
+    "bench read: --pack beside a test file's options": nothing,
+    "bench device: --read-pack beside a test file's size": nothing,
     "report: records from an older specdec": old_job,
     "reader threads: far too many": nothing,
     "union-model: γ beyond 1024": nothing,
