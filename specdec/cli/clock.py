@@ -89,6 +89,7 @@ def run_device(args: argparse.Namespace) -> int:
     from specdec.cli.store import refuse_beside_pack
     from specdec.clock.profiles import profile_yaml
     from specdec.core.files import write_atomic
+    from specdec.core.machine import home_as_tilde
 
     if args.read_pack is not None:
         refuse_beside_pack("--read-pack", args, ("block_bytes", "file_bytes"))
@@ -97,8 +98,10 @@ def run_device(args: argparse.Namespace) -> int:
         name, args.model, args.dir, args.block_bytes or READ_BLOCK, tuple(args.threads),
         args.hidden, args.inter, args.file_bytes or READ_FILE, args.read_pack,
     )  # fmt: skip
-    write_atomic(args.out, profile_yaml(profile, f"{name}: written by `specdec bench device`"))
+    # the profile travels (--profile on another machine): it names no one's home
+    text = profile_yaml(profile, f"{name}: written by `specdec bench device`")
+    write_atomic(args.out, home_as_tilde(text))
     if args.details:
-        write_atomic(args.details, json.dumps(details, indent=1, default=str) + "\n")
+        write_atomic(args.details, home_as_tilde(json.dumps(details, indent=1, default=str) + "\n"))
     print(f"wrote {args.out}: `specdec clock show {args.out}`")
     return 0

@@ -58,6 +58,12 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def home_as_tilde(text: str) -> str:
+    """`text` with this machine's home directory written "~": what is written for other machines
+    to read (results, device profiles) names no one's home."""
+    return text.replace(str(Path.home()) + "/", "~/")
+
+
 def write_result(
     path: str | os.PathLike, result: Any, places: dict[str, Any] | None = None
 ) -> None:
@@ -70,4 +76,4 @@ def write_result(
     subs |= {str(Path(p).resolve()): name for p, name in (places or {}).items()}
     for path_text, name in sorted(subs.items(), key=lambda kv: -len(kv[0])):  # longest first
         text = text.replace(path_text, name)
-    write_atomic(path, text.replace(str(Path.home()) + "/", "~/"))
+    write_atomic(path, home_as_tilde(text))

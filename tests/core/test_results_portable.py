@@ -1,14 +1,18 @@
-"""Benchmark results name no machine's paths: host.machine.write_result.
+"""Benchmark results and device profiles name no machine's paths: specdec.core.machine.
 
 pytest tests/core/test_results_portable.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
 
+from specdec.bench import device
+from specdec.cli import main
+from specdec.clock.profiles import get_profile
 from specdec.core.machine import write_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,3 +44,20 @@ def test_no_tracked_result_names_a_machine_path():
     for f in files:
         text = (ROOT / f).read_text(errors="replace")
         assert str(ROOT) not in text and str(Path.home()) + "/" not in text, f
+
+
+def test_bench_device_writes_its_profile_and_details_without_the_home_dir(tmp_path, monkeypatch):
+    """The measurements are stood in for (a built-in profile whose read curve came from a pack
+    in the home directory): what is under test is what `specdec bench device` writes."""
+    pack = Path.home() / "sd" / "mm16.packed"
+    measured = dataclasses.replace(
+        get_profile("m4-24gb"), sources={"read_curve": f"read bench, pack {pack}: 10 blocks"}
+    )
+    monkeypatch.setattr(
+        device, "device_profile", lambda *a: (measured, {"reads": {"source": f"pack {pack}"}})
+    )
+    out, details = tmp_path / "p.yaml", tmp_path / "d.json"
+    assert main(["bench", "device", "--out", str(out), "--details", str(details)]) == 0
+    for f in (out, details):
+        assert str(Path.home()) + "/" not in f.read_text()
+        assert "~/sd/mm16.packed" in f.read_text()
