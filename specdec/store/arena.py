@@ -182,9 +182,10 @@ def warn_short(pages: HugePages, what: str) -> None:
 
 
 def arena_bytes(n_slots: int, slot_bytes: int) -> int:
-    """Memory an Arena(n_slots, slot_bytes, layout) allocates, at most: its slots, plus up to an
-    ALIGN of alignment cut per region (a layout has a handful of regions)."""
-    return n_slots * slot_bytes + 16 * ALIGN
+    """Memory an Arena(n_slots, slot_bytes, layout) allocates, at most: its slots, plus per
+    region (a layout has a handful) its alignment cut: an ALIGN, or where a region can hold a
+    huge page its cut to a 2 MiB boundary and its tail rounded up to one (`_region`)."""
+    return n_slots * slot_bytes + 16 * (2 * HUGE if n_slots * slot_bytes >= HUGE else ALIGN)
 
 
 @dataclass(frozen=True)
@@ -266,11 +267,15 @@ class Arena:
         # madvise(MADV_COLLAPSE) fails there (EINVAL, seen on an H200): nothing to ask for
         huge_pages = huge_pages and not managed
         for seg in self.segments_:
-            region, host = self._region(seg.nbytes)
+            # a region that can hold a huge page starts on one and ends on one: every slot's
+            # bytes then lie in 2 MiB pages (a partial page at either end stays 4 KiB pages,
+            # and a block read into it pins ~290 of them: the slots there read ~2x slower)
+            whole = huge_pages and n_slots * seg.nbytes >= HUGE
+            region, host, span = self._region(seg.nbytes, HUGE if whole else ALIGN)
             self._regions.append(region)
             self._np.append(host)
             if huge_pages:
-                pages = advise_huge_pages(host.ctypes.data, host.nbytes)
+                pages = advise_huge_pages(host.ctypes.data, span)
                 if pages.advised_bytes:
                     fractions.append((pages.fraction, pages.advised_bytes))
                     advised += pages.advised_bytes
@@ -291,18 +296,20 @@ class Arena:
             why = "CUDA managed memory (no transparent huge pages)" if managed else "not asked for"
             self.pages = HugePages(0.0, 0, why)
 
-    def _region(self, nbytes: int) -> tuple[mx.array, np.ndarray]:
-        """A dense [n_slots, nbytes] region: MLX rows cut at an ALIGN boundary, and its numpy view."""
+    def _region(self, nbytes: int, align: int) -> tuple[mx.array, np.ndarray, int]:
+        """A dense [n_slots, nbytes] region: MLX rows cut at an `align` boundary, its numpy view,
+        and the bytes from its start that are its own (its size rounded up to `align`)."""
         total = self.n_slots * nbytes
+        span = -(-total // align) * align
         row = ROW
-        while -(-total // row) + ALIGN // row > MAX_DIM:  # rows stay an int32 dimension
+        while -(-span // row) + align // row > MAX_DIM:  # rows stay an int32 dimension
             row *= 2
         rows = -(-total // row)
-        buf = mx.zeros((rows + ALIGN // row, row), dtype=mx.uint8)  # [rows + cut room, row]
+        buf = mx.zeros((-(-span // row) + align // row, row), dtype=mx.uint8)  # + cut room
         mx.eval(buf)
         addr = np.array(buf, copy=False).ctypes.data  # CUDA: moves it to managed memory once
-        lead = (-addr) % ALIGN
-        # whole rows up to the ALIGN boundary; a region whose allocation is coarser-grained than
+        lead = (-addr) % align
+        # whole rows up to the `align` boundary; a region whose allocation is coarser-grained than
         # its rows stays where it is (its reads are then staged: see `direct`)
         cut = lead // row if lead % row == 0 else 0
         region = buf[cut : cut + rows]  # whole rows: contiguous, shares buf's memory
@@ -310,7 +317,7 @@ class Arena:
         host = np.array(region, copy=False).reshape(-1)[:total].reshape(self.n_slots, nbytes)
         if host.ctypes.data % 8:
             raise StoreError(f"MLX buffer at {addr:#x} is not 8-byte aligned; cannot build arena")
-        return region, host
+        return region, host, span  # buf runs at least span bytes past any cut
 
     def touch(self) -> None:
         """Every region read once by a computation on the default device: on CUDA its managed

@@ -127,6 +127,27 @@ def test_huge_pages_requested_on_linux():
     assert off.huge_pages is False and off.huge_page_fraction is None
 
 
+def test_every_slot_lies_in_huge_pages():
+    """A region that can hold a huge page starts and ends on one, so no slot sits in a partial
+    2 MiB page at either end (4 KiB pages there: a block read into slot 0 pinned ~290 pages and
+    read at half the speed). Measured by huge_page_bytes (page flags as root, else smaps)."""
+    from specdec.store.arena import HUGE, huge_page_bytes
+
+    if _thp_off():
+        pytest.skip("transparent huge pages are off on this kernel")
+    slot = 1183744  # a Qwen3-30B-A3B expert: slots straddle 2 MiB pages
+    w = TensorSpec("w", "U8", (slot - ALIGN,), 0, slot - ALIGN)  # then a page of padding
+    arena = Arena(7, slot, [w])
+    if not arena.huge_pages:
+        pytest.skip(f"the kernel granted no huge pages now ({arena.pages.reason})")
+    assert arena.segments(0)[0].ctypes.data % HUGE == 0
+    for s in range(arena.n_slots):
+        tensor = arena.segments(s)[0]  # the padding's region (7 pages) holds no huge page
+        start = tensor.ctypes.data - tensor.ctypes.data % HUGE
+        pages = -(-(tensor.ctypes.data + tensor.nbytes - start) // HUGE) * HUGE
+        assert huge_page_bytes(start, pages) == pages, s
+
+
 def test_huge_page_count_is_measured_not_assumed():
     """The fraction comes from smaps: a huge page split after the fact is counted as lost."""
     import ctypes
