@@ -8,6 +8,9 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
     ..._one_by_one         the same, one block per read() (a lone miss)            bypassed
     ..._4k_pages           the same arena without transparent huge pages            bypassed
+    ..._reused_slots       the same into one slot per thread, reused as fio reuses    bypassed
+                           a job's buffer (a decode's blocks each need a slot of their own:
+                           on a VM, memory a read landed in lately takes the next one faster)
     ..._gpu_touched        into slots the device has just computed on (CUDA: managed  bypassed
                            pages on the GPU migrate back before O_DIRECT pins them)
     preadv_pinned_arena_gpu_touched  ExpertReader(io="pinned") into the same: O_DIRECT   bypassed
@@ -287,13 +290,15 @@ def _preadv_fresh_buffer(bf: BenchFile, order: list[int], threads: int) -> float
         os.close(fd)
 
 
-def _reader_path(io: str, huge_pages: bool = True):
-    """The reader opened (file, threads) before the clock, as a decode engine opens it at load."""
+def _reader_path(io: str, huge_pages: bool = True, reused: bool = False):
+    """The reader opened (file, threads) before the clock, as a decode engine opens it at load;
+    its blocks land in the arena's slots in turn, or with `reused` in `threads` of them."""
 
     def run(bf: BenchFile, order: list[int], threads: int) -> float:
         arena = bf.arena if huge_pages else bf.arena_4k
+        slots = threads if reused else ARENA_SLOTS
         with ExpertReader(bf.dir, bf.index, arena, io=io, threads=threads) as reader:
-            requests = [(*bf.keys[k], i % ARENA_SLOTS) for i, k in enumerate(order)]
+            requests = [(*bf.keys[k], i % slots) for i, k in enumerate(order)]
             t0 = time.perf_counter()
             reader.read(requests)
             return time.perf_counter() - t0
@@ -335,6 +340,7 @@ PATHS: dict[str, tuple[Callable, bool]] = {
     "preadv_direct_arena": (_reader_path("direct"), False),
     "preadv_direct_arena_one_by_one": (_direct_one_by_one, False),
     "preadv_direct_arena_4k_pages": (_reader_path("direct", huge_pages=False), False),
+    "preadv_direct_arena_reused_slots": (_reader_path("direct", reused=True), False),
     **{name: (_touched(io), False) for io, name in TOUCHED.items()},
     "preadv_buffered_arena": (_reader_path("buffered"), True),
     "mmap_copy": (_reader_path("mmap"), True),
