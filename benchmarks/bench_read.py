@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from specdec.cli.store import (  # noqa: E402
 )
 from specdec.core.blas import ensure_fast_blas  # noqa: E402
 from specdec.core.files import write_atomic  # noqa: E402
+from specdec.core.machine import write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
@@ -109,12 +109,13 @@ def main() -> int:
         for size in sizes:
             args.block_bytes = size
             result = read_bench_from_args(args)
-            result["machine"]["bench_dir"] = "DIR"
             results.append(result)
             print(readbench.format_table(result), flush=True)
+    places = {args.dir: "DIR"} if args.dir is not None else None  # results name no machine's paths
     for i, result in enumerate(results):
         name = "read.json" if i == 0 else f"read-{result['block_bytes']}.json"
-        _write(name, json.dumps(result, indent=1) + "\n")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        write_result(RESULTS / name, result, places)
     argv = sys.argv[1:]
     if args.dir is not None:  # results name no machine's paths
         argv = [a.replace(str(args.dir), "DIR") for a in argv]

@@ -538,15 +538,15 @@ def format_table(result: dict[str, Any]) -> str:
         f"block {result['block_bytes']} B, file {result['file_bytes'] / 1e9:.2f} GB, "
         f"{result['bytes_per_run'] / 1e6:.0f} MB per run, median of {result['rounds']} runs"
     ]
-    lines.append(f"{'path':<30}{'threads':>8}{'GB/s':>8}  {'page cache':<11}read amplification")
+    lines.append(f"{'path':<34}{'threads':>8}{'GB/s':>8}  {'page cache':<11}read amplification")
     for p in result["paths"]:
         amp = "-" if p["read_amplification"] is None else f"{p['read_amplification']:.2f}"
         lines.append(
-            f"{p['name']:<30}{p['threads']:>8}{p['gbps']:>8.2f}  {p['page_cache']!s:<11}{amp}"
+            f"{p['name']:<34}{p['threads']:>8}{p['gbps']:>8.2f}  {p['page_cache']!s:<11}{amp}"
         )
     for f in result["fio"] or []:
         name = f"fio {f['engine']} {f['mem']} O_DIRECT"
-        lines.append(f"{name:<30}{f['threads']:>8}{f['gbps']:>8.2f}  False")
+        lines.append(f"{name:<34}{f['threads']:>8}{f['gbps']:>8.2f}  False")
     huge = result["arena_huge_pages"]
     if huge is not None and huge < 1.0:  # never a silent 4 KiB-page figure under the arena's name
         lines.append(
