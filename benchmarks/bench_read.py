@@ -109,6 +109,7 @@ def main() -> int:
         for size in sizes:
             args.block_bytes = size
             result = read_bench_from_args(args)
+            result["machine"]["bench_dir"] = "DIR"
             results.append(result)
             print(readbench.format_table(result), flush=True)
     places = {args.dir: "DIR"} if args.dir is not None else None  # results name no machine's paths
