@@ -67,6 +67,7 @@ SESSIONS = {
     16: ("h200-r16",),  # an H200 again, pinned reads
     17: ("h100-r17",),  # an H100 (80GB HBM3), pinned reads
     18: ("h100-r18",),  # an H100, pinned reads; the read curve from the 16-layer pack in place
+    19: ("h100-r19",),  # an H100 again, the same; 9 GB and 10% priced on the pack's curve
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
@@ -74,8 +75,10 @@ SESSIONS = {
 # fourteenth's the same on an H100, the fifteenth's on an H100 with pinned reads, the sixteenth's
 # (an H200, pinned) at 10% and one token's experts (120 slots, beside auto) at α 0.9 and 1.0, the
 # seventeenth's (an H100, pinned) at 10% (α 0.9 and 1.0) and 120 slots (γ = 4 beside auto, α 1.0),
-# the eighteenth's (an H100, pinned) the same 120-slot pair over 96 tokens
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18)
+# the eighteenth's (an H100, pinned) the same 120-slot pair over 96 tokens, the nineteenth's (an
+# H100, pinned, priced on the pack's read curve) at 9 GB (α 0.8-1.0), 10% (α 0.9, 1.0) and the
+# 120-slot pair at α 0.9
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19)
 # the split's sessions: the tenth, which it was built for (with the eleventh), and every one
 # since, so a new session needs no edit here (the twelfth ran no spec step: no rows)
 SPLIT_FROM = 10
