@@ -7,7 +7,7 @@
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
 machine, versions and the command) as soon as it ends, so a run cut short keeps what finished;
-`--deadline SECONDS` skips the steps that would start after it. Steps whose runs are priced
+`--deadline SECONDS` skips the steps, and the runs within a step, that would start after it. Steps whose runs are priced
 (scale spec auto drafters lookahead shm) read the profile step's DIR/h200.yaml or `--profile
 PATH`; without either they are refused before any step starts. Nothing here is a timed test.
 
@@ -915,7 +915,12 @@ def main() -> int:
     ap.add_argument("--disk", default=str(Path.home() / "specdec-cuda"))
     ap.add_argument("--out", default="benchmarks/results/cuda")
     ap.add_argument("--tokens", type=int, default=20, help="decode tokens per run")
-    ap.add_argument("--deadline", type=float, default=1e9, help="seconds: start no step after")
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        default=1e9,
+        help="seconds: start no step, and no run of a step, after",
+    )
     ap.add_argument("--pairs", type=int, default=5, help="overhead: interleaved process pairs")
     ap.add_argument("--spec-budgets", default=",".join(SPEC_BUDGETS), help="spec/auto/drafters")
     ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)), help="spec: oracle α")
