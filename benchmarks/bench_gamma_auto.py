@@ -4,6 +4,7 @@
     python benchmarks/bench_gamma_auto.py replay --trace tiny --positions 4000 --jobs 2
     python benchmarks/bench_gamma_auto.py runtime            # bundled model, every drafter
     python benchmarks/bench_gamma_auto.py host               # auto's bookkeeping, µs per token
+    python benchmarks/bench_gamma_auto.py seeds --profile benchmarks/results/cuda/h100-r19.yaml
 
 replay: the trace (`minimax`: the calibrated MiniMax-M2.5 trace, `specdec trace synth --like
 minimax-m2.5 --positions N --seed 0`, made in a temporary directory; `tiny`: the bundled model's
@@ -25,6 +26,14 @@ timed around those calls (wrapped for this run only): the bundled model at runti
 oracle:0.9, 256 tokens) and the MiniMax trace in replay (2000 positions, 25%, α 0.9), beside
 the whole run's host time per token. Plain and fixed-γ runs never make these calls. Writes
 benchmarks/results/gamma_auto_host.json.
+
+seeds: the CUDA sessions' `auto` step in replay, over 50 seeds of the oracle's acceptance draws:
+one measured run there is one draw. The same routing (the calibrated MiniMax trace's first 16
+layers, what `--routing trace` gives the 16-layer pack), 120 slots (about one token's experts),
+LRU, γ = 1, 4 and auto, α 1.0 / 0.9 / 0.8 over 96 and 192 tokens, priced on `--profile` (a
+session's, e.g. benchmarks/results/cuda/h100-r19.yaml). Per seed auto / γ = 4 in modeled
+seconds; per setting its median, range and how many seeds are within 1.05x. Writes
+benchmarks/results/gamma_auto_seeds.json.
 """
 
 from __future__ import annotations
@@ -61,11 +70,11 @@ def _config(trace_name: str) -> dict:
     return json.loads((ROOT / "specdec" / "models" / "tiny" / "config.json").read_text())
 
 
-def _write(name: str, rows: list[dict], places: dict | None = None) -> int:
+def _write(name: str, rows: list[dict], places: dict | None = None, profile: str = PROFILE) -> int:
     """benchmarks/results/gamma_auto_<name>.json: the rows, the command, the machine (versions
     and load the numbers came from); `places`: scratch paths to name by placeholder."""
     out = RESULTS / f"gamma_auto_{name}.json"
-    meta = {"profile": PROFILE, "policy": "lru", "command": " ".join(sys.argv)}
+    meta = {"profile": profile, "policy": "lru", "command": " ".join(sys.argv)}
     meta["machine"] = machine_info()
     write_result(out, {"meta": meta, "rows": rows}, places)
     print(f"wrote {out} ({len(rows)} rows)")
@@ -233,6 +242,61 @@ def host(args) -> int:
     return _write("host", rows)
 
 
+SEED_LAYERS, SEED_SLOTS, SEED_RUNS = 16, 120, 50  # the CUDA `auto` step's model, budget
+SEED_ALPHAS, SEED_TOKENS = (1.0, 0.9, 0.8), (96, 192)
+
+
+def seeds(args) -> int:
+    """auto / γ = 4 over oracle seeds in replay, at the CUDA `auto` step's setting."""
+    import dataclasses
+    import statistics
+
+    from specdec.clock.check import MINIMAX_M25
+    from specdec.clock.profiles import load_profile
+    from specdec.gamma.replay import replay_passes, trace_clock
+    from specdec.trace.format import load_trace
+
+    profile = load_profile(args.profile)
+    with tempfile.TemporaryDirectory(prefix="gamma-auto-") as tmp:
+        cmd = ["synth", f"{tmp}/trace", "--like", "minimax-m2.5", "--positions", "4000"]
+        subprocess.run([sys.executable, "-m", "specdec", "trace", *cmd, "--seed", "0"], check=True)
+        full = load_trace(f"{tmp}/trace")
+    trace = dataclasses.replace(  # the 16-layer model's layer i takes the trace's layer i
+        full, experts=full.experts[:, :SEED_LAYERS], expert_bytes=full.expert_bytes[:SEED_LAYERS]
+    )
+    clock = trace_clock({**MINIMAX_M25, "num_hidden_layers": SEED_LAYERS}, trace)
+    rows = []
+    for alpha in SEED_ALPHAS:
+        for tokens in SEED_TOKENS:
+            ratios = []
+            for seed in range(SEED_RUNS):
+                rate = {
+                    g: replay_passes(
+                        trace,
+                        "lru",
+                        SEED_SLOTS,
+                        g,
+                        alpha,
+                        clock,
+                        profile,
+                        seed=seed,
+                        positions=tokens,
+                    ).tokens_per_s  # fmt: skip
+                    for g in (1, 4, "auto")
+                }
+                ratios.append(
+                    {"auto_over_4": rate["auto"] / rate[4], "4_over_plain": rate[4] / rate[1]}
+                )
+            a = [r["auto_over_4"] for r in ratios]
+            row = {"alpha": alpha, "tokens": tokens, "slots": SEED_SLOTS, "seeds": SEED_RUNS}
+            row |= {"auto_over_4_median": statistics.median(a), "min": min(a), "max": max(a)}
+            row |= {"within_1.05": sum(x >= 1 / 1.05 for x in a), "per_seed": ratios}
+            row["4_over_plain_median"] = statistics.median(r["4_over_plain"] for r in ratios)
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "per_seed"}), flush=True)
+    return _write("seeds", rows, profile=str(args.profile))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -245,8 +309,10 @@ def main() -> int:
     t.add_argument("--tokens", type=int, default=256)
     t.add_argument("--prompt", default="def fibonacci(n):")
     sub.add_parser("host")
+    d = sub.add_parser("seeds")
+    d.add_argument("--profile", type=Path, required=True, help="a CUDA session's device profile")
     args = p.parse_args()
-    return {"replay": replay, "runtime": runtime, "host": host}[args.what](args)
+    return {"replay": replay, "runtime": runtime, "host": host, "seeds": seeds}[args.what](args)
 
 
 if __name__ == "__main__":
