@@ -8,9 +8,10 @@ Reproduces section 5 of the seed question on this machine, for expert-sized bloc
     preadv_direct_arena    ExpertReader(io="direct") into preallocated arena slots  bypassed
     ..._one_by_one         the same, one block per read() (a lone miss)            bypassed
     ..._4k_pages           the same arena without transparent huge pages            bypassed
-    ..._reused_slots       the same into one slot per thread, reused as fio reuses    bypassed
-                           a job's buffer (a decode's blocks each need a slot of their own:
-                           on a VM, memory a read landed in lately takes the next one faster)
+    ..._reused_slots       the same into as many slots as threads, in turn: reused    bypassed
+                           as fio's jobs reuse their buffers (a decode's blocks each need a
+                           slot of their own; on a VM a read lands faster in memory one landed
+                           in lately)
     ..._gpu_touched        into slots the device has just computed on (CUDA: managed  bypassed
                            pages on the GPU migrate back before O_DIRECT pins them)
     preadv_pinned_arena_gpu_touched  ExpertReader(io="pinned") into the same: O_DIRECT   bypassed
@@ -292,7 +293,8 @@ def _preadv_fresh_buffer(bf: BenchFile, order: list[int], threads: int) -> float
 
 def _reader_path(io: str, huge_pages: bool = True, reused: bool = False):
     """The reader opened (file, threads) before the clock, as a decode engine opens it at load;
-    its blocks land in the arena's slots in turn, or with `reused` in `threads` of them."""
+    its blocks land in the arena's slots in turn, or with `reused` in its first `threads` in
+    turn (the bytes are not checked: two reads in flight may share a slot)."""
 
     def run(bf: BenchFile, order: list[int], threads: int) -> float:
         arena = bf.arena if huge_pages else bf.arena_4k

@@ -61,6 +61,7 @@ from specdec.core.errors import StoreError
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout, TensorSpec
 from specdec.store.safetensors import mx_dtype
 
+LINUX = sys.platform.startswith("linux")  # transparent huge pages: Linux only
 MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25  # Linux >= 6.1: make existing pages huge now, contents kept
 HUGE = 2 << 20
@@ -147,7 +148,7 @@ def advise_huge_pages(addr: int, nbytes: int) -> HugePages:
     """Best effort: back [addr, addr + nbytes) with transparent huge pages; measure the result."""
     start = -(-addr // HUGE) * HUGE  # only whole huge pages inside the range can be huge
     length = max(0, (addr + nbytes - start) // HUGE * HUGE)
-    if length == 0 or not sys.platform.startswith("linux"):
+    if length == 0 or not LINUX:
         return HugePages(0.0, 0, "no whole 2 MiB page to ask for, or not Linux")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -270,7 +271,7 @@ class Arena:
             # a region that can hold a huge page starts on one and ends on one: every slot's
             # bytes then lie in 2 MiB pages (a partial page at either end stays 4 KiB pages,
             # and a block read into it pins ~290 of them: the slots there read ~2x slower)
-            whole = huge_pages and n_slots * seg.nbytes >= HUGE
+            whole = huge_pages and LINUX and n_slots * seg.nbytes >= HUGE
             region, host, span = self._region(seg.nbytes, HUGE if whole else ALIGN)
             self._regions.append(region)
             self._np.append(host)
