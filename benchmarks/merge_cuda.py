@@ -1,0 +1,121 @@
+"""Merge a device session's bench_cuda.py output folders into benchmarks/results/cuda.
+
+    python benchmarks/merge_cuda.py --session 19 --card h100 OUT1 OUT2 ...   # each a --out
+
+Each OUT is what one `python benchmarks/bench_cuda.py --out OUT ...` wrote on the lent machine
+(brought back as is). A run step's rows (scale spec auto drafters lookahead shm) are appended to
+results/cuda/STEP.json, each marked `"session": N`, with the command and machine under
+`sessions["N"]`, and its records to STEP.jsonl; the profile (OUT/h200.yaml, the name bench_cuda
+gives it on any card) becomes CARD-rN.yaml with that name inside, its details
+profile_details-rN.json; every other step's JSON goes to sessionN/. The home directory becomes
+`~` (results are read on other machines; tests/core/test_results_portable.py). `python -m
+analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its profile.
+
+A step merged before (its command already under `sessions["N"]`) is refused, so running this
+twice does not count the same runs twice; so is a folder holding no bench_cuda.py output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specdec.core.files import write_atomic  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "cuda"
+RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead", "shm")
+KEEP = ("seconds", "command", "mlx_device", "machine", "gpu")  # a session's entry per step
+HOME = re.compile(r"/(?:root|home/[^/\s\"']+)/")  # the lent machine's home, whoever ran there
+
+
+class MergeError(Exception):
+    """A folder or a step that cannot be merged; the message says which and why."""
+
+
+def portable(text: str) -> str:
+    """The lent machine's home directory as `~/`."""
+    return HOME.sub("~/", text)
+
+
+def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) -> list[str]:
+    """Merge every folder of `outs`, all checked before any is written; returns one line per
+    file written."""
+    _check(outs, session, results)
+    done = []
+    for out in outs:
+        for f in sorted(out.glob("*.json")):
+            done.append(_merge_file(f, session, results))
+        profile = out / "h200.yaml"
+        if profile.exists():
+            name = f"{card}-r{session}"
+            text = re.sub(r"\bh200\b(?=[:'\n])", name, portable(profile.read_text()))
+            write_atomic(results / f"{name}.yaml", text)
+            done.append(f"{out.name}/h200.yaml -> {name}.yaml")
+    return done
+
+
+def _check(outs: list[Path], session: int, results: Path) -> None:
+    """Every folder holds bench_cuda.py output, and no run step's command is merged yet (nor
+    twice among `outs`)."""
+    seen = set()
+    for out in outs:
+        files = sorted(out.glob("*.json"))
+        if not files:
+            raise MergeError(f"{out}: no bench_cuda.py results (STEP.json) there")
+        for f in (f for f in files if f.stem in RUN_STEPS):
+            command = json.loads(f.read_text()).get("command")
+            sessions = json.loads((results / f.name).read_text()).get("sessions", {})
+            if (f.stem, command) in seen or any(
+                e.get("command") == command for e in sessions.get(str(session), [])
+            ):
+                raise MergeError(f"{f}: already merged (session {session} lists its command)")
+            seen.add((f.stem, command))
+
+
+def _merge_file(f: Path, session: int, results: Path) -> str:
+    step, text = f.stem, portable(f.read_text())
+    if step == "profile_details":
+        write_atomic(results / f"profile_details-r{session}.json", text)
+        return f"{f.parent.name}/{f.name} -> profile_details-r{session}.json"
+    data = json.loads(text)
+    if step not in RUN_STEPS:
+        (results / f"session{session}").mkdir(parents=True, exist_ok=True)
+        write_atomic(results / f"session{session}" / f.name, json.dumps(data, indent=1) + "\n")
+        return f"{f.parent.name}/{f.name} -> session{session}/{f.name}"
+    main = json.loads((results / f.name).read_text())
+    entries = main.setdefault("sessions", {}).setdefault(str(session), [])
+    runs = data.get("runs", [])
+    for run in runs:
+        run["session"] = session
+    main["runs"].extend(runs)
+    entries.append({k: data[k] for k in KEEP if k in data})
+    records = f.with_suffix(".jsonl")
+    lines = portable(records.read_text()) if records.exists() else ""
+    write_atomic(results / f.name, json.dumps(main, indent=1) + "\n")
+    write_atomic(results / records.name, (results / records.name).read_text() + lines)
+    return f"{f.parent.name}/{f.name}: {len(runs)} runs -> {f.name}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("outs", nargs="+", type=Path, help="bench_cuda.py --out folders")
+    ap.add_argument("--session", type=int, required=True, help="the lent machine's session")
+    ap.add_argument("--card", required=True, choices=("h100", "h200"), help="the card it had")
+    args = ap.parse_args()
+    try:
+        for line in merge(args.outs, args.session, args.card):
+            print(line)
+    except MergeError as e:
+        print(f"merge_cuda: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""A device session's output folders merged into the CUDA results: benchmarks/merge_cuda.py.
+
+pytest tests/bench/test_merge_cuda.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("merge_cuda", ROOT / "benchmarks" / "merge_cuda.py")
+merge_cuda = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(merge_cuda)
+
+PROFILE = """# h200: written by `specdec bench device`
+name: h200
+description: 'h200: measured by `specdec bench device` (Intel(R) Xeon(R) Processor)'
+sources:
+  read_curve: 'read bench, pack /root/sd/mm16.packed: 4096 blocks'
+"""
+
+
+def _results(tmp: Path) -> Path:
+    """A results folder as the repository has it: spec.json with one earlier session's run."""
+    res = tmp / "results"
+    res.mkdir()
+    earlier = {"step": "spec", "runs": [{"tokens_per_s": 1.0, "session": 18}], "sessions": {}}
+    (res / "spec.json").write_text(json.dumps(earlier))
+    (res / "spec.jsonl").write_text('{"records": []}\n')
+    return res
+
+
+def _out(tmp: Path, name: str, command: str) -> Path:
+    """What one bench_cuda.py --out folder holds after `models profile spec`."""
+    out = tmp / name
+    out.mkdir()
+    runs = [{"tokens_per_s": 5.2, "budget": "9GB"}, {"tokens_per_s": 6.5, "budget": "9GB"}]
+    step = {"step": "spec", "seconds": 60.0, "command": command, "gpu": "NVIDIA H100",
+            "machine": {"cwd": "/root/sd"}, "runs": runs}  # fmt: skip
+    (out / "spec.json").write_text(json.dumps(step))
+    (out / "spec.jsonl").write_text('{"records": [1]}\n{"records": [2]}\n')
+    (out / "models.json").write_text(json.dumps({"step": "models", "dir": "/root/sd/mm"}))
+    (out / "profile_details.json").write_text(json.dumps({"source": "/root/sd/mm16.packed"}))
+    (out / "h200.yaml").write_text(PROFILE)
+    return out
+
+
+def test_a_session_merges_once_with_its_profile_renamed_and_no_home_path(tmp_path):
+    res = _results(tmp_path)
+    out = _out(tmp_path, "out1", "bench_cuda.py --session 19 spec")
+    merge_cuda.merge([out], 19, "h100", res)
+    spec = json.loads((res / "spec.json").read_text())
+    assert [r.get("session") for r in spec["runs"]] == [18, 19, 19]
+    assert spec["sessions"]["19"] == [
+        {
+            "seconds": 60.0,
+            "command": "bench_cuda.py --session 19 spec",
+            "gpu": "NVIDIA H100",
+            "machine": {"cwd": "~/sd"},
+        }  # fmt: skip
+    ]
+    assert (res / "spec.jsonl").read_text().splitlines() == [
+        '{"records": []}', '{"records": [1]}', '{"records": [2]}'
+    ]  # fmt: skip
+    profile = (res / "h100-r19.yaml").read_text()
+    assert "name: h100-r19\n" in profile and "'h100-r19: measured" in profile
+    assert "# h100-r19: written" in profile and "h200" not in profile
+    assert json.loads((res / "session19" / "models.json").read_text())["dir"] == "~/sd/mm"
+    for f in res.rglob("*"):
+        assert f.is_dir() or "/root/" not in f.read_text(), f
+    before = {f: f.read_bytes() for f in res.rglob("*") if f.is_file()}
+    again = _out(tmp_path, "out2", "bench_cuda.py --session 19 spec")  # the same command
+    with pytest.raises(merge_cuda.MergeError, match="already merged"):
+        merge_cuda.merge([again], 19, "h100", res)
+    assert {f: f.read_bytes() for f in res.rglob("*") if f.is_file()} == before
+
+
+def test_nothing_is_written_when_one_folder_cannot_be_merged(tmp_path):
+    res = _results(tmp_path)
+    good = _out(tmp_path, "out1", "bench_cuda.py --session 19 spec")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    before = {f: f.read_bytes() for f in res.rglob("*") if f.is_file()}
+    with pytest.raises(merge_cuda.MergeError, match="no bench_cuda.py results"):
+        merge_cuda.merge([good, empty], 19, "h100", res)
+    assert {f: f.read_bytes() for f in res.rglob("*") if f.is_file()} == before
