@@ -16,7 +16,9 @@ runs over them in order. Without a layout (`Arena(n, slot_bytes)`: benches, veri
 segment, a region [n_slots, slot_bytes] of bytes.
 
 Each region is its own MLX array of rows of `ROW` bytes, cut at an ALIGN boundary (MLX's
-allocations are 8-byte aligned, not page-aligned): rows keep every array dimension under 2^31
+allocations are 8-byte aligned, not page-aligned), or on Linux, where a region can hold a huge
+page, at a 2 MiB one with its end rounded up to one, so no slot lies in a partial huge page left
+in 4 KiB pages (docs/results/read-path.md): rows keep every array dimension under 2^31
 elements (MLX shapes are int32) however large the arena; the cut is a range of whole rows, so the
 region stays contiguous and its typed views share its memory. A slot's segment starts on an
 ALIGN boundary wherever the tensor's size is a multiple of ALIGN (every real model's: 4-bit
