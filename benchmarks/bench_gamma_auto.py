@@ -112,16 +112,30 @@ def _one(job: tuple) -> dict:
     }
 
 
+def _synth_minimax(trace_dir: Path, positions: int) -> None:
+    """The calibrated MiniMax-M2.5 trace (`specdec trace synth`, seed 0) written to trace_dir."""
+    cmd = ["synth", str(trace_dir), "--like", "minimax-m2.5", "--positions", str(positions)]
+    subprocess.run([sys.executable, "-m", "specdec", "trace", *cmd, "--seed", "0"], check=True)
+
+
+def _minimax_trace(positions: int):
+    """That trace in memory (made in a temporary directory)."""
+    from specdec.trace.format import load_trace
+
+    with tempfile.TemporaryDirectory(prefix="gamma-auto-") as tmp:
+        _synth_minimax(Path(tmp) / "trace", positions)
+        return load_trace(Path(tmp) / "trace")
+
+
 def replay(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gamma-auto-") as tmp:
         trace_dir = args.trace_dir or Path(tmp) / "trace"
-        if args.trace == "minimax":
-            cmd = ["synth", str(trace_dir), "--like", "minimax-m2.5"]
-            cmd += ["--positions", str(args.positions), "--seed", "0"]
-        else:
+        made = bool(args.trace_dir)  # a trace the same command made before
+        if not made and args.trace == "minimax":
+            _synth_minimax(trace_dir, args.positions)
+        elif not made:
             cmd = ["record", "tiny", "--out", str(trace_dir), "--max-tokens", "64"]
             cmd += ["--lookahead", ""]
-        if not args.trace_dir:  # else a trace the same command made before
             subprocess.run([sys.executable, "-m", "specdec", "trace", *cmd], check=True)
         drafts = ("none",) if args.trace == "minimax" else ("none", "main")
         jobs = [
@@ -207,7 +221,6 @@ def host(args) -> int:
     from specdec.decode.run import generate
     from specdec.gamma.replay import replay_passes, trace_clock
     from specdec.stream.loader import load
-    from specdec.trace.format import load_trace
 
     profile = get_profile(PROFILE)
     rows = []
@@ -222,10 +235,7 @@ def host(args) -> int:
     sm.close()
     rows.append({"run": "runtime tiny 25% oracle:0.9", "tokens": n, "wall_us_per_token": 1e6 * wall / n}
                 | {f"{k}_us_per_token": 1e6 * v / n for k, v in spent.items()})  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="gamma-auto-") as tmp:
-        cmd = ["synth", f"{tmp}/t", "--like", "minimax-m2.5", "--positions", "2000", "--seed", "0"]
-        subprocess.run([sys.executable, "-m", "specdec", "trace", *cmd], check=True)
-        trace = load_trace(f"{tmp}/t")
+    trace = _minimax_trace(2000)
     clock = trace_clock(MINIMAX_M25, trace)
     slots = round(0.25 * trace.n_layers * trace.n_experts)
     for gamma in (1, "auto"):
@@ -254,13 +264,9 @@ def seeds(args) -> int:
     from specdec.clock.check import MINIMAX_M25
     from specdec.clock.profiles import load_profile
     from specdec.gamma.replay import replay_passes, trace_clock
-    from specdec.trace.format import load_trace
 
     profile = load_profile(args.profile)
-    with tempfile.TemporaryDirectory(prefix="gamma-auto-") as tmp:
-        cmd = ["synth", f"{tmp}/trace", "--like", "minimax-m2.5", "--positions", "4000"]
-        subprocess.run([sys.executable, "-m", "specdec", "trace", *cmd, "--seed", "0"], check=True)
-        full = load_trace(f"{tmp}/trace")
+    full = _minimax_trace(4000)
     trace = dataclasses.replace(  # the 16-layer model's layer i takes the trace's layer i
         full, experts=full.experts[:, :SEED_LAYERS], expert_bytes=full.expert_bytes[:SEED_LAYERS]
     )
