@@ -27,20 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdec.core.files import write_atomic  # noqa: E402
+from specdec.core.machine import home_as_tilde  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "cuda"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead", "shm")
 KEEP = ("seconds", "command", "mlx_device", "machine", "gpu")  # a session's entry per step
-HOME = re.compile(r"/(?:root|home/[^/\s\"']+)/")  # the lent machine's home, whoever ran there
 
 
 class MergeError(Exception):
     """A folder or a step that cannot be merged; the message says which and why."""
-
-
-def portable(text: str) -> str:
-    """The lent machine's home directory as `~/`."""
-    return HOME.sub("~/", text)
 
 
 def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) -> list[str]:
@@ -54,7 +49,7 @@ def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) ->
         profile = out / "h200.yaml"
         if profile.exists():
             name = f"{card}-r{session}"
-            text = re.sub(r"\bh200\b(?=[:'\n])", name, portable(profile.read_text()))
+            text = re.sub(r"\bh200\b(?=[:'\n])", name, home_as_tilde(profile.read_text()))
             write_atomic(results / f"{name}.yaml", text)
             done.append(f"{out.name}/h200.yaml -> {name}.yaml")
     return done
@@ -79,7 +74,7 @@ def _check(outs: list[Path], session: int, results: Path) -> None:
 
 
 def _merge_file(f: Path, session: int, results: Path) -> str:
-    step, text = f.stem, portable(f.read_text())
+    step, text = f.stem, home_as_tilde(f.read_text())
     if step == "profile_details":
         write_atomic(results / f"profile_details-r{session}.json", text)
         return f"{f.parent.name}/{f.name} -> profile_details-r{session}.json"
@@ -96,7 +91,7 @@ def _merge_file(f: Path, session: int, results: Path) -> str:
     main["runs"].extend(runs)
     entries.append({k: data[k] for k in KEEP if k in data})
     records = f.with_suffix(".jsonl")
-    lines = portable(records.read_text()) if records.exists() else ""
+    lines = home_as_tilde(records.read_text()) if records.exists() else ""
     write_atomic(results / f.name, json.dumps(main, indent=1) + "\n")
     write_atomic(results / records.name, (results / records.name).read_text() + lines)
     return f"{f.parent.name}/{f.name}: {len(runs)} runs -> {f.name}"

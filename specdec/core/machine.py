@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,17 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+# a home directory at the start of a path: root's or a user's on Linux or macOS (a lent machine's
+# results name its own, which need not be this machine's), not one inside another path
+HOMES = r"/(?:root|home/[^/\s\"']+|Users/[^/\s\"']+)/"
+
+
 def home_as_tilde(text: str) -> str:
-    """`text` with this machine's home directory written "~": what is written for other machines
-    to read (results, device profiles) names no one's home."""
-    return text.replace(str(Path.home()) + "/", "~/")
+    """`text` with home directories written "~" at the start of a path (this machine's, and
+    root's or a user's): what is written for other machines to read (results, device profiles)
+    names no one's home."""
+    mine = re.escape(str(Path.home()).rstrip("/") + "/")
+    return re.sub(rf"(?<![\w.~/-])(?:{mine}|{HOMES})", "~/", text)
 
 
 def write_result(

@@ -25,6 +25,8 @@ def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
         "command": f"bench --dir {scratch} --model {ROOT / 'specdec/models/tiny'}",
         "home": str(Path.home() / "models" / "x"),
         "repo": str(ROOT),
+        "lent": "pack /home/lent/sd/mm16.packed, profile /home/ci-user/out/h200.yaml",
+        "not a home": "/work/root/x /data/home/y/z",
     }
     out = tmp_path / "r.json"
     write_result(out, result, {scratch: "DIR"})
@@ -33,6 +35,8 @@ def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
         "command": "bench --dir DIR --model specdec/models/tiny",
         "home": "~/models/x",
         "repo": ".",
+        "lent": "pack ~/sd/mm16.packed, profile ~/out/h200.yaml",
+        "not a home": "/work/root/x /data/home/y/z",
     }
 
 
