@@ -32,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
                 src = profile.sources.get(name, "")
                 print(f"  {name} = {value}" + (f"\n      {src}" if src else ""))
         return 0
-    block = ModelShape.from_config(MINIMAX_M25).expert_block_bytes
-    print(f"MiniMax-M2.5 4-bit on {profile.name}, one expert block {block:,.0f} B")
+    print(f"MiniMax-M2.5 4-bit on {profile.name}, one expert block {MINIMAX_BLOCK:,} B")
     print(
         "| run | misses/token | GB/token | compute | router syncs | reads | modeled t/s "
         "| measured t/s | modeled/measured |"
@@ -55,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if worst <= TOLERANCE else 1
 
 
-READ_BLOCK = 7962624  # the device bench's default read: one MiniMax-M2.5 expert block, 4-bit
-READ_FILE = 4 << 30  # ... from a test file this large
+# one MiniMax-M2.5 expert block (4-bit): the device bench's default read, from a 4 GiB test file
+MINIMAX_BLOCK = int(ModelShape.from_config(MINIMAX_M25).expert_block_bytes)
+READ_FILE = 4 << 30
 
 
 def add_device_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,7 +66,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="the profile's name (default: the file's stem)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint whose MoE layers are timed")
     p.add_argument("--dir", type=Path, default=Path.cwd(), help="where the read bench's file goes")
-    p.add_argument("--block-bytes", type=int, help=f"expert block to read ({READ_BLOCK})")
+    p.add_argument("--block-bytes", type=int, help=f"expert block to read ({MINIMAX_BLOCK})")
     p.add_argument(
         "--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="reader thread counts"
     )
@@ -95,8 +95,10 @@ def run_device(args: argparse.Namespace) -> int:
         refuse_beside_pack("--read-pack", args, ("block_bytes", "file_bytes"))
     name = args.name or args.out.stem
     profile, details = device_profile(
-        name, args.model, args.dir, args.block_bytes or READ_BLOCK, tuple(args.threads),
-        args.hidden, args.inter, args.file_bytes or READ_FILE, args.read_pack,
+        name, args.model, args.dir,
+        MINIMAX_BLOCK if args.block_bytes is None else args.block_bytes, tuple(args.threads),
+        args.hidden, args.inter, READ_FILE if args.file_bytes is None else args.file_bytes,
+        args.read_pack,
     )  # fmt: skip
     # the profile travels (--profile on another machine): it names no one's home
     text = profile_yaml(profile, f"{name}: written by `specdec bench device`")
