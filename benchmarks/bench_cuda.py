@@ -7,9 +7,10 @@
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
 machine, versions and the command) as soon as it ends, so a run cut short keeps what finished;
-`--deadline SECONDS` skips the steps, and the runs within a step, that would start after it. Steps whose runs are priced
-(scale spec auto drafters lookahead shm) read the profile step's DIR/h200.yaml or `--profile
-PATH`; without either they are refused before any step starts. Nothing here is a timed test.
+`--deadline SECONDS` skips the steps, and the runs within a step, that would start after it.
+Steps whose runs are priced (scale spec auto drafters lookahead shm) read the profile step's
+DIR/h200.yaml or `--profile PATH`; without either they are refused before any step starts.
+Nothing here is a timed test.
 
     check      the CUDA facts the design rests on: dense arena views pass mx.gather_qmm where an
                array of slots' strided views is refused; mlx-lm's QuantizedMultiLinear refused

@@ -113,9 +113,9 @@ def main() -> int:
             results.append(result)
             print(readbench.format_table(result), flush=True)
     places = {args.dir: "DIR"} if args.dir is not None else None  # results name no machine's paths
+    RESULTS.mkdir(parents=True, exist_ok=True)
     for i, result in enumerate(results):
         name = "read.json" if i == 0 else f"read-{result['block_bytes']}.json"
-        RESULTS.mkdir(parents=True, exist_ok=True)
         write_result(RESULTS / name, result, places)
     argv = sys.argv[1:]
     if args.dir is not None:  # results name no machine's paths
