@@ -27,7 +27,7 @@ from specdec.core.files import claim_dir, locked, write_atomic, write_error
 from specdec.report.collect import collect_jobs
 from specdec.report.markdown import render
 from specdec.report.sections import Setting, build_setting
-from specdec.report.wandb_sink import WandbSink
+from specdec.report.wandb_sink import WandbSink, check_mode
 
 REPORT_KIND = "report"  # the ownership marker's kind (specdec.core.files)
 REPORT_LOCK = ".report-lock"
@@ -82,6 +82,7 @@ def build_report(
     wandb_mode: str = "offline",
     alphas: list[float] | None = None,
 ) -> Report:
+    check_mode(wandb_mode)  # before anything is written or the last report's run removed
     jobs = collect_jobs(root)
     out = claim_dir(
         Path(out) if out else Path(root) / "report",

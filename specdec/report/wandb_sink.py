@@ -24,6 +24,19 @@ from specdec.core.errors import SpecdecError
 MODES = ("offline", "online", "disabled")
 
 
+def check_mode(mode: str) -> None:
+    """A SpecdecError unless runs can be logged in `mode`: a known mode, and for online
+    credentials. Callers that replace earlier output call it first, so a run that cannot log
+    leaves what is there untouched."""
+    if mode not in MODES:
+        raise SpecdecError(f"unknown wandb mode {mode!r}: use one of {', '.join(MODES)}")
+    if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _logged_in()):
+        raise SpecdecError(
+            "wandb online mode needs credentials: run `wandb login` (or set WANDB_API_KEY), "
+            "or log offline (logger=wandb_offline / --wandb offline) and `wandb sync` later"
+        )
+
+
 class WandbSink:
     def __init__(
         self,
@@ -38,8 +51,7 @@ class WandbSink:
         project: str = "specdec",
         entity: str | None = None,
     ):
-        if mode not in MODES:
-            raise SpecdecError(f"unknown wandb mode {mode!r}: use one of {', '.join(MODES)}")
+        check_mode(mode)
         self.mode, self.run = mode, None
         if mode == "disabled":
             return
@@ -48,11 +60,6 @@ class WandbSink:
         os.environ.setdefault("WANDB_SILENT", "true")
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self._wandb = wandb
-        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _logged_in()):
-            raise SpecdecError(
-                "wandb online mode needs credentials: run `wandb login` (or set WANDB_API_KEY), "
-                "or log offline (logger=wandb_offline / --wandb offline) and `wandb sync` later"
-            )
         self.run = wandb.init(
             project=project,
             entity=entity,

@@ -181,6 +181,26 @@ def test_report_out_never_touches_what_it_did_not_write(tmp_path):
     assert first.markdown == again.markdown and again.markdown.exists()
 
 
+def test_an_online_report_without_credentials_leaves_the_last_report(tmp_path, monkeypatch):
+    """`specdec report DIR --wandb online` without a login once rewrote report.md and deleted
+    the last report's wandb run (never synced) before it found it could not log: now it
+    checks first and leaves the folder as it was."""
+    from specdec.core.errors import SpecdecError
+    from specdec.report import build_report
+
+    probe_job(tmp_path / "sweep" / "job")
+    first = build_report(tmp_path / "sweep", wandb_mode="disabled")
+    run = first.markdown.parent / "wandb" / "offline-run-1" / "run.wandb"
+    run.parent.mkdir(parents=True)
+    run.write_text("not synced yet")
+    before = tree(tmp_path / "sweep")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no stored login
+    with pytest.raises(SpecdecError, match="wandb login"):
+        build_report(tmp_path / "sweep", wandb_mode="online")
+    assert tree(tmp_path / "sweep") == before
+
+
 def test_concurrent_reports_of_one_directory(tmp_path):
     """Three `specdec report` at once on one directory once shared one `*.png.tmp` name; now
     each temporary name is the writer's own and the reports take turns on the folder."""
