@@ -470,7 +470,8 @@ def profile(args) -> dict:
     packed = Path(args.disk) / "mm16.packed"
     pack = ["--read-pack", str(packed)] if (packed / "experts.json").exists() else []
     sh(*SPECDEC, "bench", "device", "--out", str(prof), "--name", "h200", "--model",
-       str(Path(args.shm) / "minimax"), "--dir", args.disk, "--details", str(det), *pack)  # fmt: skip
+       str(Path(args.shm) / "minimax"), "--dir", args.disk, "--details", str(det), "--overwrite",
+       *pack)  # fmt: skip
     return {"profile": prof.read_text(), "details": json.loads(det.read_text())}
 
 

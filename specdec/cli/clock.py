@@ -80,19 +80,60 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         "the profiled runs read), instead of a test file in --dir",
     )
     p.add_argument("--details", type=Path, help="write every measurement here (JSON)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out and --details where they exist (only files this command wrote)",
+    )
+
+
+WRITTEN_BY = "written by `specdec bench device`"  # the first line of every profile it writes
+
+
+def _is_ours(path: Path) -> bool:
+    """Whether `path` is a profile (its first line) or details file (its first key) that
+    `specdec bench device` wrote."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return False
+    if path.suffix == ".json":
+        return f'"written_by": "{WRITTEN_BY}"' in head
+    return head.split("\n", 1)[0].endswith(WRITTEN_BY)
+
+
+def check_device_args(args: argparse.Namespace) -> None:
+    """Every option checked before the minutes of benchmarks run: the outputs (never a file
+    this command did not write; their folders writable), the sizes, --dir and the model."""
+    from specdec.cli.store import check_counts, refuse_beside_pack
+    from specdec.core.errors import StoreError
+    from specdec.core.files import check_output_dir, check_output_file
+    from specdec.stream.loader import resolve
+
+    for path in (args.out, args.details):
+        if path is not None:
+            check_output_file(
+                path, "`specdec bench device`", args.overwrite, "--overwrite", _is_ours
+            )
+            check_output_dir(path)
+    if args.read_pack is not None:
+        refuse_beside_pack("--read-pack", args, ("block_bytes", "file_bytes"))
+    if not args.dir.is_dir():  # the landing and latency benches write there, a pack read or not
+        raise StoreError(f"--dir {args.dir}: no such directory; create it or pass another")
+    check_counts(args, ("block_bytes", "file_bytes", "hidden", "inter", "threads"))
+    resolve(args.model)  # a model that is not there fails now, not after the benches
 
 
 def run_device(args: argparse.Namespace) -> int:
     import json
 
     from specdec.bench.device import device_profile
-    from specdec.cli.store import refuse_beside_pack
     from specdec.clock.profiles import profile_yaml
     from specdec.core.files import write_atomic
     from specdec.core.machine import home_as_tilde
 
-    if args.read_pack is not None:
-        refuse_beside_pack("--read-pack", args, ("block_bytes", "file_bytes"))
+    check_device_args(args)
     name = args.name or args.out.stem
     profile, details = device_profile(
         name, args.model, args.dir,
@@ -101,9 +142,10 @@ def run_device(args: argparse.Namespace) -> int:
         args.read_pack,
     )  # fmt: skip
     # the profile travels (--profile on another machine): it names no one's home
-    text = profile_yaml(profile, f"{name}: written by `specdec bench device`")
+    text = profile_yaml(profile, f"{name}: {WRITTEN_BY}")
     write_atomic(args.out, home_as_tilde(text))
     if args.details:
+        details = {"written_by": WRITTEN_BY, **details}
         write_atomic(args.details, home_as_tilde(json.dumps(details, indent=1, default=str) + "\n"))
     print(f"wrote {args.out}: `specdec clock show {args.out}`")
     return 0

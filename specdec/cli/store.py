@@ -137,11 +137,7 @@ def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
         refuse_beside_pack("--pack", args, ("dir", "block_bytes", "file_bytes"))
     args.block_bytes = DEFAULT_BLOCK if args.block_bytes is None else args.block_bytes
     args.file_bytes = DEFAULT_FILE if args.file_bytes is None else args.file_bytes
-    for name in ("block_bytes", "file_bytes", "rounds", "run_bytes"):
-        if getattr(args, name) < 1:
-            raise StoreError(f"--{name.replace('_', '-')} {getattr(args, name)}: give at least 1")
-    if min(args.threads) < 1:
-        raise StoreError(f"--threads {min(args.threads)}: give at least 1 thread")
+    check_counts(args, ("block_bytes", "file_bytes", "rounds", "run_bytes", "threads"))
     return bench_read(
         args.dir,
         args.block_bytes,
@@ -152,6 +148,16 @@ def read_bench_from_args(args: argparse.Namespace) -> dict[str, Any]:
         tuple(args.paths) if args.paths else None,
         args.pack,
     )
+
+
+def check_counts(args: argparse.Namespace, names: tuple[str, ...]) -> None:
+    """Options that count something (bytes, threads, rounds; a list: each), at least 1 where
+    given: checked before a bench starts, not found minutes in as a division by zero."""
+    for name in names:
+        value = getattr(args, name)
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and v < 1:
+                raise StoreError(f"--{name.replace('_', '-')} {v}: give at least 1")
 
 
 def refuse_beside_pack(pack: str, args: argparse.Namespace, test_file: tuple[str, ...]) -> None:

@@ -9,6 +9,7 @@ locks.
     check_replaceable(out, "pack", src, what, "--force")   # may a command (re)write a directory?
     claim_dir(out, "report", what, hint)    # ... or write into one (report, probe, job dirs)
     check_output_file(path, what, replace, "--overwrite", ours)   # ... or a single file?
+    check_output_dir(path)                  # its folder there and writable (before the work)
     fd = open_regular(path)                 # read a file that must be a regular one (no FIFO)
     check_readable(model_dir)               # an input folder this user can read whole
     with locked(path, wait=False, what=...): ...   # one holder at a time (flock, freed on death)
@@ -248,6 +249,16 @@ def check_output_file(
             f"{path} exists and was not written by {what}; {flag} only touches its own "
             "output: choose another path"
         )
+
+
+def check_output_dir(path: str | os.PathLike) -> None:
+    """Refuse an output file whose folder does not exist or cannot be written, before the work
+    that would end in writing it."""
+    folder = Path(path).absolute().parent
+    if not folder.is_dir():
+        raise SpecdecError(f"{path}: no such directory {folder}; create it or write elsewhere")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecdecError(f"{path}: cannot write into {folder}; check the path and permissions")
 
 
 def open_regular(

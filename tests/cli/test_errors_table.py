@@ -144,6 +144,10 @@ def hotlist(ctx: dict, body: bytes) -> None:
     (ctx["tmp"] / "hot.txt").write_bytes(b"# ds4 expert hotlist v1\n" + body)
 
 
+def user_notes(ctx: dict) -> None:
+    (ctx["tmp"] / "notes.yaml").write_text("my notes\n")  # a user's file, not a profile
+
+
 def old_job(ctx: dict) -> None:
     """A finished job directory whose records were written by an older specdec (no union)."""
     job = ctx["tmp"] / "job"
@@ -387,6 +391,13 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "bench read: --pack a mixed pack": mixed_pack,
     "bench read: --pack beside a test file's options": nothing,
     "bench device: --read-pack beside a test file's size": nothing,
+    "bench device: --out a file it did not write": user_notes,
+    "bench device: --overwrite on a file it did not write": user_notes,
+    "bench device: --out in no folder": nothing,
+    "bench device: --dir missing": nothing,
+    "bench device: a zero size": nothing,
+    "bench device: zero threads": nothing,
+    "bench device: model missing": nothing,
     "report: records from an older specdec": old_job,
     "reader threads: far too many": nothing,
     "union-model: γ beyond 1024": nothing,
