@@ -270,21 +270,26 @@ def run(args: argparse.Namespace) -> int:
 
 class TextStream:
     """Committed tokens to stdout as each verify pass commits them, through mlx-lm's streaming
-    detokenizer (a multi-byte character waits for its last token), after the prompt."""
+    detokenizer (a multi-byte character waits for its last token), after the prompt. The prompt
+    goes out with the first tokens, not before: an error found while the run starts (a records
+    file, a draft model, a trace) is then the only line, not glued to the echoed prompt."""
 
     def __init__(self, tokenizer, prompt: str):
         self.detok = tokenizer.detokenizer
         self.detok.reset()
-        sys.stdout.write(prompt)
-        sys.stdout.flush()
+        self.prompt: str | None = prompt  # not written yet
 
     def write(self, tokens: list[int]) -> None:
         for t in tokens:
             self.detok.add_token(t)
-        sys.stdout.write(self.detok.last_segment)
-        sys.stdout.flush()
+        self._out(self.detok.last_segment)
 
     def close(self) -> None:
         self.detok.finalize()
-        sys.stdout.write(self.detok.last_segment + "\n")
+        self._out(self.detok.last_segment + "\n")
+
+    def _out(self, text: str) -> None:
+        if self.prompt is not None:
+            text, self.prompt = self.prompt + text, None
+        sys.stdout.write(text)
         sys.stdout.flush()

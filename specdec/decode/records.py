@@ -331,6 +331,7 @@ class RecordWriter:
             )
         # appending (and cutting a torn tail) only to a record file: never a model's files
         check_output_file(self.path, "a specdec run (records)", True, "--append", is_records)
+        self.created = not self.path.exists()  # a run that fails before its first record
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -347,10 +348,15 @@ class RecordWriter:
         except OSError as e:
             raise write_error(self.path, e) from None
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """`failed`: the run stopped on an error; a file it created and wrote nothing to is
+        removed, so it neither stays behind empty nor blocks the same command run again."""
         if self._fd >= 0:
+            empty = os.fstat(self._fd).st_size == 0
             os.close(self._fd)
             self._fd = -1
+            if failed and self.created and empty:
+                self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> RecordWriter:
         return self

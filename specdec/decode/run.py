@@ -137,7 +137,7 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
         run = Decode(sm, prompt, draft, cfg, profiles, eos)
     except BaseException:
         if writer:
-            writer.close()
+            writer.close(failed=True)
         raise
     records: list[PassRecord] = []
     tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
@@ -156,6 +156,10 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
                 if on_tokens:
                     on_tokens(run.generated_since(shown))
                     shown = run.n_generated
+    except BaseException:
+        if writer:
+            writer.close(failed=True)
+        raise
     finally:
         if writer:
             writer.close()

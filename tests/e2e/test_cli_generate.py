@@ -97,6 +97,22 @@ def test_bad_input_is_one_clear_line(ckpt, tmp_path, args, message):
     assert message in proc.stderr, proc.stderr
 
 
+def test_an_error_as_the_run_starts_leaves_no_records_and_no_echoed_prompt(ckpt, tmp_path):
+    """A draft model that is not there is found once the target is loaded: the error was glued
+    to the prompt already echoed on stdout, and the records file stayed behind empty, refusing
+    the same command run again ("exists")."""
+    records = tmp_path / "r.jsonl"
+    args = ["generate", "--model", ckpt, "--prompt", "def f(x):", "--max-tokens", 4]
+    args += ["--records", records]
+    proc = specdec(*args, "--drafter", f"draft:{tmp_path / 'no-model'}", "--gamma", 2,
+                   env_cache=tmp_path, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout == "" and not records.exists()
+    again = specdec(*args, env_cache=tmp_path)
+    assert again.stdout.startswith("def f(x):") and records.exists()
+
+
 def test_a_model_type_mlx_lm_does_not_know_gives_one_line(ckpt, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(ckpt, other)
