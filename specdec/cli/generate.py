@@ -45,7 +45,7 @@ from specdec.clock.profiles import BUILTIN_NAMES, get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.progress import progress
 from specdec.core.units import DEFAULT_BUDGET
-from specdec.decode.drafters import DrafterSpec, drafter_forms
+from specdec.decode.drafters import DrafterSpec, drafter_forms, drafting_usage
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.verify_form import FORMS
 from specdec.gamma.spec import Gamma
@@ -191,12 +191,22 @@ def drafter_and_gamma(args: argparse.Namespace) -> tuple[DrafterSpec, Gamma]:
             raise SpecdecError("give --drafter or --draft-model (mlx-lm's spelling), not both")
         drafter = DrafterSpec.from_fields({"name": "draft", "path": args.draft_model})
     if args.num_draft_tokens is None:
-        return drafter, Gamma.parse(args.gamma)
-    if args.gamma != str(DECODE.gamma):
+        gamma, flag = Gamma.parse(args.gamma), f"--gamma {args.gamma}"
+    elif args.gamma != str(DECODE.gamma):
         raise SpecdecError("give --gamma or --num-draft-tokens (mlx-lm's spelling), not both")
-    if args.num_draft_tokens < 0:
+    elif args.num_draft_tokens < 0:
         raise SpecdecError(f"--num-draft-tokens {args.num_draft_tokens}: give 0 or more")
-    return drafter, Gamma(args.num_draft_tokens + 1)
+    else:
+        gamma, flag = (
+            Gamma(args.num_draft_tokens + 1),
+            f"--num-draft-tokens {args.num_draft_tokens}",
+        )
+    if drafter.name == "none" and gamma != Gamma(1):
+        raise SpecdecError(
+            f"{flag} with no drafter: nothing would draft, every pass plain; add --drafter "
+            f"({drafting_usage()}) or drop {flag.split()[0]}"
+        )
+    return drafter, gamma
 
 
 def chat_prompt(tok, text: str, path) -> list[int]:

@@ -162,8 +162,11 @@ class Decode:
         self.sm, self.drafter, self.cfg = sm, drafter, cfg
         self.profiles, self.eos_ids = profiles, eos_ids
         self.moe_layers = sm.main_moe_layers  # a property that builds a list: once, not a token
-        auto = cfg.gamma.auto and drafter.name != "none"  # nothing to draft: plain decoding
-        self.gamma = cfg.gamma.fixed or 1  # the fixed γ; auto's passes choose their own
+        drafts = drafter.name != "none"  # nothing to draft: plain decoding, whatever γ says
+        auto = cfg.gamma.auto and drafts
+        # the fixed γ (1 where nothing drafts: a pass verifies one position, and its record
+        # says so); auto's passes choose their own
+        self.gamma = (cfg.gamma.fixed or 1) if drafts else 1
         check_speculation(sm, MAX_GAMMA if auto else self.gamma)
         from mlx_lm.models.cache import (
             make_prompt_cache,

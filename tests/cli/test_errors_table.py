@@ -33,7 +33,7 @@ from specdec.cache.policies import POLICIES
 from specdec.cache.spec import OFFLINE
 from specdec.cli import main
 from specdec.clock import BUILTIN_NAMES
-from specdec.decode.drafters import drafter_usage
+from specdec.decode.drafters import drafter_usage, drafting_usage
 from specdec.decode.records import PassRecord
 from specdec.pack.pack import pack
 from specdec.report.rundir import JobCard
@@ -45,6 +45,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 # lists the messages take from a registry (docs/errors.md says which placeholder is which)
 REGISTRIES = {
     "drafters": drafter_usage(),
+    "drafting": drafting_usage(),
     "policies": ", ".join(POLICIES),
     "offline_policies": ", ".join(OFFLINE),
 }
@@ -391,6 +392,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "bench read: --pack a mixed pack": mixed_pack,
     "bench read: --pack beside a test file's options": nothing,
     "bench device: --read-pack beside a test file's size": nothing,
+    "gamma above 1 without a drafter": nothing,
     "bench device: --out a file it did not write": user_notes,
     "bench device: --overwrite on a file it did not write": user_notes,
     "bench device: --out in no folder": nothing,

@@ -94,6 +94,16 @@ def test_plain_decoding_is_the_gamma_1_case(target):
     assert res.summary["mean_union"] == sm.top_k
 
 
+@pytest.mark.parametrize("gamma", [4, "auto"])
+def test_a_gamma_with_nothing_to_draft_is_plain_decoding_and_says_so(target, gamma):
+    """No drafter: every pass verifies one position whatever γ is asked (a sweep's drafter=none
+    beside γ = 4), and its records say γ = 1, not 4 (they did, 0 drafts in each)."""
+    sm, prompt, ref, _ = target
+    res = _run(sm, prompt, "none", gamma, max_tokens=16)
+    assert res.tokens == ref[:16]
+    assert {r.gamma for r in res.records} == {1} and res.summary["gamma"] == 1
+
+
 @pytest.mark.slow
 def test_oracle_measures_the_acceptance_it_was_given(target):
     sm, prompt, _, _ = target

@@ -26,6 +26,7 @@ from specdec.decode.drafters.registry import (
     NoOptions,
     drafter_forms,
     drafter_usage,
+    drafting_usage,
     register,
     stack_q,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "NoOptions",
     "drafter_forms",
     "drafter_usage",
+    "drafting_usage",
     "register",
     "stack_q",
 ]

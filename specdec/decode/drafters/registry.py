@@ -105,6 +105,11 @@ def drafter_usage() -> str:
     return ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
+def drafting_usage() -> str:
+    """The drafters that draft (all but `none`), for an error that asks for one."""
+    return ", ".join(f for f in drafter_forms() if f != "none")
+
+
 def _kind(name: str, text: str) -> type[Drafter]:
     if name not in DRAFTERS:
         raise SpecdecError(f"unknown drafter {text!r}: use {drafter_usage()}")
