@@ -156,6 +156,21 @@ class _Stdout:
         return getattr(self._real, name)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors one line as every user error is (docs/errors.md):
+    the problem and where the options are listed, not the usage block. Subcommands' parsers
+    (`bench read`, ...) are made of the same class."""
+
+    def error(self, message: str):
+        hint = ""
+        if message.startswith("argument ") and message.endswith("expected one argument"):
+            flag = message[len("argument ") :].split(":")[0].split("/")[-1]
+            hint = f": give it a value (one that starts with '-' as {flag}=VALUE)"
+        print(f"specdec: error: {self.prog}: {message}{hint} (`{self.prog} --help`)",
+              file=sys.stderr)  # fmt: skip
+        self.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     real = sys.stdout
     sys.stdout = _Stdout(real)
@@ -207,7 +222,7 @@ def _main(argv: list[str] | None) -> int:
         add_arguments, run = command(COMMANDS[name][0])
     except ModuleNotFoundError as e:
         return missing_extra(name, e)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"specdec {name}", description=COMMANDS[name][1], formatter_class=HelpFormatter
     )
     add_arguments(parser)
@@ -216,7 +231,10 @@ def _main(argv: list[str] | None) -> int:
         sub.formatter_class = HelpFormatter
         sub.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
                          help=QUIET_HELP)  # fmt: skip
-    args = parser.parse_args(rest)
+    try:
+        args = parser.parse_args(rest)
+    except SystemExit as e:  # --help (0) or a usage error (2: its one line, `_Parser.error`)
+        return e.code if isinstance(e.code, int) else 2
     if args.quiet:  # the environment, so the processes a command starts are quiet too
         os.environ[QUIET_ENV] = "1"
     try:

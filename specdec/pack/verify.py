@@ -58,9 +58,10 @@ def verify(
     """
     packed_dir = Path(packed_dir)
     if not packed_dir.is_dir():
-        raise StoreError(
-            f"{packed_dir}: no such packed directory; create one with `specdec pack MODEL_DIR OUT_DIR`"
+        what = (
+            "a file, not a packed directory" if packed_dir.exists() else "no such packed directory"
         )
+        raise StoreError(f"{packed_dir}: {what}; create one with `specdec pack MODEL_DIR OUT_DIR`")
     index = ExpertIndex.load(packed_dir)
     if not (packed_dir / "config.json").is_file():
         raise StoreError(f"{packed_dir}/config.json missing; re-pack with `specdec pack`")

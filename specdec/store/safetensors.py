@@ -112,6 +112,8 @@ class SafeTensor:
 
 
 MAX_HEADER = 100_000_000  # the reference parser's limit on the header's JSON
+# the fix for a damaged file, whatever the damage
+AGAIN = "; copy the model again (in a packed directory: re-pack with `specdec pack --force`)"
 
 
 def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str]]:
@@ -128,14 +130,17 @@ def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) != 8:
-                raise StoreError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+                raise StoreError(f"{path}: not a safetensors file (shorter than 8 bytes){AGAIN}")
             (n,) = struct.unpack("<Q", head)
             size = os.fstat(f.fileno()).st_size
             if n > size - 8 or n > MAX_HEADER:
-                raise StoreError(f"{path}: safetensors header length {n} exceeds the file size")
+                raise StoreError(
+                    f"{path}: safetensors header length {n} exceeds the file size (truncated?)"
+                    + AGAIN
+                )
             header = json.loads(f.read(n))
     except (OSError, ValueError) as e:
-        raise StoreError(f"{path}: cannot read safetensors header ({e})") from e
+        raise StoreError(f"{path}: cannot read safetensors header ({e}){AGAIN}") from e
     if not isinstance(header, dict):
         raise _bad(path, f"the header is a JSON {type(header).__name__}, not an object")
     meta = header.pop("__metadata__", None) or {}
@@ -151,8 +156,7 @@ def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str
         pos = t.offset + t.nbytes
     if pos > size:
         raise StoreError(
-            f"{path}: tensor {tensors[-1].name} runs past the end of the file (truncated?); copy "
-            "the model again (in a packed directory: re-pack with `specdec pack --force`)"
+            f"{path}: tensor {tensors[-1].name} runs past the end of the file (truncated?){AGAIN}"
         )
     if pos < size:
         raise _bad(path, f"{size - pos} bytes after the last tensor belong to no tensor")
@@ -160,10 +164,7 @@ def read_safetensors_header(path: Path) -> tuple[list[SafeTensor], dict[str, str
 
 
 def _bad(path: Path, problem: str) -> StoreError:
-    return StoreError(
-        f"{path}: malformed safetensors header: {problem}; copy the model again (in a packed "
-        "directory: re-pack with `specdec pack --force`)"
-    )
+    return StoreError(f"{path}: malformed safetensors header: {problem}{AGAIN}")
 
 
 def _is_count(v: Any) -> bool:

@@ -231,6 +231,14 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "truncated experts.bin (verify)": lambda c: shrink(c["packed"] / EXPERTS_BIN),
     "truncated model.safetensors (generate)": lambda c: shrink(c["packed"] / "model.safetensors"),
     "truncated mtp.safetensors (verify)": lambda c: shrink(c["packed"] / "mtp.safetensors"),
+    "model.safetensors cut to nothing (generate)": lambda c: os.truncate(
+        c["packed"] / "model.safetensors", 0
+    ),
+    "model.safetensors cut inside its header (generate)": lambda c: os.truncate(
+        c["packed"] / "model.safetensors", 10
+    ),
+    "verify: a file, not a directory": lambda c: (c["tmp"] / "steps.jsonl").write_text("{}\n"),
+    "an option without its value": nothing,
     "corrupt expert block (verify)": lambda c: corrupt_layer(c["packed"], 2),
     "corrupt expert block (--verify-checksums)": lambda c: corrupt_layer(c["packed"], 2),
     "config.json: other expert count": lambda c: edit_config(c["packed"], n_routed_experts=32),
