@@ -18,13 +18,15 @@ from typing import Any, Union
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from specdec.cache.spec import PolicySpec
 from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.core.errors import SpecdecError
-from specdec.core.units import DEFAULT_BUDGET
+from specdec.core.units import DEFAULT_BUDGET, Budget
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.verify_form import FORMS
 from specdec.gamma.spec import Gamma
+from specdec.report.wandb_sink import check_mode
 from specdec.stream.config import StreamConfig
 
 _STREAM, _DECODE = StreamConfig(), DecodeConfig()  # the library's defaults are the schema's
@@ -152,6 +154,11 @@ def to_config(cfg: DictConfig) -> Config:
     if typed.verify_form not in FORMS:
         raise SpecdecError(f"verify_form={typed.verify_form}: use {' or '.join(FORMS)}")
     typed.drafter_spec  # noqa: B018 -- a bad drafter option fails here, before any job starts
+    # ... and so do a bad budget, policy or logger: before a job's folder gets its config.json
+    # and a wandb run for a job that never ran
+    Budget.parse(typed.cache.budget)
+    PolicySpec.parse(typed.cache.policy)
+    check_mode(typed.logger.mode)
     bad = [g for g in typed.task.trace_gammas if g < 1]
     if bad:
         raise SpecdecError(

@@ -45,7 +45,8 @@ def _options() -> list:
 
 
 @pytest.mark.parametrize(("group", "option"), _options())
-def test_every_config_composes(group, option):
+def test_every_config_composes(group, option, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)  # logger=wandb_online checks for a login
     register()
     with initialize_config_dir(str(CONF), version_base="1.3"):
         extra = REQUIRED.get(f"{group}/{option}", [])
@@ -126,6 +127,23 @@ def test_bad_trace_gammas_and_too_few_tokens_are_one_line_errors(tmp_path):
         )
     with pytest.raises(SpecdecError, match="needs max_tokens >= 2"):
         decode(SimpleNamespace(max_tokens=1), None, tmp_path)
+
+
+def test_a_bad_budget_policy_or_logger_fails_before_a_job_writes(tmp_path, monkeypatch):
+    """cache.budget=200% once failed only once the job had written config.json and started a
+    wandb run for a job that never ran; the budget, the policy and the logger's mode (online
+    needs a login) are now checked with the rest of the config, before the job's files."""
+    register()
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no stored login
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        for override, message in (
+            ("cache.budget=200%", "at most 100%"),
+            ("cache.policy=fifo", "unknown cache policy 'fifo'"),
+            ("logger=wandb_online", "wandb login"),
+        ):
+            with pytest.raises(SpecdecError, match=message):
+                to_config(compose("config", overrides=[override]))
 
 
 def test_experiment_files_say_what_they_change():
