@@ -253,11 +253,12 @@ def host(args) -> int:
 
 
 SEED_LAYERS, SEED_SLOTS, SEED_RUNS = 16, 120, 50  # the CUDA `auto` step's model, budget
-SEED_ALPHAS, SEED_TOKENS = (1.0, 0.9, 0.8), (96, 192)
+SEED_ALPHAS, SEED_TOKENS = "1.0,0.9,0.8", "96,192"
 
 
 def seeds(args) -> int:
-    """auto / γ = 4 over oracle seeds in replay, at the CUDA `auto` step's setting."""
+    """auto / γ = 4 over oracle seeds in replay, at the CUDA `auto` step's setting (or the
+    slots, lengths and acceptances given)."""
     import dataclasses
     import statistics
 
@@ -272,15 +273,15 @@ def seeds(args) -> int:
     )
     clock = trace_clock({**MINIMAX_M25, "num_hidden_layers": SEED_LAYERS}, trace)
     rows = []
-    for alpha in SEED_ALPHAS:
-        for tokens in SEED_TOKENS:
+    for alpha in _floats(args.alphas):
+        for tokens in map(int, args.tokens.split(",")):
             ratios = []
-            for seed in range(SEED_RUNS):
+            for seed in range(args.runs):
                 rate = {
                     g: replay_passes(
                         trace,
                         "lru",
-                        SEED_SLOTS,
+                        args.slots,
                         g,
                         alpha,
                         clock,
@@ -290,17 +291,25 @@ def seeds(args) -> int:
                     ).tokens_per_s  # fmt: skip
                     for g in (1, 4, "auto")
                 }
-                ratios.append(
-                    {"auto_over_4": rate["auto"] / rate[4], "4_over_plain": rate[4] / rate[1]}
-                )
+                ratios.append({
+                    "auto_over_4": rate["auto"] / rate[4],
+                    "4_over_plain": rate[4] / rate[1],
+                    "auto_over_plain": rate["auto"] / rate[1],
+                })  # fmt: skip
             a = [r["auto_over_4"] for r in ratios]
-            row = {"alpha": alpha, "tokens": tokens, "slots": SEED_SLOTS, "seeds": SEED_RUNS}
+            row = {"alpha": alpha, "tokens": tokens, "slots": args.slots, "seeds": args.runs}
             row |= {"auto_over_4_median": statistics.median(a), "min": min(a), "max": max(a)}
             row |= {"within_1.05": sum(x >= 1 / 1.05 for x in a), "per_seed": ratios}
-            row["4_over_plain_median"] = statistics.median(r["4_over_plain"] for r in ratios)
+            for key in ("4_over_plain", "auto_over_plain"):
+                row[f"{key}_median"] = statistics.median(r[key] for r in ratios)
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_seed"}), flush=True)
-    return _write("seeds", rows, profile=str(args.profile))
+    name = "seeds" if args.slots == SEED_SLOTS else f"seeds_{args.slots}slots"
+    return _write(name, rows, profile=str(args.profile))
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
 
 
 def main() -> int:
@@ -317,6 +326,10 @@ def main() -> int:
     sub.add_parser("host")
     d = sub.add_parser("seeds")
     d.add_argument("--profile", type=Path, required=True, help="a CUDA session's device profile")
+    d.add_argument("--slots", type=int, default=SEED_SLOTS, help="the cache's slots (default: 120)")
+    d.add_argument("--tokens", default=SEED_TOKENS, help="run lengths, comma-separated")
+    d.add_argument("--alphas", default=SEED_ALPHAS, help="oracle acceptances, comma-separated")
+    d.add_argument("--runs", type=int, default=SEED_RUNS, help="oracle seeds per setting")
     args = p.parse_args()
     return {"replay": replay, "runtime": runtime, "host": host, "seeds": seeds}[args.what](args)
 
