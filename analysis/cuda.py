@@ -68,6 +68,7 @@ SESSIONS = {
     17: ("h100-r17",),  # an H100 (80GB HBM3), pinned reads
     18: ("h100-r18",),  # an H100, pinned reads; the read curve from the 16-layer pack in place
     19: ("h100-r19",),  # an H100 again, the same; 9 GB and 10% priced on the pack's curve
+    20: ("h100-r20",),  # an H100 again, the same grids; 9 GB α 0.9 twice in the session
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
@@ -77,12 +78,13 @@ SESSIONS = {
 # seventeenth's (an H100, pinned) at 10% (α 0.9 and 1.0) and 120 slots (γ = 4 beside auto, α 1.0),
 # the eighteenth's (an H100, pinned) the same 120-slot pair over 96 tokens, the nineteenth's (an
 # H100, pinned, priced on the pack's read curve) at 9 GB (α 0.8-1.0), 10% (α 0.9, 1.0) and the
-# 120-slot pair at α 0.9
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19)
+# 120-slot pair at α 0.9, the twentieth's (the same card and grids) at 9 GB and 10%
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20)
 # the split's sessions: the tenth, which it was built for (with the eleventh), and every one
 # since, so a new session needs no edit here (the twelfth ran no spec step: no rows)
 SPLIT_FROM = 10
 GAMMAS_SHOWN = (2, 3, 4, 8)  # the figure's γ, in its colour order
+FIGURE_COLUMNS = 5  # panels a row
 LAYERS = 16  # the 16-layer MiniMax-M2.5-shaped checkpoint of bench_cuda.py's `big` step
 FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-use cost
 
@@ -914,8 +916,13 @@ def figure() -> str:
     order = ("120slots", "128slots", "10%", "9GB")  # one token's experts: 120 beside auto
     panels = sorted((p for p in by if len({a for pts in by[p].values() for a, *_ in pts}) > 1),
                     key=lambda p: (p[0], order.index(p[1])))  # fmt: skip
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), sharey=True)
-    for ax, panel in zip(axes, panels, strict=True):
+    rows = -(-len(panels) // FIGURE_COLUMNS)  # a session's panels read left to right, in rows
+    cols = min(len(panels), FIGURE_COLUMNS)
+    fig, grid = plt.subplots(rows, cols, figsize=(4 * cols, 4 * rows), sharey=True, squeeze=False)
+    axes = grid.ravel()
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax, panel in zip(axes, panels, strict=False):
         for gamma, pts in sorted(by[panel].items()):
             pts.sort()
             color = f"C{GAMMAS_SHOWN.index(gamma)}"  # one colour a γ in every panel
@@ -926,11 +933,12 @@ def figure() -> str:
         ax.set_title(f"budget {panel[1]}, session {panel[0]} ({SESSIONS[panel[0]][-1]})",
                      fontsize=10)  # fmt: skip
         ax.set_xlabel("oracle acceptance α (as set)")
-    axes[0].set_ylabel("speed-up over plain decoding")
+    for ax in grid[:, 0]:
+        ax.set_ylabel("speed-up over plain decoding")
     axes[0].legend(fontsize=8)
     fig.suptitle("H200 (h200-*) and H100 (h100-*), 16-layer MiniMax-M2.5 shape, trace routing, "
-                 "direct reads (sessions 15-17: pinned): measured (points), modeled on the machine's "
-                 "profile (lines)",
+                 "direct reads (from session 15: pinned): measured (points), modeled on the "
+                 "machine's profile (lines)",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
     tmp = FIGURE.with_suffix(".tmp.png")
