@@ -5,6 +5,7 @@
     python benchmarks/bench_gamma_auto.py runtime            # bundled model, every drafter
     python benchmarks/bench_gamma_auto.py host               # auto's bookkeeping, µs per token
     python benchmarks/bench_gamma_auto.py seeds --profile benchmarks/results/cuda/h100-r19.yaml
+    python benchmarks/bench_gamma_auto.py seeds --profile ... --slots 1130 --tokens 256,1024,2048
 
 replay: the trace (`minimax`: the calibrated MiniMax-M2.5 trace, `specdec trace synth --like
 minimax-m2.5 --positions N --seed 0`, made in a temporary directory; `tiny`: the bundled model's
@@ -33,7 +34,10 @@ layers, what `--routing trace` gives the 16-layer pack), 120 slots (about one to
 LRU, γ = 1, 4 and auto, α 1.0 / 0.9 / 0.8 over 96 and 192 tokens, priced on `--profile` (a
 session's, e.g. benchmarks/results/cuda/h100-r19.yaml). Per seed auto / γ = 4 in modeled
 seconds; per setting its median, range and how many seeds are within 1.05x. Writes
-benchmarks/results/gamma_auto_seeds.json.
+benchmarks/results/gamma_auto_seeds.json; with `--slots N` (another budget, e.g. the sessions'
+10% and 9 GB: 409 and 1130) gamma_auto_seeds_Nslots.json; `--tokens`, `--alphas` and `--runs`
+set the lengths, acceptances and seeds (the table: `python -m analysis.auto_seeds --results
+FILE...`).
 """
 
 from __future__ import annotations
