@@ -50,6 +50,16 @@ def gamma_line(s: dict) -> str:
     return line
 
 
+def _cache_size(s: dict) -> str:
+    """The slots the budget gave (a share of experts is a different count in each command:
+    docs/commands.md), or that the cache holds every expert."""
+    if "cache_slots" not in s:
+        return ""
+    if s.get("holds_all_experts"):
+        return f", cache holds all {s['cache_slots']:,} experts"
+    return f", cache {s['cache_slots']:,} slots"
+
+
 def summary_lines(s: dict) -> list[str]:
     """The summary of one run, one fact per line (s: specdec.decode.records.summarize's dict)."""
     if not s.get("passes"):
@@ -75,8 +85,7 @@ def summary_lines(s: dict) -> list[str]:
     lines.append(
         f"read {format_bytes(s['bytes_read'])} of experts ({format_bytes(s['bytes_per_token'])} "
         f"per token; drafts {format_bytes(s['draft_bytes_read'])}), cache hit rate "
-        f"{_ratio(s.get('hit_rate'), 3)}"
-        + (f", cache holds all {s['cache_slots']:,} experts" if s.get("holds_all_experts") else "")
+        f"{_ratio(s.get('hit_rate'), 3)}" + _cache_size(s)
     )
     speed = f"decode {_ratio(s.get('tokens_per_s'), 1)} tok/s measured (prefill excluded)"
     modeled = [

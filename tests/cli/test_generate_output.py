@@ -47,6 +47,9 @@ def test_text_streams_and_the_summary_names_drafter_gamma_and_speeds(monkeypatch
     assert "drafter oracle:0.9, γ 3 (2 drafts per verify pass)" in err
     assert f"in {want['stats']['passes']} verify passes" in err
     assert "acceptance α" in err and "per token" in err and "cache hit rate" in err
+    assert (
+        f"cache {want['stats']['cache_slots']} slots" in err
+    )  # a share's count differs by command
     assert "m4-24gb" in err and "m5-24gb" in err and "tok/s" in err
 
 
