@@ -54,6 +54,10 @@ def round_up(n: int, align: int) -> int:
 # ----------------------------------------------------------------------------- index
 
 QUANT_BITS = (2, 3, 4, 5, 6, 8)  # what mlx's affine quantization packs
+# mlx's quantization modes: affine keeps float scales and biases per group; the microscaling
+# ones an 8-bit scale per group and no biases
+FLOAT_SCALES = ("F16", "BF16", "F32")
+MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
 
 
 def _crc32s(values) -> np.ndarray:
@@ -76,6 +80,15 @@ def _quant_problem(ly: LayerLayout, proj: str, q: Quant) -> str | None:
         return "is quantized but lacks a 2-d weight and scales"
     if weight.dtype != "U32":
         return f"is quantized but its weight is {weight.dtype}, not U32 (packed integers)"
+    biases = names.get(f"{proj}.biases")
+    if q.mode == "affine":
+        if scales.dtype not in FLOAT_SCALES or biases is None or biases.shape != scales.shape:
+            return "is affine-quantized but lacks float scales and biases of one shape"
+    elif q.mode in MICROSCALED:
+        if scales.dtype != "U8" or biases is not None:
+            return f"is {q.mode}-quantized but its scales are not 8-bit or it has biases"
+    else:
+        return f"has mode {q.mode!r}, not affine or one of {', '.join(MICROSCALED)}"
     in_dim = weight.shape[1] * 32 // q.bits
     if in_dim % q.group_size or scales.shape[1] != in_dim // q.group_size:
         return (
@@ -87,11 +100,17 @@ def _quant_problem(ly: LayerLayout, proj: str, q: Quant) -> str | None:
 
 def _validate_tensors(ly: LayerLayout, lid: int, bad) -> None:
     """Every tensor fits its block and agrees with its shape and quantization."""
-    for t in ly.tensors:
+    end, before = 0, None  # tensors in offset order: each begins where the one before ends
+    for t in sorted(ly.tensors, key=lambda t: t.offset):
+        if t.dtype not in ST_DTYPES:
+            raise bad(f"layer {lid}: tensor {t.name} has dtype {t.dtype!r}, no safetensors dtype")
         if t.offset % TENSOR_ALIGN or t.offset + t.nbytes > ly.block_bytes:
             raise bad(f"layer {lid}: tensor {t.name} does not fit its block")
         if t.nbytes != int(np.prod(t.shape, dtype=np.int64)) * t.itemsize:
             raise bad(f"layer {lid}: tensor {t.name} nbytes disagrees with its shape")
+        if t.offset < end:
+            raise bad(f"layer {lid}: tensors {before} and {t.name} overlap in the block")
+        end, before = t.offset + t.nbytes, t.name
     for proj, q in ly.quant.items():
         if q is not None and (problem := _quant_problem(ly, proj, q)):
             raise bad(f"layer {lid}: {proj} {problem}")

@@ -120,6 +120,12 @@ def zero_experts(index: dict) -> None:
     first_layer(index).update(n_experts=0, offsets=[], crc32=[])
 
 
+def overlap_tensors(index: dict) -> None:
+    """The second tensor of the first layer's blocks moved onto the first one's bytes."""
+    tensors = sorted(first_layer(index)["tensors"], key=lambda t: t["offset"])
+    tensors[1]["offset"] = tensors[0]["offset"]
+
+
 def set_quant(index: dict, **fields) -> None:
     for q in first_layer(index)["quant"].values():
         q.update(fields)
@@ -361,6 +367,19 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
         c["packed"], lambda i: first_layer(i)["offsets"].__setitem__(0, 2**70)
     ),
     "quantization bits 0": lambda c: edit_index(c["packed"], lambda i: set_quant(i, bits=0)),
+    "quantization mode not its tensors'": lambda c: edit_index(
+        c["packed"], lambda i: set_quant(i, mode="mxfp4")
+    ),
+    "quantization mode unknown": lambda c: edit_index(
+        c["packed"], lambda i: set_quant(i, mode="fp3")
+    ),
+    "two tensors overlap in a block": lambda c: edit_index(c["packed"], overlap_tensors),
+    "a tensor of no safetensors dtype": lambda c: edit_index(
+        c["packed"],
+        lambda i: next(
+            t for t in first_layer(i)["tensors"] if t["name"] == "down_proj.weight"
+        ).update(dtype="Q7"),
+    ),
     "quantization group_size 0": lambda c: edit_index(
         c["packed"], lambda i: set_quant(i, group_size=0)
     ),
