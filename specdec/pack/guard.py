@@ -32,8 +32,11 @@ PACK_KIND = "pack"  # the ownership marker's kind (store/files.py)
 SAMPLED_BLOCKS = 8  # per layer, checked before an existing pack is kept
 
 
+LOCK_SUFFIX = ".pack-lock"  # beside OUT_DIR; inside the model's folder where OUT_DIR is
+
+
 def pack_lock_path(out_dir: Path) -> Path:
-    return out_dir.parent / f".{out_dir.name}.pack-lock"
+    return out_dir.parent / f".{out_dir.name}{LOCK_SUFFIX}"
 
 
 def pack_lock(out_dir: Path) -> AbstractContextManager[None]:

@@ -49,6 +49,7 @@ from specdec.core.files import (
 from specdec.core.progress import progress
 from specdec.pack.copypipe import Chunk, Piece, open_source, write_chunks
 from specdec.pack.guard import (
+    LOCK_SUFFIX,
     PACK_KIND,
     check_out_dir,
     pack_lock,
@@ -323,12 +324,14 @@ def _write_experts(
 
 
 def _copied(f: Path) -> bool:
-    """Files of the model directory copied as they are (config, tokenizer; not its marker)."""
+    """Files of the model directory copied as they are (config, tokenizer; not its marker, nor
+    the lock of a pack into a folder inside it, which would change its fingerprint)."""
     return (
         f.is_file()
         and f.suffix != ".safetensors"
         and f.name not in _SKIP_COPY
         and not f.name.startswith(MARKER_PREFIX)
+        and not (f.name.startswith(".") and f.name.endswith(LOCK_SUFFIX))
     )
 
 

@@ -73,6 +73,19 @@ def test_pack_replaces_only_its_own_and_cleans_only_marked_leftovers(model, tmp_
     assert not (out / ".specdec-random").exists()  # the source's marker is not copied
 
 
+def test_a_pack_into_the_models_own_folder_does_not_change_its_fingerprint(model, tmp_path):
+    """`pack M M/packed` leaves its lock, .packed.pack-lock, in M: it was counted (and copied)
+    as one of M's files, so a pack of M made before it looked like another model's ("holds
+    another pack"); the lock is no file of the model."""
+    out = pack(model, tmp_path / "p")
+    pack(model, model / "packed")
+    assert (model / ".packed.pack-lock").exists()
+    mtime = (out / EXPERTS_BIN).stat().st_mtime_ns
+    pack(model, out)  # the same files: kept as it is, no --force
+    assert (out / EXPERTS_BIN).stat().st_mtime_ns == mtime
+    assert not (out / ".packed.pack-lock").exists()
+
+
 @pytest.mark.parametrize("damage", ["truncate", "corrupt"])
 def test_repack_repairs_a_damaged_pack_of_the_same_files(model, tmp_path, capsys, damage):
     out = pack(model, tmp_path / "p")
