@@ -88,6 +88,15 @@ def run(args: argparse.Namespace) -> int:
     if not given or not alphas:
         flag, text = ("--gamma", args.gamma) if not given else ("--alpha", args.alpha)
         raise SpecdecError(f"{flag} {text!r}: give at least one")
+    if not auto:  # they price auto's passes and nothing else: given without it, said so
+        ignored = ["--config"] if args.config else []
+        ignored += ["--profile"] if args.profile != DEFAULT_PROFILE else []
+        if ignored:
+            one = len(ignored) == 1
+            raise SpecdecError(
+                f"{' and '.join(ignored)} price{'s' if one else ''} --gamma auto's passes only, "
+                f"and no auto is asked: add auto to --gamma or drop {'it' if one else 'them'}"
+            )
     if auto:
         from specdec.gamma.replay import auto_rows, auto_setup
 

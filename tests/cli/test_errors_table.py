@@ -323,6 +323,9 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
         "SPECDEC_BLAS", str(c["tmp"] / "typo.so")
     ),
     "simulate --config is a JSON list": lambda c: (c["tmp"] / "list.json").write_text("[1, 2]"),
+    "simulate --gamma auto: the MiniMax preset for another model's trace": nothing,
+    "simulate: --profile without auto": nothing,
+    "simulate: --config and --profile without auto": nothing,
     "gamma above 1024": nothing,
     "hotlist is a device": nothing,
     "extract-mtp: config.json not JSON": lambda c: hf_config(c, "not json"),

@@ -484,12 +484,19 @@ def test_generate_gamma_auto_records_its_choices(tmp_path):
     assert "Traceback" not in bad.stderr
 
 
+def tiny_config(tmp_path) -> str:
+    """TINY as a config.json: the model the test trace's shape is (--config refuses another's)."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    return str(tmp_path / "config.json")
+
+
 def test_simulate_gamma_auto_rows(tmp_path, trace):
     save_trace(trace, tmp_path / "t")
     p = argparse.ArgumentParser()
     add_arguments(p)
     args = p.parse_args([str(tmp_path / "t"), "--gamma", "1,auto", "--alpha", "0.8", "--policy",
-                         "lru", "--budget", "40slots", "--config", "minimax-m2.5", "--json"])  # fmt: skip
+                         "lru", "--budget", "40slots", "--config", tiny_config(tmp_path),
+                         "--json"])  # fmt: skip
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert run(args) == 0
@@ -507,7 +514,7 @@ def test_simulate_gamma_auto_names_the_profile_it_priced_on(tmp_path, trace, mon
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     save_trace(trace, tmp_path / "t")
     common = [str(tmp_path / "t"), "--gamma", "auto", "--alpha", "0.8", "--policy", "lru",
-              "--budget", "40slots", "--config", "minimax-m2.5", "--json"]  # fmt: skip
+              "--budget", "40slots", "--config", tiny_config(tmp_path), "--json"]  # fmt: skip
     p = argparse.ArgumentParser()
     add_arguments(p)
     out = {}
