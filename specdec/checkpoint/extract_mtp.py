@@ -218,6 +218,27 @@ _LAYOUTS = {
 }
 
 
+GROUP_SIZES = (32, 64, 128)  # mlx's affine quantization groups
+SHAPE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+
+
+def _check_target(out_dir: Path, config: dict, hf_dir: Path) -> None:
+    """OUT_DIR, where it has a config.json, is the model HF_DIR's MTP layer belongs to: the
+    module then sits after its last layer and shares its embedding and head."""
+    target = out_dir / "config.json"
+    if not target.is_file():
+        return
+    theirs = read_json_object(target, "OUT_DIR's config.json")
+    theirs = theirs.get("text_config", theirs)
+    differ = [k for k in SHAPE_KEYS if k in theirs and k in config and theirs[k] != config[k]]
+    if differ:
+        k = differ[0]
+        raise SpecdecError(
+            f"{out_dir} is another model than {hf_dir}: its {k} is {theirs[k]!r}, the "
+            f"checkpoint's {config[k]!r}; give the mlx-lm directory of this very model"
+        )
+
+
 def extract_mtp(
     hf_dir: Path,
     out_dir: Path,
@@ -243,6 +264,12 @@ def extract_mtp(
             f"{hf_dir}/config.json: num_hidden_layers is {n!r}, not a whole number >= 1: "
             "restore the checkpoint's config.json"
         )
+    if bits is not None and group_size not in GROUP_SIZES:
+        raise SpecdecError(
+            f"--group-size {group_size}: give one of {', '.join(map(str, GROUP_SIZES))} (mlx's "
+            "affine group sizes)"
+        )
+    _check_target(out_dir, config, hf_dir)
     module, layout = _LAYOUTS[model_type]
     weights = layout(hf_dir, config, module, n)
     target = type("Target", (), {"args": module.ModelArgs.from_dict(config)})

@@ -174,3 +174,24 @@ def test_a_failed_save_keeps_the_previous_files_and_leaves_no_temporary(tmp_path
     with pytest.raises(RuntimeError, match="cannot write"):
         save_with_mtp(tmp_path / "m", model, mtp, dict(CONFIG))
     assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before
+
+
+def test_a_bad_group_size_or_another_models_folder_is_refused_before_any_work(tmp_path):
+    """--group-size 0 and -64 ended in tracebacks, 48 quantized nothing and said it wrote the
+    file; an OUT_DIR of another model (its config.json) took the module, and generate then
+    failed on a tensor in two files, naming no fix."""
+    from specdec.core.errors import SpecdecError
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({**CONFIG, "model_type": "deepseek_v3"}))
+    for g in (0, -64, 48):
+        with pytest.raises(SpecdecError, match=f"--group-size {g}: give one of 32, 64, 128"):
+            extract_mtp(hf, tmp_path / "out", bits=4, group_size=g)
+    other = tmp_path / "other"
+    other.mkdir()
+    wider = {**CONFIG, "model_type": "deepseek_v3", "hidden_size": 2 * CONFIG["hidden_size"]}
+    (other / "config.json").write_text(json.dumps(wider))
+    with pytest.raises(SpecdecError, match="is another model than .*hidden_size"):
+        extract_mtp(hf, other)
+    assert not (tmp_path / "out").exists() and not (other / "mtp.safetensors").exists()
