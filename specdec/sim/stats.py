@@ -120,10 +120,16 @@ def trace_stats(
     gammas=GAMMAS,
     phase: str = "all",
 ) -> dict:
-    """Every statistic above; lru/static only when a budget is given (they replay the trace)."""
+    """Every statistic above, over the positions of `phase`; lru/static only when a budget is
+    given (they replay the whole trace, every phase)."""
+    runs = segments(trace, phase)
+    if not runs:
+        raise SpecdecError(f"the trace has no {phase} positions: give another --phase")
+    chosen = np.concatenate([np.arange(a, b) for a, b in runs])  # [positions of the phase]
     out = {
         "model": trace.model,
-        "positions": trace.n_positions,
+        "positions": len(chosen),  # of the phase asked for
+        "trace_positions": trace.n_positions,
         "shape": {  # with the statistics below, a targets file for `specdec trace fit`
             "n_layers": trace.n_layers,
             "n_experts": trace.n_experts,
@@ -133,7 +139,7 @@ def trace_stats(
         "phase": phase,
         **routing_stats(trace, gammas, phase),
     }
-    out["top10_share"], out["entropy"] = skew(trace.experts, trace.n_experts)
+    out["top10_share"], out["entropy"] = skew(trace.experts[chosen], trace.n_experts)
     if budget is not None:
         lru, static = simulate(trace, ["lru", "knapsack_bound"], [Budget.parse(budget)])
         out.update(

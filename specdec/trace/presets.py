@@ -112,7 +112,14 @@ def load_targets(path: str | os.PathLike, like: str | None = None) -> tuple[Trac
 
 
 # fields of `specdec trace stats --json` that are not targets: its output is a targets file
-_STATS_ONLY = {"phase", "overlap_per_layer", "top10_share", "entropy", "budget_slots"}
+_STATS_ONLY = {
+    "phase",
+    "overlap_per_layer",
+    "top10_share",
+    "entropy",
+    "budget_slots",
+    "trace_positions",
+}
 
 
 def _parse_targets(raw: dict, like: str | None) -> tuple[TraceShape, Targets]:

@@ -157,6 +157,12 @@ def test_stats_equal_an_independent_computation(phase, capsys, tmp_path):
     static = np.sort(counts)[::-1][:5].sum() / 36  # 5 slots, one expert size: whole keys
 
     s = trace_stats(t, "5slots", gammas=(1, 2, 3), phase=phase)
+    # the phase's positions (it said 9 at --phase decode), and its skew over those
+    chosen = [p for p in range(9) if keep[p]]
+    # the busiest tenth of 6 experts is one: its share of a layer's accesses, mean of layers
+    busiest = [np.bincount(t.experts[chosen, i].ravel(), minlength=6).max() for i in range(2)]
+    assert (s["positions"], s["trace_positions"]) == (len(chosen), 9)
+    assert s["top10_share"] == pytest.approx(np.mean(busiest) / (len(chosen) * 2))
     assert s["overlap_per_layer"] == pytest.approx(overlap, abs=1e-4)
     assert s["overlap"] == pytest.approx(np.mean(overlap))
     assert s["union"] == pytest.approx(union)
