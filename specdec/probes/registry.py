@@ -49,15 +49,18 @@ def parse_budgets(
     """Budget per value (`10%`, `512MiB`, `96slots`). A bare number is refused, the message
     rewriting it in the old spelling's meaning: a percent on the command line (`10` -> `10%`,
     the list comma-separated), a fraction in an experiment file (`0.1` -> `10%`, a YAML list
-    when `fractions`). `where` starts the message."""
+    when `fractions`; a number above 1 there a percent: `10` -> `10%`). `where` starts the
+    message."""
     values = list(values)
     if not values:
         raise BudgetError(f"{where}: give at least one budget, e.g. 10%,25%")
     bare = [not isinstance(v, Budget) and bool(_BARE.match(str(v))) for v in values]
     if any(bare):
-        scale = 100 if fractions else 1
+        # an experiment file's numbers were fractions; one above 1 there is a percent already
+        # (`[10]` -> 10%, not 1000%), as on the command line
         fixed = [
-            f"{float(v) * scale:g}%" if b else str(v) for v, b in zip(values, bare, strict=True)
+            f"{float(v) * (100 if fractions and abs(float(v)) <= 1 else 1):g}%" if b else str(v)
+            for v, b in zip(values, bare, strict=True)
         ]
         shown = f"[{', '.join(fixed)}]" if fractions else ",".join(fixed)
         raise BudgetError(

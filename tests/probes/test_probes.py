@@ -432,5 +432,7 @@ def test_a_registered_probe_is_an_experiment_task_and_takes_the_cache_group(thro
         "task.options.budgets=[0.05, 10%]: a budget needs its unit; write [5%, 10%] for "
         "shares of the routed experts (or bytes, 512MiB, or slots, 96slots)"
     )
+    with pytest.raises(SpecdecError, match=r"write \[10%\] for"):  # not 1000%: a percent already
+        get_task("throwaway")(cfg(budgets=[10]), tmp_path / "c")
     with pytest.raises(SpecdecError, match="probe throwaway has no option colour"):
         get_task("throwaway")(cfg(colour="red"), tmp_path / "d")
