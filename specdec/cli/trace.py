@@ -21,7 +21,7 @@ import numpy as np
 
 from specdec.cli import trace_synth as synth_cli
 from specdec.core.errors import SpecdecError
-from specdec.core.files import check_replaceable
+from specdec.core.files import check_replaceable, out_dir
 from specdec.trace.format import (
     TRACE_KIND,
     hotlist_keys,
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "record":
         if args.max_tokens < 1:
             raise SpecdecError(f"--max-tokens {args.max_tokens}: give at least 1")
-        out = Path(args.out)
+        out = out_dir(args.out)
         if out.exists() and not args.overwrite:
             raise SpecdecError(f"{args.out} exists: choose another --out or pass --overwrite")
         source = Path(args.model) if Path(args.model).is_dir() else None

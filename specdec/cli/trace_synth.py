@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specdec.core.errors import SpecdecError
+from specdec.core.files import out_dir
 from specdec.core.machine import physical_memory
 from specdec.core.seed import check_seed
 from specdec.sim.fit import TOLERANCE, fit
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     if args.positions < 1:
         raise SpecdecError(f"--positions {args.positions}: give at least 1")
-    if Path(args.out).exists() and not args.overwrite:
+    if out_dir(args.out).exists() and not args.overwrite:
         raise SpecdecError(f"{args.out} exists: choose another directory or pass --overwrite")
     shape, targets, params, label = _model(args)
     # the trace [T, L, k] int32 and the stats' working copies must fit before anything is drawn

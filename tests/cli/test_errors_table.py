@@ -423,6 +423,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "bench read: --pack beside a test file's options": nothing,
     "bench device: --read-pack beside a test file's size": nothing,
     "gamma above 1 without a drafter": nothing,
+    "trace synth: an empty output path": nothing,
+    "trace record: --out empty": nothing,
     "bench device: --out a file it did not write": user_notes,
     "bench device: --overwrite on a file it did not write": user_notes,
     "bench device: --out in no folder": nothing,
