@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing
     from specdec.stream.steplog import LayerStep
 
 MODELED_VERSION = 2  # see PassRecord.modeled_version
+# a record's counts, whole and >= 0 (γ >= 1), checked when a file is read back
+COUNTS = ("pass_idx", "gamma", "drafted", "accepted", "committed", "draft_bytes_read",
+          "verify_bytes_read", "draft_misses", "verify_misses", "accesses", "hits", "reads")  # fmt: skip
 
 
 @dataclass
@@ -175,6 +178,13 @@ class PassRecord:
                 f"{where}: records lack {', '.join(missing)} (written by an older specdec); "
                 "rerun the job to record them"
             )
+        for name in COUNTS:  # what the summary adds up and indexes by: a damaged file's values
+            v = row[name]
+            if not isinstance(v, int) or isinstance(v, bool) or v < (name == "gamma"):
+                raise SpecdecError(
+                    f"{where}: a record's {name} is {v!r}, not a whole number >= "
+                    f"{int(name == 'gamma')}: the file is damaged; rerun the job"
+                )
         return cls(**{k: v for k, v in row.items() if k in known})
 
 

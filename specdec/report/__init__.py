@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from specdec.core.files import claim_dir, locked, write_atomic, write_error
+from specdec.costmodel.speedup import check_alpha
 from specdec.report.collect import collect_jobs
 from specdec.report.markdown import render
 from specdec.report.sections import Setting, build_setting
@@ -83,6 +84,8 @@ def build_report(
     alphas: list[float] | None = None,
 ) -> Report:
     check_mode(wandb_mode)  # before anything is written or the last report's run removed
+    for a in alphas or ():
+        check_alpha(a)  # ... and the acceptances: a refused --alpha left a claimed, empty --out
     jobs = collect_jobs(root)
     out = claim_dir(
         Path(out) if out else Path(root) / "report",

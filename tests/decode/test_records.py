@@ -55,3 +55,21 @@ def test_a_record_file_torn_in_its_first_line_still_appends(tmp_path, capsys):
         w.write({"pass_idx": 0})
     assert read_records(path) == [{"pass_idx": 0}]
     assert "cut a torn final line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [-7, float("nan"), 1.5, True, "3"])
+def test_a_record_whose_counts_are_not_counts_is_refused_by_name(value):
+    """`"accepted": NaN` or -7 in a records.jsonl once reached the report's np.bincount as a
+    traceback; a record read back is checked where it is read."""
+    from dataclasses import asdict
+
+    from specdec.decode.records import PassRecord
+
+    rec = PassRecord.build(0, 2, drafted=1, accepted=1, tokens=[5, 6], draft_steps=[],
+                           verify_steps=[], wall_s=0.1, blocked_s=0.0, reads=0, modeled={})  # fmt: skip
+    row = asdict(rec)
+    assert PassRecord.from_row(row, "r.jsonl:1") == rec
+    with pytest.raises(
+        SpecdecError, match=r"^r.jsonl:1: a record's accepted is .*the file is damaged"
+    ):
+        PassRecord.from_row({**row, "accepted": value}, "r.jsonl:1")

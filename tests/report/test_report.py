@@ -199,6 +199,10 @@ def test_an_online_report_without_credentials_leaves_the_last_report(tmp_path, m
     with pytest.raises(SpecdecError, match="wandb login"):
         build_report(tmp_path / "sweep", wandb_mode="online")
     assert tree(tmp_path / "sweep") == before
+    # an acceptance out of range: refused before --out is claimed (it was left marked, empty)
+    with pytest.raises(SpecdecError, match=r"α must be in \[0, 1\], got 1.5"):
+        build_report(tmp_path / "sweep", tmp_path / "o5", wandb_mode="disabled", alphas=[1.5])
+    assert not (tmp_path / "o5").exists()
 
 
 def test_concurrent_reports_of_one_directory(tmp_path):
