@@ -39,10 +39,10 @@ def parse_distances(text: str) -> tuple[int, ...]:
         distances = tuple(int(d) for d in text.split(",") if d.strip())
     except ValueError:
         distances = (0,)
-    if any(d < 1 for d in distances):
+    if any(d < 1 for d in distances) or len(set(distances)) < len(distances):
         raise SpecdecError(
-            f"--lookahead {text!r}: give positive whole distances separated by commas (1,2,3), "
-            "or '' for none"
+            f"--lookahead {text!r}: give distinct positive whole distances separated by commas "
+            "(1,2,3), or '' for none"
         )
     return distances
 

@@ -424,6 +424,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "bench device: --read-pack beside a test file's size": nothing,
     "gamma above 1 without a drafter": nothing,
     "trace synth: an empty output path": nothing,
+    "trace record: a --lookahead distance twice": nothing,
+    "trace record: --lookahead beyond the MoE layers": nothing,
     "trace record: --out empty": nothing,
     "bench device: --out a file it did not write": user_notes,
     "bench device: --overwrite on a file it did not write": user_notes,
