@@ -77,6 +77,11 @@ def parse_union(text: str) -> dict[int, float]:
         if len(parts) != 2:
             raise SpecdecError(f"--union entry {pair!r} is not γ:union: write e.g. 2:13.42")
         gamma = _integer(parts[0], f"γ in --union entry {pair!r}")
+        if gamma < 1:
+            raise SpecdecError(
+                f"--union entry {pair!r}: γ is {gamma}, and a verify pass has at least one "
+                "position (γ = 1 is plain decoding): give γ >= 1"
+            )
         if gamma in table:
             raise SpecdecError(f"--union gives γ={gamma} twice: keep one value per γ")
         table[gamma] = _number(parts[1], f"union in --union entry {pair!r}")
