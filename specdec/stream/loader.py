@@ -194,6 +194,8 @@ def load(
     src = resolve(path, revision)  # revision: of a Hugging Face repo id
     check_readable(src)
     if not (src / "config.json").is_file():
+        if (src / EXPERTS_JSON).is_file():  # a pack that lost its config.json, as verify says
+            raise SpecdecError(f"{src.resolve()}/config.json missing; re-pack with `specdec pack`")
         bundled = f" (the bundled model is `--model {src.name}`)" if src.name in BUNDLED else ""
         raise SpecdecError(
             f"{src.resolve()}: no config.json; give an mlx-lm model directory or a packed "

@@ -438,6 +438,7 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "reader threads: far too many": nothing,
     "union-model: γ beyond 1024": nothing,
     "union-model: γ 0 in the table": nothing,
+    "a pack without its config.json": lambda c: (c["packed"] / "config.json").unlink(),
     "experts.bin is a FIFO (verify)": lambda c: fifo_instead_of(c["packed"] / EXPERTS_BIN),
     "experts.bin is a FIFO (generate)": lambda c: fifo_instead_of(c["packed"] / EXPERTS_BIN),
     "SPECDEC_CACHE names a file": lambda c: (c["tmp"] / "cache").write_text("not a folder"),
