@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing
     from specdec.stream.steplog import LayerStep
 
 MODELED_VERSION = 2  # see PassRecord.modeled_version
-# a record's counts, whole and >= 0 (γ >= 1), checked when a file is read back
+# a record's counts, whole and >= 0, checked when a file is read back
 COUNTS = ("pass_idx", "gamma", "drafted", "accepted", "committed", "draft_bytes_read",
           "verify_bytes_read", "draft_misses", "verify_misses", "accesses", "hits", "reads")  # fmt: skip
 
@@ -180,10 +180,10 @@ class PassRecord:
             )
         for name in COUNTS:  # what the summary adds up and indexes by: a damaged file's values
             v = row[name]
-            if not isinstance(v, int) or isinstance(v, bool) or v < (name == "gamma"):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise SpecdecError(
-                    f"{where}: a record's {name} is {v!r}, not a whole number >= "
-                    f"{int(name == 'gamma')}: the file is damaged; rerun the job"
+                    f"{where}: a record's {name} is {v!r}, not a whole number >= 0: the file is "
+                    "damaged; rerun the job"
                 )
         return cls(**{k: v for k, v in row.items() if k in known})
 

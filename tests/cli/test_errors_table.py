@@ -425,7 +425,6 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "gamma above 1 without a drafter": nothing,
     "trace synth: an empty output path": nothing,
     "trace record: a --lookahead distance twice": nothing,
-    "trace record: --lookahead beyond the MoE layers": nothing,
     "trace record: --out empty": nothing,
     "bench device: --out a file it did not write": user_notes,
     "bench device: --overwrite on a file it did not write": user_notes,
