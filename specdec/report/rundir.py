@@ -30,6 +30,7 @@ from pathlib import Path
 from specdec.core.errors import SpecdecError
 from specdec.core.files import claim_dir, owner, write_atomic
 from specdec.decode.records import PassRecord, read_records
+from specdec.gamma.spec import Gamma
 
 CONFIG = "config.json"
 RECORDS = "records.jsonl"
@@ -196,6 +197,10 @@ def read_job(result_path: Path) -> JobFiles:
             trace = {int(g): TraceUnion(t["mean"], t["per_layer"]) for g, t in raw["union"].items()}
             rho = raw["consecutive_overlap"]
         card = JobCard(**cfg["job"])
+        try:  # a whole number >= 1 or auto: the report sorts and labels its jobs by it
+            Gamma.parse(card.gamma)
+        except SpecdecError as e:
+            raise SpecdecError(f"{d / CONFIG}: job.gamma: {e}; rerun the job") from None
         tables = {t.stem: json.loads(t.read_text()) for t in sorted((d / TABLES).glob("*.json"))}
         plots = [d / p for p in summary.get("plots", [])]
         model = summary.get("model", {})

@@ -205,6 +205,22 @@ def test_an_online_report_without_credentials_leaves_the_last_report(tmp_path, m
     assert not (tmp_path / "o5").exists()
 
 
+def test_a_job_whose_gamma_is_no_gamma_is_one_line(tmp_path):
+    """config.json's job.gamma edited to "x" reached the report's sorting as a TypeError."""
+    import json
+
+    from specdec.core.errors import SpecdecError
+    from specdec.report import build_report
+
+    job = tmp_path / "sweep" / "job"
+    probe_job(job)
+    cfg = json.loads((job / "config.json").read_text())
+    cfg["job"]["gamma"] = "x"
+    (job / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecdecError, match=r"job/config.json: job.gamma: .*rerun the job"):
+        build_report(tmp_path / "sweep", wandb_mode="disabled")
+
+
 def test_concurrent_reports_of_one_directory(tmp_path):
     """Three `specdec report` at once on one directory once shared one `*.png.tmp` name; now
     each temporary name is the writer's own and the reports take turns on the folder."""
