@@ -111,10 +111,10 @@ def cases() -> list[tuple[str, list[str], object, str]]:
             [*g, "--temp", v],
             expect="ok" if v in ("1e308", "-0.0") else "error",
         )
-    for v in ["2.5", "0x10", " 2", "+2", "1e1", "٣"]:
+    for v in ["2.5", "0x10", " 2", "+2", "1e1", "٣"]:  # with a drafter: γ > 1 needs one
         case(
             f"generate --gamma {v!r}",
-            [*g, "--gamma", v],
+            [*g, "--drafter", "self", "--gamma", v],
             expect="ok" if v.strip() in ("2", "+2", "٣") else "error",
         )
     for v in [
