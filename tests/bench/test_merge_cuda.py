@@ -20,7 +20,7 @@ PROFILE = """# h200: written by `specdec bench device`
 name: h200
 description: 'h200: measured by `specdec bench device` (Intel(R) Xeon(R) Processor)'
 sources:
-  read_curve: 'read bench, pack /home/lent/sd/mm16.packed: 4096 blocks'
+  read_curve: 'read bench, pack /home/lent/runs/big.packed: 4096 blocks'
 """
 
 
@@ -40,11 +40,11 @@ def _out(tmp: Path, name: str, command: str) -> Path:
     out.mkdir()
     runs = [{"tokens_per_s": 5.2, "budget": "9GB"}, {"tokens_per_s": 6.5, "budget": "9GB"}]
     step = {"step": "spec", "seconds": 60.0, "command": command, "gpu": "NVIDIA H100",
-            "machine": {"cwd": "/home/lent/sd"}, "runs": runs}  # fmt: skip
+            "machine": {"cwd": "/home/lent/runs"}, "runs": runs}  # fmt: skip
     (out / "spec.json").write_text(json.dumps(step))
     (out / "spec.jsonl").write_text('{"records": [1]}\n{"records": [2]}\n')
-    (out / "models.json").write_text(json.dumps({"step": "models", "dir": "/home/lent/sd/mm"}))
-    (out / "profile_details.json").write_text(json.dumps({"source": "/home/lent/sd/mm16.packed"}))
+    (out / "models.json").write_text(json.dumps({"step": "models", "dir": "/home/lent/runs/mm"}))
+    (out / "profile_details.json").write_text(json.dumps({"source": "/home/lent/runs/big.packed"}))
     (out / "h200.yaml").write_text(PROFILE)
     return out
 
@@ -60,7 +60,7 @@ def test_a_session_merges_once_with_its_profile_renamed_and_no_home_path(tmp_pat
             "seconds": 60.0,
             "command": "bench_cuda.py --session 19 spec",
             "gpu": "NVIDIA H100",
-            "machine": {"cwd": "~/sd"},
+            "machine": {"cwd": "~/runs"},
         }  # fmt: skip
     ]
     assert (res / "spec.jsonl").read_text().splitlines() == [
@@ -69,7 +69,7 @@ def test_a_session_merges_once_with_its_profile_renamed_and_no_home_path(tmp_pat
     profile = (res / "h100-r19.yaml").read_text()
     assert "name: h100-r19\n" in profile and "'h100-r19: measured" in profile
     assert "# h100-r19: written" in profile and "h200" not in profile
-    assert json.loads((res / "session19" / "models.json").read_text())["dir"] == "~/sd/mm"
+    assert json.loads((res / "session19" / "models.json").read_text())["dir"] == "~/runs/mm"
     for f in res.rglob("*"):
         assert f.is_dir() or "/home/lent/" not in f.read_text(), f
     before = {f: f.read_bytes() for f in res.rglob("*") if f.is_file()}

@@ -25,8 +25,8 @@ def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
         "command": f"bench --dir {scratch} --model {ROOT / 'specdec/models/tiny'}",
         "home": str(Path.home() / "models" / "x"),
         "repo": str(ROOT),
-        "lent": "pack /home/lent/sd/mm16.packed, profile /home/ci-user/out/h200.yaml",
-        "not a home": "/work/root/x /data/home/y/z",
+        "lent": "pack /home/lent/runs/big.packed, profile /home/ci-user/out/h200.yaml",
+        "not a home": "/srv/root/x /data/home/y/z",
     }
     out = tmp_path / "r.json"
     write_result(out, result, {scratch: "DIR"})
@@ -35,8 +35,8 @@ def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
         "command": "bench --dir DIR --model specdec/models/tiny",
         "home": "~/models/x",
         "repo": ".",
-        "lent": "pack ~/sd/mm16.packed, profile ~/out/h200.yaml",
-        "not a home": "/work/root/x /data/home/y/z",
+        "lent": "pack ~/runs/big.packed, profile ~/out/h200.yaml",
+        "not a home": "/srv/root/x /data/home/y/z",
     }
 
 
@@ -53,7 +53,7 @@ def test_no_tracked_result_names_a_machine_path():
 def test_bench_device_writes_its_profile_and_details_without_the_home_dir(tmp_path, monkeypatch):
     """The measurements are stood in for (a built-in profile whose read curve came from a pack
     in the home directory): what is under test is what `specdec bench device` writes."""
-    pack = Path.home() / "sd" / "mm16.packed"
+    pack = Path.home() / "runs" / "big.packed"
     measured = dataclasses.replace(
         get_profile("m4-24gb"), sources={"read_curve": f"read bench, pack {pack}: 10 blocks"}
     )
@@ -64,4 +64,4 @@ def test_bench_device_writes_its_profile_and_details_without_the_home_dir(tmp_pa
     assert main(["bench", "device", "--out", str(out), "--details", str(details)]) == 0
     for f in (out, details):
         assert str(Path.home()) + "/" not in f.read_text()
-        assert "~/sd/mm16.packed" in f.read_text()
+        assert "~/runs/big.packed" in f.read_text()
