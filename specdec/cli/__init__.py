@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from specdec.core.blas import ensure_fast_blas
 from specdec.core.errors import SpecdecError
@@ -154,6 +155,14 @@ class _Stdout:
 
     def __getattr__(self, name: str):
         return getattr(self._real, name)
+
+
+def output_path(text: str) -> Path:
+    """argparse's type for an output file or folder: an empty name is refused where it is given
+    (Path("") is ".", the working directory, which a command would then write into or over)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the output path is empty; give a file or folder name")
+    return Path(text)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specdec.cli import output_path
 from specdec.clock.check import MINIMAX_M25, QUESTION_RUNS, TOLERANCE, reproduce
 from specdec.clock.profiles import BUILTIN_NAMES, DEFAULT_PROFILE, get_profile
 from specdec.clock.shapes import ModelShape
@@ -62,7 +63,7 @@ READ_FILE = 4 << 30
 def add_device_arguments(p: argparse.ArgumentParser) -> None:
     from specdec.checkpoint.bundled import DEFAULT_MODEL
 
-    p.add_argument("--out", type=Path, required=True, help="the profile YAML to write")
+    p.add_argument("--out", type=output_path, required=True, help="the profile YAML to write")
     p.add_argument("--name", help="the profile's name (default: the file's stem)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint whose MoE layers are timed")
     p.add_argument("--dir", type=Path, default=Path.cwd(), help="where the read bench's file goes")
@@ -79,7 +80,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         help="the read curve from this packed model's expert blocks, read in place (the blocks "
         "the profiled runs read), instead of a test file in --dir",
     )
-    p.add_argument("--details", type=Path, help="write every measurement here (JSON)")
+    p.add_argument("--details", type=output_path, help="write every measurement here (JSON)")
     p.add_argument(
         "--overwrite",
         action="store_true",

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from specdec.cache.spec import PolicySpec, policy_list
 from specdec.checkpoint.bundled import DEFAULT_MODEL, DEFAULT_PROMPT
-from specdec.cli import settings
+from specdec.cli import output_path, settings
 from specdec.cli.generate_summary import summary_lines
 from specdec.clock.profiles import BUILTIN_NAMES, get_profile
 from specdec.core.errors import SpecdecError
@@ -178,7 +178,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="model: the router's experts; trace:DIR: every MoE layer uses a trace's experts "
         "(a calibrated trace's statistics driving the real forward; times, not text)",
     )
-    p.add_argument("--records", type=Path, help="write one JSON line per verify pass here")
+    p.add_argument("--records", type=output_path, help="write one JSON line per verify pass here")
     p.add_argument("--append", action="store_true", help="add to an existing --records file")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 

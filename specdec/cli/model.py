@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specdec.checkpoint.bundled import BUNDLED, DEFAULT_MODEL
 from specdec.checkpoint.families import TINY_FAMILIES as FAMILIES
+from specdec.cli import output_path
 from specdec.core.errors import SpecdecError
 from specdec.core.seed import check_seed
 
@@ -42,7 +43,7 @@ def add_make_random_arguments(parser: argparse.ArgumentParser) -> None:
     from specdec.checkpoint.random_models import DTYPES
 
     parser.add_argument("family", nargs="?", help=f"one of: {', '.join(sorted(FAMILIES))}")
-    parser.add_argument("out_dir", type=Path, help="the mlx-lm model directory to write")
+    parser.add_argument("out_dir", type=output_path, help="the mlx-lm model directory to write")
     parser.add_argument(
         "--quantize",
         type=int,
@@ -113,7 +114,7 @@ def add_extract_mtp_arguments(p: argparse.ArgumentParser) -> None:
         "hf_dir", type=Path, help=f"Hugging Face checkpoint whose model_type is one of: {layouts}"
     )
     p.add_argument(
-        "out_dir", type=Path, help="the mlx-lm model directory to add mtp.safetensors to"
+        "out_dir", type=output_path, help="the mlx-lm model directory to add mtp.safetensors to"
     )
     p.add_argument("--quantize", type=int, choices=[2, 3, 4, 6, 8], help="affine bits")
     p.add_argument("--group-size", type=int, default=64, help="--quantize's group size")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from specdec.cli import output_path
 from specdec.probes import PROBES, ProbeOptions, make_options, parse_budgets, probe_names
 from specdec.probes.registry import BASE_FIELDS, DEFAULT_BUDGETS, run_probe
 
@@ -26,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = ProbeOptions()
     parser.add_argument("name", choices=[*probe_names(), "all"], help="the probe to run")
     parser.add_argument("--model", default=d.model, help="bundled name, mlx-lm or packed dir")
-    parser.add_argument("--out", default=d.out, help="directory for <name>.md/.json/.png")
+    parser.add_argument(
+        "--out", type=output_path, default=d.out, help="directory for <name>.md/.json/.png"
+    )
     parser.add_argument("--trace", help="use this recorded trace instead of recording one")
     parser.add_argument("--profile-trace", help="eviction: the trace the hotlist comes from")
     parser.add_argument("--prompts", default=d.prompts, help="heldout|profile|FILE|dataset:NAME")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specdec.cli import output_path
 from specdec.report import build_report
 from specdec.report.wandb_sink import MODES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, help="a run directory or a sweep directory (runs/sweeps/NAME)")
-    p.add_argument("--out", type=Path, help="where to write (default DIR/report)")
+    p.add_argument("--out", type=output_path, help="where to write (default DIR/report)")
     p.add_argument("--wandb", default="offline", choices=MODES, help="log the report to wandb")
     p.add_argument(
         "--alpha",

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specdec.cli import output_path
 from specdec.core.errors import StoreError
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex
 from specdec.store.reader import IO_MODES
@@ -25,7 +26,7 @@ from specdec.store.reader import IO_MODES
 
 def add_pack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_dir", type=Path, help="mlx-lm model directory")
-    parser.add_argument("out_dir", type=Path, help="packed directory to write")
+    parser.add_argument("out_dir", type=output_path, help="packed directory to write")
     parser.add_argument(
         "--force", action="store_true", help="replace an existing pack (never other folders)"
     )

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.cli import output_path
 from specdec.cli import trace_synth as synth_cli
 from specdec.core.errors import SpecdecError
-from specdec.core.files import check_replaceable, out_dir
+from specdec.core.files import check_replaceable
 from specdec.trace.format import (
     TRACE_KIND,
     hotlist_keys,
@@ -52,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec = sub.add_parser("record", help="record a routing trace from a model")
     rec.add_argument("model", help="bundled model name, mlx-lm directory or packed directory")
     rec.add_argument("--prompts", default="heldout", help="heldout|profile|FILE|dataset:NAME")
-    rec.add_argument("--out", required=True, help="trace directory to write")
+    rec.add_argument("--out", type=output_path, required=True, help="trace directory to write")
     rec.add_argument("--max-tokens", type=int, default=32, help="decoded tokens per prompt")
     rec.add_argument("--max-prompt-tokens", type=int, default=256, help="truncate prompts")
     rec.add_argument("--limit", type=int, help="use only the first N prompts")
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--overwrite", action="store_true", help="replace an existing trace")
     hot = sub.add_parser("hotlist", help="write a ds4 hotlist profiled from a trace")
     hot.add_argument("trace", help="trace directory to profile")
-    hot.add_argument("--out", required=True, help="hotlist file to write")
+    hot.add_argument("--out", type=output_path, required=True, help="hotlist file to write")
     hot.add_argument("--overwrite", action="store_true", help="replace an existing hotlist")
     imp = sub.add_parser("import-hotlist", help="check a ds4 hotlist against a trace")
     imp.add_argument("hotlist", help="ds4 hotlist file")
@@ -76,11 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "record":
         if args.max_tokens < 1:
             raise SpecdecError(f"--max-tokens {args.max_tokens}: give at least 1")
-        out = out_dir(args.out)
-        if out.exists() and not args.overwrite:
+        if args.out.exists() and not args.overwrite:
             raise SpecdecError(f"{args.out} exists: choose another --out or pass --overwrite")
         source = Path(args.model) if Path(args.model).is_dir() else None
-        check_replaceable(out, TRACE_KIND, source, "`specdec trace record`", "--overwrite")
+        check_replaceable(args.out, TRACE_KIND, source, "`specdec trace record`", "--overwrite")
         distances = parse_distances(args.lookahead)
         from specdec.probes.record import record  # loads MLX: only for this action
 

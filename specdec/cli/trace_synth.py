@@ -18,8 +18,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from specdec.cli import output_path
 from specdec.core.errors import SpecdecError
-from specdec.core.files import out_dir
 from specdec.core.machine import physical_memory
 from specdec.core.seed import check_seed
 from specdec.sim.fit import TOLERANCE, fit
@@ -34,7 +34,7 @@ ACTIONS = ("synth", "stats", "fit")
 def add_parsers(sub) -> None:
     """Add the synth, stats and fit subcommands to `specdec trace`'s subparsers."""
     syn = sub.add_parser("synth", help="write a synthetic trace calibrated to a model's statistics")
-    syn.add_argument("out", help="trace directory to write")
+    syn.add_argument("out", type=output_path, help="trace directory to write")
     _model_args(syn)
     syn.add_argument("--positions", type=int, required=True, help="positions to generate")
     syn.add_argument("--seed", type=int, default=0, help="generator seed")
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     if args.positions < 1:
         raise SpecdecError(f"--positions {args.positions}: give at least 1")
-    if out_dir(args.out).exists() and not args.overwrite:
+    if args.out.exists() and not args.overwrite:
         raise SpecdecError(f"{args.out} exists: choose another directory or pass --overwrite")
     shape, targets, params, label = _model(args)
     # the trace [T, L, k] int32 and the stats' working copies must fit before anything is drawn

@@ -6,7 +6,6 @@ locks.
     durable_replace(tmp, dst)               # the same for a file or directory written by hand
     tmp = fresh_dir(dst, "pack"); ...; swap_dir(tmp, dst, "pack")   # a whole directory, old one deleted
     mark(dir, "pack"); owner(dir) == "pack" # who wrote a directory (specdec never deletes others')
-    out = out_dir(text)                     # an output directory's name, not empty
     check_replaceable(out, "pack", src, what, "--force")   # may a command (re)write a directory?
     claim_dir(out, "report", what, hint)    # ... or write into one (report, probe, job dirs)
     check_output_file(path, what, replace, "--overwrite", ours)   # ... or a single file?
@@ -349,14 +348,6 @@ def contains(outer: str | os.PathLike, inner: str | os.PathLike) -> bool:
     """True if `inner` is `outer` or lies inside it (symlinks resolved)."""
     outer, inner = Path(outer).resolve(), Path(inner).resolve()
     return outer == inner or outer in inner.parents
-
-
-def out_dir(text: str | os.PathLike) -> Path:
-    """An output directory the user named: an empty name is refused, not taken as the working
-    directory (Path("") is ".")."""
-    if not str(text).strip():
-        raise SpecdecError("the output path is empty; give a directory name")
-    return Path(text)
 
 
 def check_replaceable(out: Path, kind: str, source: Path | None, what: str, flag: str) -> None:

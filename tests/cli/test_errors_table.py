@@ -426,6 +426,8 @@ SETUPS: dict[str, Callable[[dict[str, Path]], None]] = {
     "trace synth: an empty output path": nothing,
     "trace record: a --lookahead distance twice": nothing,
     "trace record: --out empty": nothing,
+    "make-random: an empty output path": nothing,
+    "pack: an empty output path": nothing,
     "bench device: --out a file it did not write": user_notes,
     "bench device: --overwrite on a file it did not write": user_notes,
     "bench device: --out in no folder": nothing,
