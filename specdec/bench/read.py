@@ -479,12 +479,18 @@ def bench_read(
         }
 
 
+def check_bench_dir(directory: Path) -> None:
+    """--dir, where a bench writes its test files, is a directory."""
+    if not Path(directory).is_dir():
+        raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
+
+
 def _work_dir(directory: Path | None, file_bytes: int) -> Path:
     """A fresh directory for the test file, on a disk with room for it."""
     if directory is None and filesystem_type(Path(tempfile.gettempdir())) in RAM_FILESYSTEMS:
         directory = Path.cwd()  # the temp dir is RAM here: measure the disk instead
-    if directory is not None and not Path(directory).is_dir():
-        raise StoreError(f"--dir {directory}: no such directory; create it or pass another")
+    if directory is not None:
+        check_bench_dir(directory)
     where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
     free = shutil.disk_usage(where).free
     if file_bytes > free:  # before the block table and the file are made

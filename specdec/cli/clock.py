@@ -107,8 +107,8 @@ def _is_ours(path: Path) -> bool:
 def check_device_args(args: argparse.Namespace) -> None:
     """Every option checked before the minutes of benchmarks run: the outputs (never a file
     this command did not write; their folders writable), the sizes, --dir and the model."""
+    from specdec.bench.read import check_bench_dir
     from specdec.cli.store import check_counts, refuse_beside_pack
-    from specdec.core.errors import StoreError
     from specdec.core.files import check_output_dir, check_output_file
     from specdec.stream.loader import resolve
 
@@ -120,8 +120,7 @@ def check_device_args(args: argparse.Namespace) -> None:
             check_output_dir(path)
     if args.read_pack is not None:
         refuse_beside_pack("--read-pack", args, ("block_bytes", "file_bytes"))
-    if not args.dir.is_dir():  # the landing and latency benches write there, a pack read or not
-        raise StoreError(f"--dir {args.dir}: no such directory; create it or pass another")
+    check_bench_dir(args.dir)  # the landing and latency benches write there, a pack read or not
     check_counts(args, ("block_bytes", "file_bytes", "hidden", "inter", "threads"))
     resolve(args.model)  # a model that is not there fails now, not after the benches
 
