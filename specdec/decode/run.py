@@ -130,19 +130,15 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
     check_context(sm, len(prompt), cfg.max_tokens)
     eos = eos_ids(sm) if stop_at_eos else frozenset()
     writer = RecordWriter(records_path, append) if records_path else None
-    try:
+    # a run that fails before its first record leaves no records file behind (RecordWriter)
+    with writer or contextlib.nullcontext():
         if spec.needs_reference and reference is None:
             reference = plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
         draft = spec.build(sm, reference, cfg.seed)
         run = Decode(sm, prompt, draft, cfg, profiles, eos)
-    except BaseException:
-        if writer:
-            writer.close(failed=True)
-        raise
-    records: list[PassRecord] = []
-    tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
-    shown = 0  # tokens given to on_tokens
-    try:
+        records: list[PassRecord] = []
+        tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
+        shown = 0  # tokens given to on_tokens
         watch = sm.streamer.log.watching(tap) if tap else contextlib.nullcontext()
         with watch:
             for rec in run.passes():
@@ -156,13 +152,6 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
                 if on_tokens:
                     on_tokens(run.generated_since(shown))
                     shown = run.n_generated
-    except BaseException:
-        if writer:
-            writer.close(failed=True)
-        raise
-    finally:
-        if writer:
-            writer.close()
     summary = summarize(records, [p.name for p in profiles])
     summary["drafter"] = str(spec)
     # which model ran, whatever its name: a path of the same name is not the bundled model
