@@ -28,7 +28,7 @@ DESCRIBE = {
     "preadv_direct_arena": "preadv, O_DIRECT -> preallocated arena slot",
     "preadv_direct_arena_one_by_one": "the same, one block per read (a lone miss)",
     "preadv_direct_arena_4k_pages": "the same, arena without huge pages",
-    "preadv_direct_arena_reused_slots": "the same, as many slots as threads reused (as fio's buffers)",
+    "preadv_direct_arena_reused_slots": "the same, a slot per thread in turn (as fio's buffers)",
     "preadv_buffered_arena": "preadv, page cache -> preallocated arena slot",
     "mmap_copy": "mmap -> copy into arena slot",
 }
