@@ -277,7 +277,7 @@ def seeds(args) -> int:
     )
     clock = trace_clock({**MINIMAX_M25, "num_hidden_layers": SEED_LAYERS}, trace)
     rows = []
-    for alpha in _floats(args.alphas):
+    for alpha in map(float, args.alphas.split(",")):
         for tokens in map(int, args.tokens.split(",")):
             ratios = []
             for seed in range(args.runs):
@@ -310,10 +310,6 @@ def seeds(args) -> int:
             print(json.dumps({k: v for k, v in row.items() if k != "per_seed"}), flush=True)
     name = "seeds" if args.slots == SEED_SLOTS else f"seeds_{args.slots}slots"
     return _write(name, rows, profile=str(args.profile))
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",")]
 
 
 def main() -> int:
