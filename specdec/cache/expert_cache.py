@@ -111,7 +111,7 @@ class ExpertCache(VerifyScratch, PassNotes):
         self._prefetched: OrderedDict[int, None] = OrderedDict()  # resident, not yet demand-hit
         self.accesses = self.misses = self.evictions = 0  # hits: a property
         self.prefetch_reads = self.prefetch_hits = self.prefetch_wasted = 0
-        self.preload_reads = self.forgotten = 0
+        self.preload_reads = self.forgotten = self.resync_reads = 0
         self.version = 0  # bumped whenever a key enters or leaves a slot
         self.spec = spec
         self.noting = bool(spec)  # the streamer notes verify routing only then
@@ -255,6 +255,33 @@ class ExpertCache(VerifyScratch, PassNotes):
         self.version += bool(out)
         return out
 
+    def adopt(self, other: ExpertCache) -> list[tuple[int, int]]:
+        """Take `other`'s state: hold exactly its keys, in its policy's order, so that from
+        here on both read alike whatever they are asked (`--gamma auto`'s re-sync to plain
+        decoding's shadow, specdec.gamma.chooser). Keys `other` lacks leave their slots; its
+        keys not resident here get slots: (key, slot) to read, as a step's misses. Only where
+        the policy's order is its whole state (LRU) and nothing is held outside it (no
+        prefetch, demote or scratch in flight)."""
+        order = other.held_order()
+        if order is None or self.held_order() is None:
+            raise SpecdecError(f"policy {self.policy.name} cannot take another cache's state")
+        if self._prefetched or self._demoted or self._transient or self._scratch:
+            raise SpecdecError("a cache holding keys outside its policy cannot take another's")
+        want = dict.fromkeys(order)
+        leave = [k for k in self._slot_of if k not in want]
+        self._free.extend(map(self._slot_of.pop, leave))
+        out = [(k, self._free.pop()) for k in order if k not in self._slot_of]
+        self._slot_of.update(out)
+        self.policy.adopt(order)
+        self.resync_reads += len(out)
+        self.version += bool(out or leave)
+        return out
+
+    def held_order(self) -> list[int] | None:
+        """Its keys, first evicted first, where the policy's order is its whole state (LRU;
+        `Policy.held_order`), else None."""
+        return self.policy.held_order()
+
     def forget(self, keys) -> int:
         """Drop resident keys whose read failed; their slots become free. Returns how many."""
         held = []  # keys the policy orders (not unhit prefetches, not static's scratch reads)
@@ -307,6 +334,7 @@ class ExpertCache(VerifyScratch, PassNotes):
 
     def stats(self) -> dict[str, int]:
         names = ("accesses", "hits", "misses", "evictions", "preload_reads", "forgotten")
+        names += ("resync_reads",) if self.resync_reads else ()
         names += ("prefetch_reads", "prefetch_hits", "prefetch_wasted")
         if self.n_scratch:
             names += ("n_scratch", "scratch_reads", "scratch_admitted", "scratch_dropped")

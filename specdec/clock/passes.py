@@ -34,7 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.clock.profiles import DeviceProfile
-from specdec.clock.roofline import Forward, ModeledTime, ReadStep, forward_time, measured_time
+from specdec.clock.roofline import (
+    Forward,
+    ModeledTime,
+    ReadStep,
+    forward_time,
+    measured_time,
+    reads_time,
+)
 from specdec.clock.shapes import ModelShape
 
 
@@ -132,17 +139,19 @@ class PassClock:
         measured_compute_s: float,
         refeed: tuple[int, Sequence] = (0, ()),
         draft_forwards: int | None = None,
+        resync_steps: Sequence = (),
     ) -> ModeledTime:
         """Modeled seconds of one pass on `profile`, by part; `refeed`: (positions, steps) of the
         forward that re-feeds the accepted prefix after a rollback (decode/rollback.py);
         `draft_forwards`: draft forwards run when not one per kept draft (a draft stop,
-        decode/draft_stop.py, runs up to two it drops)."""
+        decode/draft_stop.py, runs up to two it drops); `resync_steps`: the reads of `--gamma
+        auto`'s re-sync before the pass (specdec.gamma.chooser), one batch nothing hides."""
         refed, refeed_steps = refeed
         if profile.compute == "measured":
             return measured_time(
                 profile,
                 measured_compute_s,
-                read_steps([*draft_steps, *verify_steps, *refeed_steps]),
+                read_steps([*resync_steps, *draft_steps, *verify_steps, *refeed_steps]),
             )
         ran = drafted if draft_forwards is None else draft_forwards
         forwards = self.draft_forwards(ran, context, tuple(draft_steps))
@@ -151,7 +160,10 @@ class PassClock:
         forwards = [*forwards, (self.shape, self._verify(drafted, context, verify_steps))]
         if refed:
             forwards.append((self.shape, self._verify(refed - 1, context, refeed_steps)))
-        return forwards_time(profile, forwards)
+        out = forwards_time(profile, forwards)
+        if resync_steps:
+            out.add(reads_time(profile, read_steps(resync_steps)))
+        return out
 
     def remodel(self, profile: DeviceProfile, rec) -> ModeledTime:
         """A recorded pass (decode.records.PassRecord with its `steps`) modeled on `profile`:
@@ -172,6 +184,7 @@ class PassClock:
             measured_compute_s=rec.compute_s,
             refeed=(rec.refed, steps("refeed")),
             draft_forwards=rec.draft_forwards,
+            resync_steps=steps("resync"),
         )
 
     def expected(

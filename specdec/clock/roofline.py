@@ -188,6 +188,16 @@ def _mlp(profile: DeviceProfile, shape: ModelShape, layer: int, T: int, union: i
     return T * roof(profile, shape.mlp_cost(layer, 1, own))
 
 
+def reads_time(profile: DeviceProfile, steps: tuple[ReadStep, ...]) -> ModeledTime:
+    """Reads issued together with no compute to hide behind (`--gamma auto`'s re-sync before a
+    pass, specdec.gamma.chooser): one batch, then their landing on the accelerator."""
+    n, nbytes = sum(s.misses for s in steps), float(sum(s.bytes_read for s in steps))
+    if not n:
+        return ModeledTime()
+    seconds = _batch(profile, n, nbytes) + profile.land_time(nbytes, n)
+    return ModeledTime(read_s=seconds, bytes_read=nbytes, reads=n)
+
+
 def measured_time(
     profile: DeviceProfile, compute_s: float, steps: tuple[ReadStep, ...]
 ) -> ModeledTime:

@@ -240,6 +240,7 @@ class Decode:
             left = cfg.max_tokens - st.n_generated  # the last pass drafts no further
             choice = self.auto.choose(len(st.tokens) - 1, left) if self.auto else None
             gamma = choice.gamma if choice else self.gamma
+            resync = self.auto.resync() if choice and choice.sync else []
             n = min(gamma, left) - 1
             stop = (
                 self.stops.begin(choice, gamma, len(st.tokens) - 1, self.tap.calls)
@@ -279,6 +280,7 @@ class Decode:
                 (refed, refeed_steps),
                 gamma,
                 forwards,
+                resync_steps=resync,
             )
             if stop:
                 rec.draft_routing = stop.record(self.tap.calls, len(drafts) + 1)
@@ -294,6 +296,7 @@ class Decode:
                     draft_steps=draft_steps,
                     verify_steps=verify_steps,
                     refeed=(refed, refeed_steps),
+                    resync_steps=resync,
                 )
             yield rec
             n_pass += 1
@@ -386,13 +389,15 @@ class Decode:
         gamma=1,
         draft_forwards=None,
         end=None,
+        resync_steps=(),
     ):
         """The pass's record; `start`: `_clocks()` when the pass began; `refeed`: positions fed
         again after a rollback (rollback.py) and their steps; `gamma` as configured (auto: as
         chosen; the last pass may draft fewer); `draft_forwards`: forwards the draft ran (a
         draft stop runs more than it keeps; None: one per draft). Every pass ends here, once its
         verdict is known: the cache hears it first (speculation-aware options). `end`:
-        `_clocks()` when the pass ended, if not now (a held token, `_greedy_passes`)."""
+        `_clocks()` when the pass ended, if not now (a held token, `_greedy_passes`);
+        `resync_steps`: `--gamma auto`'s re-sync before the pass (AutoGamma.resync)."""
         self.sm.streamer.cache.verdict(accepted)
         t0, blocked0, reads0, context, read_s0 = start
         t1, blocked1, reads1, _, read_s1 = end or self._clocks()
@@ -408,6 +413,7 @@ class Decode:
                 verify_steps=verify_steps,
                 measured_compute_s=wall - blocked,
                 refeed=refeed,
+                resync_steps=resync_steps,
             )
             for p in self.profiles
         }
@@ -428,4 +434,5 @@ class Decode:
             peak_rss_bytes=peak_rss_bytes(),
             context=context,
             draft_forwards=draft_forwards,
+            resync_steps=list(resync_steps),
         )

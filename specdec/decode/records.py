@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # reading records (specdec report) must not pay for importing
 MODELED_VERSION = 2  # see PassRecord.modeled_version
 # a record's counts, whole and >= 0, checked when a file is read back
 COUNTS = ("pass_idx", "gamma", "drafted", "accepted", "committed", "draft_bytes_read",
-          "verify_bytes_read", "draft_misses", "verify_misses", "accesses", "hits", "reads")  # fmt: skip
+          "verify_bytes_read", "draft_misses", "verify_misses", "accesses", "hits", "reads",
+          "resync_reads", "resync_bytes_read")  # fmt: skip
 
 
 @dataclass
@@ -73,6 +74,10 @@ class PassRecord:
     # (decode/rollback.py: Qwen3-Next's gated delta-net), and what that forward read
     refed: int = 0
     refeed_bytes_read: int = 0
+    # --gamma auto: blocks read before the pass to re-sync the cache to plain decoding's shadow
+    # (specdec.gamma.chooser), and their bytes (in bytes_read; steps["resync"] has them)
+    resync_reads: int = 0
+    resync_bytes_read: int = 0
     # --gamma auto: the γ chosen and why, with every candidate's expected tokens, modeled
     # seconds and bytes (specdec.gamma.chooser.Choice.record); {} for a fixed γ
     gamma_choice: dict = field(default_factory=dict)
@@ -107,6 +112,7 @@ class PassRecord:
         refeed: tuple[int, list[LayerStep]] = (0, []),
         context: int = 0,
         draft_forwards: int | None = None,
+        resync_steps: list[LayerStep] = (),
     ) -> PassRecord:
         refed, refeed_steps = refeed
         steps = draft_steps + verify_steps + refeed_steps
@@ -142,6 +148,8 @@ class PassRecord:
             peak_rss_bytes=peak_rss_bytes,
             refed=refed,
             refeed_bytes_read=sum(s.bytes_read for s in refeed_steps),
+            resync_reads=sum(s.misses for s in resync_steps),
+            resync_bytes_read=sum(s.bytes_read for s in resync_steps),
             context=context,
             draft_forwards=draft_forwards,
             steps={
@@ -153,13 +161,20 @@ class PassRecord:
                     ("draft", draft_steps),
                     ("verify", verify_steps),
                     ("refeed", refeed_steps),
+                    ("resync", resync_steps),
                 )
+                if group or phase != "resync"  # the rare phase only where it read
             },
         )
 
     @property
     def bytes_read(self) -> int:
-        return self.draft_bytes_read + self.verify_bytes_read + self.refeed_bytes_read
+        return (
+            self.draft_bytes_read
+            + self.verify_bytes_read
+            + self.refeed_bytes_read
+            + self.resync_bytes_read
+        )
 
     @classmethod
     def from_row(cls, row: dict, where: str) -> PassRecord:
@@ -179,7 +194,7 @@ class PassRecord:
                 "rerun the job to record them"
             )
         for name in COUNTS:  # what the summary adds up and indexes by: a damaged file's values
-            v = row[name]
+            v = row.get(name, 0)  # absent: a field with a default, written before it existed
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise SpecdecError(
                     f"{where}: a record's {name} is {v!r}, not a whole number >= 0: the file is "
@@ -238,6 +253,9 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
         out["gamma"] = AUTO.label
         out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
         out["gamma_why"] = gamma_why(records)
+        resyncs = [r.resync_reads for r in records if r.resync_reads]
+        if resyncs:  # re-syncs to plain decoding's shadow (in bytes_read)
+            out["resyncs"], out["resync_reads"] = len(resyncs), sum(resyncs)
     ends = [r.draft_routing["why"] for r in records if r.draft_routing]
     if ends:  # a drafter that routes its drafts (self): why each draft ended (draft_stop.py)
         out["draft_ends"] = {why: ends.count(why) for why in sorted(set(ends))}

@@ -2,12 +2,14 @@
 
     chooser = GammaChooser(cost, n_layers=L, top_k=k, block_bytes=slot_bytes,
                            draft_block_bytes=mtp_slot_bytes)   # 0 without a draft layer
-    choice = chooser.choose(context=120, left=40)   # Choice(gamma, why, candidates)
+    choice = chooser.choose(context=120, left=40)   # Choice(gamma, why, candidates, sync)
+    ... where choice.sync, the run's cache adopts plain's shadow first (cache.adopt(shadow)) ...
     ... run the pass at choice.gamma ...
     report = shadows.feed(committed_keys, chooser.alphas())   # specdec.gamma.shadows
     chooser.observe(Observed(gamma, accepted, union [L], misses [L], draft_union, draft_misses,
                              plain_misses=report.plain_misses, shadow=report.passes, context,
-                             spent=(bytes_read, modeled_s)))   # as the pass's record spent it
+                             spent=(bytes_read, modeled_s),   # as the pass's record spent it
+                             diverged=d, synced=same))  # re-sync: shadows.divergence(cache, plain)
 
 The rule (docs/gamma-auto.md prints this text beside the measured check): for each candidate
 γ = 1..max_gamma (1 is plain decoding),
@@ -65,6 +67,20 @@ auto drafts only once BOUND of plain's totals covers a pass at its worst and the
 in reads, so a short run, or one whose plain reads little against a large cache, stays
 plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND.
 
+Re-sync, where the cache is one plain LRU over every expert with a reserve to hold
+(`can_resync`): the run can end its divergence from plain at any time by reading the blocks
+plain's shadow holds that its own cache lacks and taking the shadow's order (ExpertCache.adopt:
+LRU's order is its whole state); from then on it reads exactly what plain reads. So the reserve
+is what re-syncing would read after the pass, not the cache's size: the divergence D now
+(shadows.divergence, after each pass) plus one per block the pass reads at its worst (each
+evicts at most one block plain holds), at most the cache's size; and the cache's size where the
+pass's experts can outnumber the cache (its committed tokens' experts may then leave the run's
+cache before it ends while plain's shadow takes them in). Plain passes are guarded too while the
+run's cache is not plain's (the same worst room, a plain pass's misses each evicting one of
+plain's blocks): where one would not fit, the run re-syncs first (Choice.sync; its reads are the
+pass's), so the run's totals plus D stay within (1 + BOUND)·plain after every pass, and a re-
+synced run reads what plain reads. Other policies keep the cache's size in reserve.
+
 Where every access misses (the reserve is none) plain's cost of every token ahead is known: k
 reads per MoE layer, and seconds that grow with the context. There the bound is owed from a
 stated length on, FRONT tokens or the run's own length if shorter (`front`; the tokens left
@@ -100,7 +116,7 @@ Tests: `pytest tests/gamma/test_gamma_auto.py`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -135,6 +151,13 @@ def lru_reserve(policy: PolicySpec, slots: int, n_layers: int, top_k: int) -> in
     return 0 if str(policy) == "lru" and slots <= (n_layers - 1) * top_k else slots
 
 
+def can_resync(policy: PolicySpec, reserve: float) -> bool:
+    """Whether a run whose guard holds `reserve` (`lru_reserve`'s, of one cache over every
+    expert read only as the router asks) re-syncs its cache to plain's shadow instead: a plain
+    LRU (no speculation options), whose order is its whole state, with a reserve to lower."""
+    return str(policy) == "lru" and reserve > 0
+
+
 def front_for(reserve: float) -> int:
     """`GammaChooser.front` for a guard that holds `reserve` (`lru_reserve`'s): FRONT where it
     holds none (every access misses, so plain's cost of every token ahead is known), else 0."""
@@ -151,6 +174,7 @@ class Candidate:
     # the most the pass can read and take (every position's and every draft's experts missing)
     worst_bytes: float = 0.0
     worst_s: float = 0.0
+    worst_reads: float = 0.0  # ... in blocks
 
     @property
     def rate(self) -> float:
@@ -176,10 +200,15 @@ class Choice:
     why: str
     candidates: tuple[Candidate, ...] = ()
     slack: tuple[float, float] | None = None  # the guard's room left: (bytes, seconds)
+    # re-sync the run's cache to plain's shadow before the pass (GammaChooser.resync): the
+    # bound no longer covers a plain pass from the cache as it is
+    sync: bool = False
 
     def record(self) -> dict:
         """What the pass record keeps: the γ, why, and every candidate's expectations."""
         out: dict = {"gamma": self.gamma, "why": self.why}
+        if self.sync:
+            out["sync"] = True
         if self.candidates:
             out["candidates"] = [c.row() for c in self.candidates]
         if self.slack is not None:
@@ -209,6 +238,10 @@ class Observed:
     # blocks of the main MoE layers not resident after the pass: the most a pass can miss
     # (None: not known, k per position and layer assumed missing)
     cold: int | None = None
+    # with re-sync (GammaChooser.resync), after the pass: blocks plain's shadow holds that the
+    # run's cache lacks, and whether the two are alike, keys and order (shadows.divergence)
+    diverged: int | None = None
+    synced: bool = False
 
 
 # cost(γ, context, verify union [L], verify misses [L], draft union and misses per draft)
@@ -231,6 +264,9 @@ class GammaChooser:
     # (module doc), so BOUND of those tokens' plain cost may be spent from the first pass
     front: int = 0
     max_gamma: int = MAX_GAMMA
+    # the run can re-sync its cache to plain's shadow (an LRU over every expert: `can_resync`):
+    # the reserve is then what re-syncing would read, not the cache's size (module doc)
+    resync: bool = False
     passes: int = 0
     _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
     _judged: np.ndarray = field(init=False)  # [G]
@@ -247,6 +283,8 @@ class GammaChooser:
     _horizon: int = 0  # min(front, the run's length): the first length the bound must hold at
     _miss_s: float = 0.0  # modeled seconds one more read adds to a plain pass (latest)
     _since: int = 0  # blocks since the last exploration
+    _diverged: float = 0.0  # re-sync: blocks plain's shadow holds that the run lacks (latest)
+    _synced: bool = True  # re-sync: the run's cache is plain's shadow, keys and order
     _blocks: int = 0  # blocks started
     _pos: int = 0  # passes into the current block
     _length: int = 0  # passes of the current block (1: an exploration)
@@ -344,30 +382,33 @@ class GammaChooser:
         rows = self._draft[np.minimum(np.arange(n), self._drafted - 1)]  # [n, 2]
         return rows[:, 0], rows[:, 1]
 
-    def _worst(self, gamma: int, context: int) -> tuple[float, float]:
-        """(bytes, seconds) of a pass of γ whose every position's k experts per layer and every
-        draft's k draft-layer experts miss (no more than the blocks not resident)."""
+    def _worst(self, gamma: int, context: int) -> tuple[float, float, float]:
+        """(bytes, seconds, blocks) of a pass of γ whose every position's k experts per layer
+        and every draft's k draft-layer experts miss (no more than the blocks not resident)."""
         k = float(self.top_k)
         u = np.full(self.n_layers, gamma * k)  # [L]
         m = u * min(1.0, self._cold / u.sum())  # [L] no more misses than blocks not resident
         drafts = (gamma - 1) * k if self.draft_block_bytes else 0.0
         nbytes = float(m @ self.block_bytes) + drafts * self.draft_block_bytes
         per_draft = k if drafts else 0.0
-        return nbytes, self.cost(gamma, context, u, m, per_draft, per_draft)
+        seconds = self.cost(gamma, context, u, m, per_draft, per_draft)
+        return nbytes, seconds, float(m.sum()) + drafts
 
     def slack(self, c: Candidate) -> np.ndarray:
-        """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of two
-        (negative: no room): (1 + GUARD) times plain's totals with the pass's E(γ) tokens at
-        plain's per-token rate, less the run's spent, the pass's expected cost and the reserve
-        (`cache_blocks` whole reads: what the run may read beyond plain afterwards); and
-        (1 + BOUND) times plain's with its one certain token only, the pass at its worst (every
-        non-resident expert missing) and the reserve (the run may end right after it, or decode
-        plainly to any length). No credit for tokens after the pass: plain's rate is not known."""
+        """[2] the guard's room (bytes, seconds) after a pass of candidate `c`, the smaller of
+        `room`'s two (negative: no room)."""
+        return np.minimum(*self.room(c))
+
+    def room(self, c: Candidate) -> tuple[np.ndarray, np.ndarray]:
+        """([2] expected, [2] worst) room (bytes, seconds) after a pass of candidate `c`:
+        (1 + GUARD) times plain's totals with the pass's E(γ) tokens at plain's per-token rate,
+        less the run's spent, the pass's expected cost and the reserve (`_reserve` whole reads:
+        what the run may read beyond plain afterwards); and (1 + BOUND) times plain's with its
+        one certain token only, less the pass at its worst (every non-resident expert missing)
+        and the reserve (the run may end right after it, or decode plainly to any length). No
+        credit for tokens after the pass: plain's rate is not known."""
         per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
-        # what the run may read beyond plain once it decodes plainly again, as whole reads (none
-        # where every expert is resident: a cache that holds them all never evicts)
-        reserve = self.cache_blocks if self._cold > 0 else 0.0
-        owed = reserve * np.array([float(self.block_bytes.max()), self._miss_s])
+        owed = self._reserve(c) * np.array([float(self.block_bytes.max()), self._miss_s])
         spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
         spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
         expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
@@ -375,7 +416,33 @@ class GammaChooser:
         # access misses; seconds grow with the context), and the bound is owed only from there
         ahead = BOUND * per_token * max(0, self._horizon - self._tokens - 1)
         worst = (1.0 + BOUND) * (self._plain_total + per_token) + ahead - spent_worst
-        return np.minimum(expected, worst)
+        return expected, worst
+
+    def _reserve(self, c: Candidate) -> float:
+        """Whole reads the run may owe beyond plain after a pass of `c`: none where every expert
+        is resident (a cache that holds them all never evicts); else the cache's size, or with
+        re-sync what re-syncing could read after the pass at its worst (module doc): the
+        divergence now and one more per block the pass reads (each evicts at most one block
+        plain holds); none for a plain pass from a cache that is plain's (both read alike); the
+        cache's size still where the pass's experts can outnumber the cache (`_outgrows`)."""
+        if self._cold <= 0:
+            return 0.0
+        if not self.resync:
+            return self.cache_blocks
+        if c.gamma == 1 and self._synced:
+            return 0.0
+        if self._outgrows(c):
+            return self.cache_blocks
+        return min(self.cache_blocks, self._diverged + c.worst_reads)
+
+    def _outgrows(self, c: Candidate) -> bool:
+        """Whether a pass of `c` can select more experts than the cache holds: its committed
+        tokens' experts may then leave the run's cache before it ends while plain's shadow takes
+        them in, each widening the divergence beyond one per read (rare: its worst reads alone
+        then reach most of the cache's size)."""
+        k, drafts = self.top_k, bool(self.draft_block_bytes)
+        span = c.gamma * k * self.n_layers + (c.gamma - 1) * k * drafts
+        return span > self.cache_blocks
 
     def _affordable(self, c: Candidate) -> bool:
         if c.gamma == 1:
@@ -383,7 +450,15 @@ class GammaChooser:
         return 1 in self._sums and bool((self.slack(c) >= 0).all())
 
     def choose(self, context: int = 0, left: int = 1 << 30) -> Choice:
-        """The γ of the next pass (at most `left`, the tokens still to commit)."""
+        """The γ of the next pass (at most `left`, the tokens still to commit), and whether the
+        run re-syncs its cache to plain's shadow first (`resync`: a plain pass from the cache
+        as it is no longer fits the bound)."""
+        choice = self._choose(context, left)
+        if choice.gamma > 1 or not self.resync or self._synced or self._plain_fits(context):
+            return choice
+        return replace(choice, sync=True)
+
+    def _choose(self, context: int, left: int) -> Choice:
         if left <= 1 or self.max_gamma == 1:
             return Choice(1, "last" if left <= 1 else "best")
         self._horizon = min(self.front, self._tokens + left)
@@ -400,6 +475,17 @@ class GammaChooser:
         self._length = 1 if why == "explore" else BLOCK
         room = tuple(self.slack(self._held).tolist()) if 1 in self._sums else None
         return Choice(g, why, cands, room)
+
+    def _plain_fits(self, context: int) -> bool:
+        """Whether a plain pass from the run's cache as it is (diverged from plain's) keeps the
+        bound: its worst room, with what re-syncing could read after it in reserve."""
+        if 1 not in self._sums:  # nothing observed yet: the run is still plain's
+            return True
+        union, misses, _ = self._reads(1)
+        cost = self.cost(1, context, union, misses, 0.0, 0.0)
+        plain = Candidate(1, 1.0, cost, float(misses @ self.block_bytes), True,
+                          *self._worst(1, context))  # fmt: skip
+        return bool((self.room(plain)[1] >= 0).all())
 
     def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
         """A block's γ: the best admissible, an exploration, or plain (module doc)."""
@@ -453,6 +539,8 @@ class GammaChooser:
         u, m = np.asarray(o.union, np.float64), np.asarray(o.misses, np.float64)
         if o.cold is not None:
             self._cold = float(o.cold)
+        if o.diverged is not None:
+            self._diverged, self._synced = float(o.diverged), o.synced
         if o.spent is not None:
             self._spent += o.spent
         else:

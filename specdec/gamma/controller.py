@@ -13,6 +13,7 @@ was given profiles and none is roofline); `profile` says which, and the run summ
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,10 +28,11 @@ from specdec.gamma.chooser import (
     Choice,
     GammaChooser,
     Observed,
+    can_resync,
     front_for,
     lru_reserve,
 )
-from specdec.gamma.shadows import ShadowReport, Shadows
+from specdec.gamma.shadows import ShadowReport, Shadows, divergence
 
 if TYPE_CHECKING:  # the loader imports mlx-lm (seconds): not for `--help`
     from specdec.stream.loader import StreamedModel
@@ -75,13 +77,22 @@ class AutoGamma:
         one = isinstance(s.cache, ExpertCache) and not s.lookahead.ahead_of
         reserve = lru_reserve(sm.policy, n, len(layers), sm.top_k) if one else n
         chooser = GammaChooser(
-            cost, len(layers), sm.top_k, slot, draft_slot, reserve, front_for(reserve)
-        )
+            cost, len(layers), sm.top_k, slot, draft_slot, reserve, front_for(reserve),
+            resync=one and can_resync(sm.policy, reserve),
+        )  # fmt: skip
         return cls(sm, clock, profile, chooser, shadows)
 
     def start(self) -> None:
-        """After the prefill: plain decoding would start from the cache the prefill left."""
-        self.shadows.preload(self.sm.streamer.cache.resident_keys())
+        """After the prefill: plain decoding would start from the cache the prefill left (in
+        its order, where the order is the policy's state: LRU)."""
+        cache = self.sm.streamer.cache
+        self.shadows.preload(cache.held_order() if self.chooser.resync else cache.resident_keys())
+
+    def resync(self) -> list:
+        """The run's cache takes plain's shadow's state (Choice.sync), reading what it lacks:
+        the steps of those reads (streamer.LayerStep, phase "resync")."""
+        self.sm.streamer.adopt(self.shadows.plain)
+        return self.sm.streamer.drain()
 
     def choose(self, context: int, left: int) -> Choice:
         return self.chooser.choose(context, left)
@@ -103,7 +114,11 @@ class AutoGamma:
             ).total_s  # a roofline profile: measured compute not used
         )
         cold = self._cold(self.sm.streamer.cache.resident_keys())
-        self.chooser.observe(self._observed(rec, seen, context, spent, cold))
+        observed = self._observed(rec, seen, context, spent, cold)
+        if self.chooser.resync:
+            diverged, synced = divergence(self.sm.streamer.cache, self.shadows.plain)
+            observed = dataclasses.replace(observed, diverged=diverged, synced=synced)
+        self.chooser.observe(observed)
 
     def _cold(self, resident: list[int]) -> int:
         """Blocks of the main MoE layers not resident: the most a pass can miss there."""

@@ -17,7 +17,9 @@ device clock (`PassClock.modeled`: the verify forward with its own unions and mi
 draft phase the drafter's `draft_compute` implies; replay has no draft-phase reads).
 
 `auto`'s counterfactual caches (specdec.gamma.shadows: plain's and one per candidate γ) are fed
-each pass's committed positions, and reset at each prompt as the run's cache is.
+each pass's committed positions, and reset at each prompt as the run's cache is. Under a plain
+LRU the run's cache re-syncs to plain's shadow where the chooser says so (Choice.sync): its
+reads are the pass's, priced as one batch before it (`PassesResult.resync_reads` counts them).
 `specdec simulate --gamma auto` rows come from `auto_rows` here.
 
 A pass's union must fit the cache (as in replay.py, BudgetError otherwise); `auto` considers only
@@ -40,8 +42,15 @@ from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.core.inputs import read_json_object
 from specdec.core.progress import progress
-from specdec.gamma.chooser import MAX_GAMMA, GammaChooser, Observed, front_for, lru_reserve
-from specdec.gamma.shadows import Shadows, pass_keys
+from specdec.gamma.chooser import (
+    MAX_GAMMA,
+    GammaChooser,
+    Observed,
+    can_resync,
+    front_for,
+    lru_reserve,
+)
+from specdec.gamma.shadows import Shadows, divergence, pass_keys
 from specdec.gamma.spec import AUTO, Gamma
 from specdec.sim.replay import prompt_starts, rejected_routing, routing_model, trace_routes
 from specdec.trace.agree import check_trace_config
@@ -63,6 +72,7 @@ class PassesResult:
     gamma_hist: list[int]  # passes per γ run (index γ)
     positions: int = 0  # positions the passes ran (rejected drafts included)
     choices: list[dict] = field(default_factory=list)  # auto: Choice.record() per pass
+    resync_reads: int = 0  # auto: blocks its re-syncs to plain's shadow read (in bytes_read)
 
     @property
     def bytes_per_token(self) -> float:
@@ -133,8 +143,9 @@ def replay_passes(
 
         reserve = lru_reserve(spec, budget_slots, L, k)
         chooser = GammaChooser(
-            cost, L, k, block, cache_blocks=reserve, front=front_for(reserve), max_gamma=cap
-        )
+            cost, L, k, block, cache_blocks=reserve, front=front_for(reserve), max_gamma=cap,
+            resync=can_resync(spec, reserve),
+        )  # fmt: skip
         shadows = Shadows(
             lambda: spec.cache(budget_slots, hotlist=hotlist),
             range(2, cap + 1),
@@ -162,6 +173,7 @@ def replay_passes(
                 shadows.new_sequence(chooser.alphas())
         left = ends[seg] - t
         choice = chooser.choose(t, left) if chooser else None
+        resync = _resync(cache, shadows.plain, layers, block, E) if choice and choice.sync else []
         n = min(choice.gamma if choice else gamma.fixed, left)
         a = n - 1 if geo is None else min(int(geo[out.passes]), n - 1)
         routes = _pass_routes(e, trace.rejected, t, n, a, rho_logp, rng)  # [n, L, k]
@@ -179,7 +191,7 @@ def replay_passes(
         if spec.options:  # the verdict: positions 0..a committed (keys carry their layer)
             cache.judge(*verdict_keys([(0, (routes + offsets[None]).reshape(n, -1))], a + 1))
         spent = (
-            float(misses @ block),
+            float(misses @ block) + sum(s.bytes_read for s in resync),
             clock.modeled(
                 profile,
                 drafted=n - 1,
@@ -187,8 +199,10 @@ def replay_passes(
                 draft_steps=[],
                 verify_steps=steps,
                 measured_compute_s=0.0,
+                resync_steps=resync,
             ).total_s,
         )
+        out.resync_reads += sum(s.misses for s in resync)
         out.bytes_read += spent[0]
         out.modeled_s += spent[1]
         out.accesses += int(union.sum())
@@ -200,14 +214,22 @@ def replay_passes(
         if chooser:
             out.choices.append(choice.record())
             seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
+            diverged, synced = divergence(cache, shadows.plain) if chooser.resync else (None, False)
             chooser.observe(
                 Observed(n, a, union, misses, plain_misses=seen.plain_misses,
                          shadow=seen.passes, context=t, spent=spent,
-                         cold=L * E - len(cache.resident_keys()))
+                         cold=L * E - len(cache.resident_keys()), diverged=diverged,
+                         synced=synced)
             )  # fmt: skip
         t += a + 1
     out.hits = cache.hits
     return out
+
+
+def _resync(cache, plain, layers: list[int], block: np.ndarray, E: int) -> list[StepCounts]:
+    """`cache` takes plain's shadow's state (Choice.sync): its reads, one step per layer read."""
+    read = np.bincount([key // E for key, _ in cache.adopt(plain)], minlength=len(layers))
+    return [StepCounts(layers[li], 0, int(n), int(n * block[li])) for li, n in enumerate(read) if n]
 
 
 def auto_setup(

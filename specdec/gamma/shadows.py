@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache, position_chunks
+from specdec.core.errors import SpecdecError
 
 HISTORY = 256  # committed positions a lane's rejected drafts draw their routing from
 
@@ -107,6 +108,16 @@ def shadow_plain(shadow: ExpertCache, keys: np.ndarray) -> np.ndarray:
             misses[t, li] = len(shadow.access(sorted(ks)))
         shadow.tick(1)
     return misses
+
+
+def divergence(run: ExpertCache, plain: ExpertCache) -> tuple[int, bool]:
+    """(blocks `plain` holds that `run` lacks, whether both hold the same keys in the same
+    order): what re-syncing the run's cache to plain's shadow reads (`ExpertCache.adopt`), and
+    whether it is already plain's, so that plain decoding reads alike on both from here on."""
+    mine, theirs = run.held_order(), plain.held_order()
+    if mine is None or theirs is None:
+        raise SpecdecError("only an LRU cache is compared with plain's shadow")
+    return len(set(theirs).difference(mine)), mine == theirs
 
 
 class Shadows:

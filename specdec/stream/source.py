@@ -108,6 +108,22 @@ class ExpertSource:
                 raise
         return self.cache.slots(keys), [key - base for key, _ in misses]
 
+    def adopt(self, other: ExpertCache) -> list[int]:
+        """The cache takes `other`'s state (ExpertCache.adopt: `--gamma auto`'s re-sync to
+        plain decoding's shadow), reading the blocks it lacks; returns their cache keys. Every
+        read still landing is awaited and every output computing on slots evaluated first: any
+        slot may be refilled."""
+        self.settle_all()
+        reqs = self.cache.adopt(other)
+        if reqs:
+            self.flush()
+            try:
+                self.reader.read(self._requests(reqs))
+            except StoreError:
+                self.cache.forget(key for key, _ in reqs)
+                raise
+        return [key for key, _ in reqs]
+
     def hit(self, layer: int, experts: list[int], counts: list[int]) -> None:
         """The cache step of a call computed on a device table (all hits: residency has not
         moved since its table was built)."""

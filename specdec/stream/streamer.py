@@ -24,7 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specdec.cache.expert_cache import position_chunks
+from specdec.cache.expert_cache import ExpertCache, position_chunks
 from specdec.checkpoint.families import Route
 from specdec.core.accelerator import to_host
 from specdec.stream.source import ExpertSource
@@ -209,6 +209,16 @@ class Streamer:
         if started:
             nbytes = self.source.index.layers[layer].bytes_of(started)  # a mixed pack: two sizes
             self.log.add(LayerStep(layer, 0, 0, nbytes, phase, len(started)))
+
+    def adopt(self, other: ExpertCache) -> None:
+        """The cache takes `other`'s state, reading what it lacks (ExpertSource.adopt); one step
+        per layer read, logged under phase "resync" (no union: nothing computes on them)."""
+        stride, read = self.source.key_stride, {}
+        for key in self.source.adopt(other):
+            read.setdefault(key // stride, []).append(key % stride)
+        for layer, experts in sorted(read.items()):
+            nbytes = self.source.index.layers[layer].bytes_of(experts)
+            self.log.add(LayerStep(layer, 0, len(experts), nbytes, "resync"))
 
     def catch_up(self, n: int | None = None) -> None:
         """Run the host part of the first n deferred calls (None: all), in call order:

@@ -73,3 +73,7 @@ def test_a_record_whose_counts_are_not_counts_is_refused_by_name(value):
         SpecdecError, match=r"^r.jsonl:1: a record's accepted is .*the file is damaged"
     ):
         PassRecord.from_row({**row, "accepted": value}, "r.jsonl:1")
+    with pytest.raises(SpecdecError, match=r"a record's resync_reads is .*the file is damaged"):
+        PassRecord.from_row({**row, "resync_reads": value}, "r.jsonl:1")
+    older = {k: v for k, v in row.items() if not k.startswith("resync_")}  # before re-sync
+    assert PassRecord.from_row(older, "r.jsonl:1") == rec

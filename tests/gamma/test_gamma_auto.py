@@ -28,6 +28,7 @@ from specdec.gamma.chooser import (
     BOUND,
     GUARD,
     RULE,
+    Candidate,
     GammaChooser,
     Observed,
     front_for,
@@ -612,3 +613,170 @@ def test_auto_drafts_sooner_where_every_access_misses(long_trace):
         gammas = [c["gamma"] for c in r.choices]
         first[name] = next((i for i, g in enumerate(gammas) if g > 1), len(gammas))
     assert first["none"] < first["cache"], first
+
+
+def _plain_pass(ch: GammaChooser, diverged: int, synced: bool):
+    """One plain pass of one token that missed one expert, as plain's shadow did, leaving the
+    run's cache `diverged` blocks from plain's (re-sync's view); returns the choice before it."""
+    c = ch.choose(0, 1000)
+    ch.observe(Observed(1, 0, np.array([2.0]), np.array([1.0]), plain_misses=np.array([[1.0]]),
+                        cold=30, diverged=diverged, synced=synced))  # fmt: skip
+    return c
+
+
+def test_a_run_resyncs_when_a_plain_pass_from_its_cache_no_longer_fits_the_bound():
+    # re-sync: the reserve is what re-syncing would read (the divergence), not the cache's size.
+    # After 100 plain tokens the bound's room is ~3 reads; a cache 12 blocks from plain's
+    # cannot take a plain pass at its worst without re-syncing first; 0 blocks apart it can,
+    # and a cache that is plain's needs no check at all
+    ch = _chooser(read_s=1.0)
+    ch.cache_blocks, ch.resync = 16.0, True
+    for _ in range(100):
+        assert not _plain_pass(ch, 0, True).sync
+    _plain_pass(ch, 12, False)  # a pass that left the run 12 blocks from plain
+    c = _plain_pass(ch, 0, True)  # ... re-synced before this one (its reads not counted here)
+    assert c.gamma == 1 and c.sync and c.record()["sync"] is True
+    assert not _plain_pass(ch, 0, False).sync, "0 blocks apart: a plain pass's worst fits"
+    assert not _plain_pass(ch, 12, False).sync
+    assert _plain_pass(ch, 0, True).sync
+    ch.resync = False  # the cache's size in reserve: plain passes are never checked
+    _plain_pass(ch, 12, False)
+    assert not _plain_pass(ch, 12, False).sync
+
+
+@pytest.fixture(scope="module")
+def resync_trace():
+    return synthetic_trace(2000, n_layers=4, n_experts=32, top_k=4, expert_bytes=[10, 10, 30, 20])
+
+
+@pytest.mark.parametrize(("slots", "alpha"), [(40, 0.0), (48, 0.5), (64, 0.95)])
+def test_a_resyncing_runs_totals_and_divergence_stay_within_the_bound(
+    resync_trace, slots, alpha, monkeypatch
+):
+    # what the guard keeps with re-sync, after every pass: the run's bytes plus what re-syncing
+    # would read then, within (1 + BOUND) of plain's over the same tokens; from there a
+    # re-synced run reads what plain reads, so this bounds the run wherever it ends
+    from specdec.gamma import chooser as chooser_mod
+
+    seen, observe = [], chooser_mod.GammaChooser.observe
+
+    def spy(self, o):
+        observe(self, o)
+        seen.append((self._spent[0] + o.diverged * self.block_bytes.max(), self._plain_total[0]))
+
+    monkeypatch.setattr(chooser_mod.GammaChooser, "observe", spy)
+    clock, m4 = trace_clock(TINY, resync_trace), get_profile("m4-24gb")
+    r = replay_passes(resync_trace, "lru", slots, AUTO, alpha, clock, m4)
+    assert sum(c["gamma"] > 1 for c in r.choices) >= 8, "it drafted: else this checks nothing"
+    worst = max(run / ref for run, ref in seen[10:])
+    assert worst <= 1 + BOUND, worst
+
+
+def test_resync_lets_auto_draft_sooner_than_the_caches_size_in_reserve(resync_trace, monkeypatch):
+    # 64 slots of a 4-layer top-4 model: without re-sync the guard holds 64 reads back and the
+    # first draft waits ~1450 tokens; with it, the reserve is what re-syncing would read
+    from specdec.gamma import replay as replay_mod
+
+    trace = resync_trace
+    clock, m4 = trace_clock(TINY, trace), get_profile("m4-24gb")
+    first = {}
+    for name, can in (("resync", replay_mod.can_resync), ("reserve", lambda p, r: False)):
+        monkeypatch.setattr(replay_mod, "can_resync", can)
+        r = replay_passes(trace, "lru", 64, AUTO, 0.95, clock, m4)
+        gammas = [c["gamma"] for c in r.choices]
+        first[name] = next((i for i, g in enumerate(gammas) if g > 1), len(gammas))
+        assert (
+            r.bytes_per_token
+            <= 1.03 * replay_passes(trace, "lru", 64, 1, 0.95, clock, m4).bytes_per_token
+        )
+    assert first["resync"] < 0.6 * first["reserve"], first
+
+
+def test_a_resyncing_run_holds_the_bound_when_every_pass_and_every_eviction_is_at_its_worst():
+    # the adversary re-sync's reserve must cover: every pass misses every expert of every
+    # position, every draft is rejected, each miss evicts a block plain holds (the run's cache
+    # drifts one block further from plain's per miss, up to its size), a plain pass from a
+    # drifted cache misses both its experts where plain misses one. After every pass the run's
+    # bytes plus what re-syncing would read stay within (1 + BOUND) of plain's (re-synced, it
+    # reads what plain reads); and it still drafts
+    slots = 16
+    ch = _chooser(read_s=1.0)
+    ch.cache_blocks, ch.resync = float(slots), True
+    lanes = tuple(ShadowPass(g, 1, np.array([2.0 * g]), np.array([g / 3])) for g in range(2, 9))
+    spent = ref = diverged = 0.0
+    synced, worst, drafted, syncs = True, 0.0, 0, 0
+    for i in range(1500):
+        c = ch.choose(0, 1000)
+        reads = diverged if c.sync else 0.0  # the re-sync's, the pass's own (Observed.spent)
+        if c.sync:
+            diverged, synced, syncs = 0.0, True, syncs + 1
+        m = 2.0 * c.gamma if c.gamma > 1 or not synced else 1.0
+        if c.gamma > 1 or not synced:
+            diverged, synced = min(float(slots), diverged + m), False
+        told = (100.0 * (m + reads), ch.cost(c.gamma, 0, None, np.array([m + reads]), 0, 0))
+        ch.observe(Observed(c.gamma, 0, np.array([2.0 * c.gamma]), np.array([m]),
+                            plain_misses=np.array([[1.0]]), shadow=lanes, spent=told, cold=30,
+                            diverged=int(diverged), synced=synced))  # fmt: skip
+        spent, ref = spent + 100.0 * (m + reads), ref + 100.0
+        drafted += c.gamma > 1
+        if i >= BLOCK:
+            worst = max(worst, (spent + 100.0 * diverged) / ref)
+    assert worst <= 1 + BOUND, worst
+    assert drafted > 0 and syncs > 0, (drafted, syncs)  # else this checks nothing
+
+
+@pytest.mark.parametrize("drafter", ["oracle:0.5", "mtp"])
+def test_a_runtime_resync_reads_plains_blocks_and_keeps_the_tokens(drafter, monkeypatch):
+    # forced: every other pass drafts γ = 2 and every plain pass after one re-syncs first. The
+    # re-sync reads real blocks into the arena's slots (the tokens stay plain greedy's), its
+    # reads are the pass's (records, bytes), and the plain pass after it leaves the run's cache
+    # exactly plain's shadow: the shadow mirrors what the runtime's plain pass does to the cache
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.gamma import chooser as chooser_mod
+    from specdec.gamma.chooser import Choice
+    from specdec.stream.loader import load
+
+    told: list[Observed] = []
+    observe = chooser_mod.GammaChooser.observe
+
+    def spy(self, o):
+        told.append(o)
+        observe(self, o)
+
+    monkeypatch.setattr(
+        chooser_mod.GammaChooser,
+        "_choose",
+        lambda self, context, left: Choice(2 if self.passes % 2 else 1, "best"),
+    )
+    monkeypatch.setattr(chooser_mod.GammaChooser, "_plain_fits", lambda self, context: False)
+    monkeypatch.setattr(chooser_mod.GammaChooser, "observe", spy)  # fmt: skip
+    sm = load("tiny", budget="25%", io="direct", with_mtp=drafter == "mtp")
+    prompt = sm.tokenizer.encode("def merge(a, b):\n")
+    plain = generate(sm, prompt, "none", DecodeConfig(max_tokens=40), stop_at_eos=False)
+    sm.reset_cache()  # the auto run starts cold, as the plain one did
+    res = generate(sm, prompt, drafter, DecodeConfig(gamma="auto", max_tokens=40),
+                   stop_at_eos=False)  # fmt: skip
+    assert res.tokens == plain.tokens
+    assert told[0].synced, "the shadow starts as the cache the prefill left, order included"
+    synced = [r for r in res.records if r.resync_reads]
+    assert len(synced) >= 5, "forced re-syncs ran"
+    for r in synced:
+        assert r.resync_bytes_read == sum(s[3] for s in r.steps["resync"]) > 0
+        assert r.bytes_read == r.draft_bytes_read + r.verify_bytes_read + r.resync_bytes_read
+        assert r.gamma_choice.get("sync") and r.drafted == 0
+    after = [o for o, r in zip(told, res.records, strict=True) if r.resync_reads]
+    assert all(o.synced and o.diverged == 0 for o in after), [(o.diverged, o.synced) for o in after]
+    assert res.summary["resyncs"] == len(synced)
+
+
+def test_a_pass_that_can_outgrow_the_cache_keeps_the_caches_size_in_reserve():
+    # where a pass's experts can outnumber the cache, its committed tokens' experts may leave
+    # the run's cache while plain's shadow takes them in: the divergence can then grow beyond
+    # one block per read, and the reserve stays the cache's size (k = 2, one layer, 6 slots)
+    ch = _chooser(read_s=1.0)
+    ch.cache_blocks, ch.resync = 6.0, True
+    ch.observe(Observed(2, 0, np.array([4.0]), np.array([1.0]), plain_misses=np.array([[1.0]]),
+                        cold=30, diverged=1, synced=False))  # fmt: skip
+    fits, outgrows = (Candidate(g, 1.0, 1.0, 0.0, True, 0.0, 0.0, 2.0) for g in (3, 4))
+    assert ch._reserve(fits) == 1 + 2 and ch._reserve(outgrows) == 6

@@ -68,6 +68,16 @@ class Policy:
         """Keys to read before the first step, in order (hotlist seeding); [] by default."""
         return []
 
+    def held_order(self) -> list[int] | None:
+        """The keys it holds, first evicted first, where that order is its whole state (LRU);
+        None for a policy with more state (counts, queues, pins)."""
+        return None
+
+    def adopt(self, order: list[int]) -> None:
+        """Hold exactly `order`'s keys as `held_order()` lists them (ExpertCache.adopt);
+        only a policy whose `held_order()` is its state can."""
+        raise SpecdecError(f"policy {self.name} cannot take another cache's state")
+
 
 _consume = deque(maxlen=0).extend  # runs an iterator to its end in C: a loop without bytecode
 

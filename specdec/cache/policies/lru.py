@@ -30,6 +30,12 @@ class LRU(Policy):
         for k in keys:
             self.order.pop(k, None)
 
+    def held_order(self):
+        return list(self.order)
+
+    def adopt(self, order):
+        self.order = OrderedDict.fromkeys(order)
+
     def victims(self, n, exclude, in_step=False):
         if in_step:  # the step's resident keys were just touched: the n oldest are not in it
             pop = self.order.popitem
