@@ -69,6 +69,7 @@ SESSIONS = {
     18: ("h100-r18",),  # an H100, pinned reads; the read curve from the 16-layer pack in place
     19: ("h100-r19",),  # an H100 again, the same; 9 GB and 10% priced on the pack's curve
     20: ("h100-r20",),  # an H100 again, the same grids; 9 GB α 0.9 twice in the session
+    21: ("h100-r21",),  # an H100 again, the 9 GB and 10% grids each twice
 }
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
@@ -79,7 +80,7 @@ SESSIONS = {
 # the eighteenth's (an H100, pinned) the same 120-slot pair over 96 tokens, the nineteenth's (an
 # H100, pinned, priced on the pack's read curve) at 9 GB (α 0.8-1.0), 10% (α 0.9, 1.0) and the
 # 120-slot pair at α 0.9, the twentieth's (the same card and grids) at 9 GB and 10%
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20)
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21)
 # the split's sessions: the tenth, which it was built for (with the eleventh), and every one
 # since, so a new session needs no edit here (the twelfth ran no spec step: no rows)
 SPLIT_FROM = 10

@@ -33,7 +33,8 @@ one measured run there is one draw. The same routing (the calibrated MiniMax tra
 layers, what `--routing trace` gives the 16-layer pack), 120 slots (about one token's experts),
 LRU, γ = 1, 4 and auto, α 1.0 / 0.9 / 0.8 over 96 and 192 tokens, priced on `--profile` (a
 session's, e.g. benchmarks/results/cuda/h100-r19.yaml). Per seed auto / γ = 4 in modeled
-seconds; per setting its median, range and how many seeds are within 1.05x. Writes
+seconds, the pass auto first drafted and its re-syncs to plain's cache; per setting the ratio's
+median, range and how many seeds are within 1.05x, the first draft's median. Writes
 benchmarks/results/gamma_auto_seeds.json; with `--slots N` (another budget, e.g. the sessions'
 10% and 9 GB: 409 and 1130) gamma_auto_seeds_Nslots.json; `--tokens`, `--alphas` and `--runs`
 set the lengths, acceptances and seeds (the table: `python -m analysis.auto_seeds --results
@@ -281,7 +282,7 @@ def seeds(args) -> int:
         for tokens in map(int, args.tokens.split(",")):
             ratios = []
             for seed in range(args.runs):
-                rate = {
+                runs = {
                     g: replay_passes(
                         trace,
                         "lru",
@@ -292,17 +293,25 @@ def seeds(args) -> int:
                         profile,
                         seed=seed,
                         positions=tokens,
-                    ).tokens_per_s  # fmt: skip
+                    )  # fmt: skip
                     for g in (1, 4, "auto")
                 }
+                rate = {g: r.tokens_per_s for g, r in runs.items()}
+                chosen = [c["gamma"] for c in runs["auto"].choices]
                 ratios.append({
                     "auto_over_4": rate["auto"] / rate[4],
                     "4_over_plain": rate[4] / rate[1],
                     "auto_over_plain": rate["auto"] / rate[1],
+                    # the first pass auto drafted (None: never) and its re-syncs to plain's cache
+                    "first_draft": next((i for i, g in enumerate(chosen) if g > 1), None),
+                    "resyncs": sum(1 for c in runs["auto"].choices if c.get("sync")),
                 })  # fmt: skip
             a = [r["auto_over_4"] for r in ratios]
+            firsts = [r["first_draft"] for r in ratios if r["first_draft"] is not None]
             row = {"alpha": alpha, "tokens": tokens, "slots": args.slots, "seeds": args.runs}
             row |= {"auto_over_4_median": statistics.median(a), "min": min(a), "max": max(a)}
+            row |= {"first_draft_median": statistics.median(firsts) if firsts else None}
+            row |= {"resyncs": sum(r["resyncs"] for r in ratios)}
             row |= {"within_1.05": sum(x >= 1 / 1.05 for x in a), "per_seed": ratios}
             for key in ("4_over_plain", "auto_over_plain"):
                 row[f"{key}_median"] = statistics.median(r[key] for r in ratios)

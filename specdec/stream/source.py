@@ -100,12 +100,7 @@ class ExpertSource:
         if misses:
             fresh = frozenset(slot for _, slot in misses)
             self.settle(fresh, fresh)  # a reused slot may still have an older read landing
-            self.flush()
-            try:
-                self.reader.read(self._requests(misses))
-            except StoreError:
-                self.cache.forget(key for key, _ in misses)
-                raise
+            self._fill(misses)
         return self.cache.slots(keys), [key - base for key, _ in misses]
 
     def adopt(self, other: ExpertCache) -> list[int]:
@@ -116,13 +111,19 @@ class ExpertSource:
         self.settle_all()
         reqs = self.cache.adopt(other)
         if reqs:
-            self.flush()
-            try:
-                self.reader.read(self._requests(reqs))
-            except StoreError:
-                self.cache.forget(key for key, _ in reqs)
-                raise
+            self._fill(reqs)
         return [key for key, _ in reqs]
+
+    def _fill(self, reqs: list[tuple[int, int]]) -> None:
+        """Read (key, slot) pairs just handed out, once every output computing on slots is
+        evaluated; a failed read forgets their keys first (no later step hits a slot holding a
+        partial or stale block) and raises."""
+        self.flush()
+        try:
+            self.reader.read(self._requests(reqs))
+        except StoreError:
+            self.cache.forget(key for key, _ in reqs)
+            raise
 
     def hit(self, layer: int, experts: list[int], counts: list[int]) -> None:
         """The cache step of a call computed on a device table (all hits: residency has not

@@ -9,7 +9,8 @@ every call, successful or not, every key the cache holds must sit in a slot whos
 block's crc32, and every call that returns must give exactly the resident model's logits.
 Persistent faults must raise a StoreError naming the layer, the expert and the file (also
 through `specdec generate`), and a corrupt block read ahead with --verify-checksums is forgotten
-and then named.
+and then named. A re-sync (`--gamma auto` taking plain's cache) whose read fails forgets that
+block; cleared, it lands every block and the logits stay exact.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlx_lm import load as mlx_load
 
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
 from specdec.core.errors import StoreError
 from specdec.store.reader import MAX_RETRIES
 from specdec.stream.loader import load
@@ -168,6 +171,40 @@ def test_failed_lookahead_read_is_forgotten_then_read_on_demand(streamed_lookahe
     assert faults.injected["transient"] > 0 and faults.injected["persistent"] > 0
 
 
+@pytest.fixture(scope="module")
+def streamed_plain(ckpt):
+    yield from _streamed(ckpt, 0)
+
+
+def test_a_resync_lands_real_blocks_and_forgets_one_whose_read_failed(streamed_plain):
+    # `--gamma auto`'s re-sync (Streamer.adopt): the cache takes another cache's keys and order,
+    # reading the blocks it lacks into real slots. A persistent fault on one of them raises,
+    # and its key is forgotten (never a hit on a partial block); cleared, the re-sync lands
+    # every block and the model computes exactly the resident logits on them
+    sm, ref_model, faults = streamed_plain  # no lookahead: a re-sync needs every key in the policy
+    sm.reset_cache()
+    s = sm.streamer
+    tokens = [7, 300, 41]
+    logits(sm.model, tokens)  # the 6 slots filled by the model's own routing
+    shadow = ExpertCache(6, make_policy("lru", 6))
+    want = [2 * s.key_stride + e for e in (1, 3, 5, 8, 13, 15)]  # other blocks, one layer
+    shadow.preload(want)
+    lacking = [k for k in want if s.cache.slot_of(k) is None]
+    assert lacking, "the shadow must hold blocks the cache lacks"
+    faults.plan = {divmod(lacking[0], s.key_stride): ("persistent", 1)}
+    try:
+        with pytest.raises(StoreError, match=r"layer 2 expert \d+ .* after 4 attempt"):
+            s.adopt(shadow)
+    finally:
+        faults.plan = {}
+    assert s.cache.slot_of(lacking[0]) is None
+    assert_slots_hold_their_blocks(sm)
+    s.adopt(shadow)
+    assert s.cache.held_order() == want
+    assert_slots_hold_their_blocks(sm)
+    assert np.array_equal(logits(sm.model, tokens), logits(ref_model, tokens))
+
+
 def test_persistent_fault_through_the_cli(ckpt, tmp_path, monkeypatch, capsys):
     """`specdec generate` on a disk that fails one block: exit 2, one line naming the block."""
     from specdec.cli import main
@@ -219,6 +256,8 @@ def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
 
 MMAP_SHRINK = """
 import os, sys
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
 from specdec.core.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex
