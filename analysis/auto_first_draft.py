@@ -15,12 +15,13 @@ owes its bound only from min(FRONT, the run's length) h on, and admits the pass 
 where plain + BOUND·h·plain covers it (`first_draft`). `worst`: the pass with every expert
 of its two positions missing (and, MTP, its draft's k), as the guard prices a pass none of whose
 experts is resident (near exact at budgets where plain misses nearly every expert); `reserve`:
-the guard's (`lru_reserve`: the cache's size in reads, none where the cache holds at most
-(L − 1)·k experts), or at most the pass's own reads (were the run re-synced to plain's shadow
-cache, designed and not built). Sizes from the bundled model's pack and the
-budget's slot plan, as the bench loaded it. "least": the smallest auto / best fixed γ in time a
-run that decodes plainly until that first draft can reach (plain's measured seconds per token
-until then, the best fixed γ's after), against the measured ratio.
+before re-sync the cache's size in reads (`lru_reserve`; none where the cache holds at most
+(L − 1)·k experts), with it what re-syncing to plain's shadow would read after the pass from a
+cache that is plain's, the pass's own reads, at most the cache's size (GammaChooser._reserve).
+Sizes from the bundled model's pack and the budget's slot plan, as the bench loaded it.
+"least": the smallest auto / best fixed γ in time a run that decodes plainly until that first
+draft (with re-sync) can reach (plain's measured seconds per token until then, the best fixed
+γ's after), against the measured ratio.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def rows(results: tuple[Path, ...] = DEFAULT) -> list[list]:
             body.append([
                 mode, r["i"], r["tokens"], f"{r['budget']}%", r["drafter"], slots,
                 f"{plain / 1e3:.0f}", f"{reads * block / 1e3:.0f}", first[0], first[1],
-                f"{least(r, first[0]):.2f}x", f"{r['auto_vs_best_fixed']:.2f}x",
+                f"{least(r, first[1]):.2f}x", f"{r['auto_vs_best_fixed']:.2f}x",
             ])  # fmt: skip
     return body
 
@@ -103,8 +104,8 @@ def least(r: dict, first: int) -> float:
 
 def table(results: tuple[Path, ...] = DEFAULT) -> str:
     heads = ["mode", "setting", "tokens", "budget", "drafter", "cache slots",
-             "plain kB/token", "γ = 2 pass at its worst, kB", "first draft: the guard's reserve",
-             "reserve = the pass's reads", "auto / best fixed γ: least",
+             "plain kB/token", "γ = 2 pass at its worst, kB",
+             "first draft: the cache's size in reserve", "with re-sync", "auto / best fixed γ: least",
              "measured"]  # fmt: skip
     return md_table(heads, rows(results))
 
