@@ -268,6 +268,11 @@ class ExpertCache(VerifyScratch, PassNotes):
         if self._prefetched or self._demoted or self._transient or self._scratch:
             raise SpecdecError("a cache holding keys outside its policy cannot take another's")
         want = dict.fromkeys(order)
+        if len(want) > self.n_slots:
+            raise SpecdecError(
+                f"a cache of {self.n_slots} slots cannot take one holding {len(want)} keys: "
+                "give it a cache of at most its size"
+            )
         leave = [k for k in self._slot_of if k not in want]
         self._free.extend(map(self._slot_of.pop, leave))
         out = [(k, self._free.pop()) for k in order if k not in self._slot_of]

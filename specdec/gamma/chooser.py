@@ -78,8 +78,12 @@ pass's experts can outnumber the cache (its committed tokens' experts may then l
 cache before it ends while plain's shadow takes them in). Plain passes are guarded too while the
 run's cache is not plain's (the same worst room, a plain pass's misses each evicting one of
 plain's blocks): where one would not fit, the run re-syncs first (Choice.sync; its reads are the
-pass's), so the run's totals plus D stay within (1 + BOUND)·plain after every pass, and a re-
-synced run reads what plain reads. Other policies keep the cache's size in reserve.
+pass's), so the run's totals plus D stay within (1 + BOUND)·plain after every pass, and a
+re-synced run reads what plain reads. Other policies keep the cache's size in reserve.
+Open (docs/results/gamma-auto.md, "Open, found in review"): the worst check credits the pass's
+certain token at plain's mean rate, so where that token costs plain less the bound can be
+overshot by up to (1 + BOUND) times the difference (exact where every access misses, the front);
+a re-sync's seconds are reserved at `_miss_s` a read, below its batch's `reads_time`.
 
 Where every access misses (the reserve is none) plain's cost of every token ahead is known: k
 reads per MoE layer, and seconds that grow with the context. There the bound is owed from a
@@ -257,7 +261,8 @@ class GammaChooser:
     draft_block_bytes: float = 0.0  # one expert of the draft phase's layer (MTP; else 0)
     # the cache's slots: under LRU the most reads a run that drafted can still make beyond
     # plain's once it decodes plainly (two LRU caches fed the same keys from any states differ
-    # by at most their size in misses), held in reserve by the guard from the first draft on
+    # by at most their size in misses): the guard's reserve from the first draft on, or with
+    # re-sync its cap (`_reserve`)
     cache_blocks: float = 0.0
     # FRONT where plain decoding's cost is known in advance (every access misses: `lru_reserve`
     # none), else 0: the bound is kept at every length from min(front, the run's length) on
@@ -399,7 +404,7 @@ class GammaChooser:
         `room`'s two (negative: no room)."""
         return np.minimum(*self.room(c))
 
-    def room(self, c: Candidate) -> tuple[np.ndarray, np.ndarray]:
+    def room(self, c: Candidate, reserve: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """([2] expected, [2] worst) room (bytes, seconds) after a pass of candidate `c`:
         (1 + GUARD) times plain's totals with the pass's E(γ) tokens at plain's per-token rate,
         less the run's spent, the pass's expected cost and the reserve (`_reserve` whole reads:
@@ -408,7 +413,7 @@ class GammaChooser:
         and the reserve (the run may end right after it, or decode plainly to any length). No
         credit for tokens after the pass: plain's rate is not known."""
         per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
-        owed = self._reserve(c) * np.array([float(self.block_bytes.max()), self._miss_s])
+        owed = self._reserve(c) * reserve * np.array([float(self.block_bytes.max()), self._miss_s])
         spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
         spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
         expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
@@ -449,12 +454,16 @@ class GammaChooser:
             return True
         return 1 in self._sums and bool((self.slack(c) >= 0).all())
 
-    def choose(self, context: int = 0, left: int = 1 << 30) -> Choice:
+    def choose(self, context: int = 0, left: int = 1 << 30, ends: bool = False) -> Choice:
         """The γ of the next pass (at most `left`, the tokens still to commit), and whether the
         run re-syncs its cache to plain's shadow first (`resync`: a plain pass from the cache
-        as it is no longer fits the bound)."""
+        as it is no longer fits the bound). `ends`: the run ends after those `left` tokens (not
+        a prompt boundary that more follow): its last pass owes no reserve, so it re-syncs only
+        where the pass itself would not fit (a re-sync there reads blocks nothing uses)."""
         choice = self._choose(context, left)
-        if choice.gamma > 1 or not self.resync or self._synced or self._plain_fits(context):
+        if choice.gamma > 1 or not self.resync or self._synced:
+            return choice
+        if self._plain_fits(context, reserve=not (ends and left <= 1)):
             return choice
         return replace(choice, sync=True)
 
@@ -476,16 +485,17 @@ class GammaChooser:
         room = tuple(self.slack(self._held).tolist()) if 1 in self._sums else None
         return Choice(g, why, cands, room)
 
-    def _plain_fits(self, context: int) -> bool:
+    def _plain_fits(self, context: int, reserve: bool = True) -> bool:
         """Whether a plain pass from the run's cache as it is (diverged from plain's) keeps the
-        bound: its worst room, with what re-syncing could read after it in reserve."""
+        bound: its worst room, with what re-syncing could read after it in reserve (unless the
+        run ends with it)."""
         if 1 not in self._sums:  # nothing observed yet: the run is still plain's
             return True
         union, misses, _ = self._reads(1)
         cost = self.cost(1, context, union, misses, 0.0, 0.0)
         plain = Candidate(1, 1.0, cost, float(misses @ self.block_bytes), True,
                           *self._worst(1, context))  # fmt: skip
-        return bool((self.room(plain)[1] >= 0).all())
+        return bool((self.room(plain, reserve)[1] >= 0).all())
 
     def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
         """A block's γ: the best admissible, an exploration, or plain (module doc)."""

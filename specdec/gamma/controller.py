@@ -95,7 +95,8 @@ class AutoGamma:
         return self.sm.streamer.drain()
 
     def choose(self, context: int, left: int) -> Choice:
-        return self.chooser.choose(context, left)
+        """`left`: the tokens the run still commits (it ends after them)."""
+        return self.chooser.choose(context, left, ends=True)
 
     def observe(
         self,

@@ -172,7 +172,7 @@ def replay_passes(
             if shadows is not None:
                 shadows.new_sequence(chooser.alphas())
         left = ends[seg] - t
-        choice = chooser.choose(t, left) if chooser else None
+        choice = chooser.choose(t, left, ends=seg == len(ends) - 1) if chooser else None
         resync = _resync(cache, shadows.plain, layers, block, E) if choice and choice.sync else []
         n = min(choice.gamma if choice else gamma.fixed, left)
         a = n - 1 if geo is None else min(int(geo[out.passes]), n - 1)

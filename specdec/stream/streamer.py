@@ -212,7 +212,10 @@ class Streamer:
 
     def adopt(self, other: ExpertCache) -> None:
         """The cache takes `other`'s state, reading what it lacks (ExpertSource.adopt); one step
-        per layer read, logged under phase "resync" (no union: nothing computes on them)."""
+        per layer read, logged under phase "resync" (no union: nothing computes on them). Calls
+        computed on device tables and not yet stepped are stepped first, on the cache they ran
+        on."""
+        self.catch_up()
         stride, read = self.source.key_stride, {}
         for key in self.source.adopt(other):
             read.setdefault(key // stride, []).append(key % stride)

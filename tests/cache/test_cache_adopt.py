@@ -67,3 +67,18 @@ def test_only_a_cache_whose_order_is_its_state_adopts():
     fetching.prefetch([5, 6])  # held outside the policy until a demand hit
     with pytest.raises(SpecdecError, match="outside its policy"):
         fetching.adopt(other)
+
+
+def test_the_same_keys_in_another_order_are_not_plains_and_adopt_reads_nothing():
+    # D counts blocks only; the order is state too: an LRU holding plain's keys in another order
+    # evicts other keys than plain's next, so only adopting the order makes both read alike
+    plain, run = _lru(4), _lru(4)
+    plain.access([1, 2, 3, 4])
+    run.access([4, 3, 2, 1])
+    assert divergence(run, plain) == (0, False)
+    assert run.adopt(plain) == [] and divergence(run, plain) == (0, True)
+    assert run.held_order() == [1, 2, 3, 4]
+    big = _lru(6)
+    big.access([1, 2, 3, 4, 5, 6])
+    with pytest.raises(SpecdecError, match="cannot take one holding 6 keys"):
+        run.adopt(big)

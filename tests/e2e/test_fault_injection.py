@@ -256,8 +256,6 @@ def test_corrupt_block_caught_on_a_lookahead_read(ckpt, tmp_path):
 
 MMAP_SHRINK = """
 import os, sys
-from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies import make_policy
 from specdec.core.errors import StoreError
 from specdec.store.arena import Arena
 from specdec.store.layout import EXPERTS_BIN, ExpertIndex

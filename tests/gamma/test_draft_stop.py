@@ -59,7 +59,9 @@ def tiny(request):
 
 def _hold_at(run: Decode, gamma: int) -> None:
     """Stub of the chooser's pick: every pass drafts toward `gamma` (its estimates stay live)."""
-    run.chooser.choose = lambda context=0, left=1 << 30: Choice(min(gamma, left), "best")
+    run.chooser.choose = lambda context=0, left=1 << 30, ends=False: Choice(
+        min(gamma, left), "best"
+    )
 
 
 def _decode(sm, prompt, gamma, mode, profiles=(), hold=None):

@@ -634,11 +634,14 @@ def test_a_run_resyncs_when_a_plain_pass_from_its_cache_no_longer_fits_the_bound
     for _ in range(100):
         assert not _plain_pass(ch, 0, True).sync
     _plain_pass(ch, 12, False)  # a pass that left the run 12 blocks from plain
-    c = _plain_pass(ch, 0, True)  # ... re-synced before this one (its reads not counted here)
+    c = _plain_pass(ch, 0, True)  # chosen 12 apart: re-sync first (its reads not counted here)
     assert c.gamma == 1 and c.sync and c.record()["sync"] is True
-    assert not _plain_pass(ch, 0, False).sync, "0 blocks apart: a plain pass's worst fits"
-    assert not _plain_pass(ch, 12, False).sync
-    assert _plain_pass(ch, 0, True).sync
+    assert not _plain_pass(ch, 0, False).sync, "from a cache that is plain's: no check"
+    assert not _plain_pass(ch, 12, False).sync, "0 apart, the order differing: a pass fits"
+    assert _plain_pass(ch, 12, False).sync, "12 apart again"
+    # the run's last pass owes no reserve: it re-syncs only where the pass itself does not fit
+    assert not ch.choose(0, 1, ends=True).sync
+    assert ch.choose(0, 1).sync, "a prompt boundary, more to follow: the reserve is owed"
     ch.resync = False  # the cache's size in reserve: plain passes are never checked
     _plain_pass(ch, 12, False)
     assert not _plain_pass(ch, 12, False).sync
@@ -749,7 +752,9 @@ def test_a_runtime_resync_reads_plains_blocks_and_keeps_the_tokens(drafter, monk
         "_choose",
         lambda self, context, left: Choice(2 if self.passes % 2 else 1, "best"),
     )
-    monkeypatch.setattr(chooser_mod.GammaChooser, "_plain_fits", lambda self, context: False)
+    monkeypatch.setattr(
+        chooser_mod.GammaChooser, "_plain_fits", lambda self, c, reserve=True: False
+    )
     monkeypatch.setattr(chooser_mod.GammaChooser, "observe", spy)  # fmt: skip
     sm = load("tiny", budget="25%", io="direct", with_mtp=drafter == "mtp")
     prompt = sm.tokenizer.encode("def merge(a, b):\n")
@@ -763,7 +768,6 @@ def test_a_runtime_resync_reads_plains_blocks_and_keeps_the_tokens(drafter, monk
     assert len(synced) >= 5, "forced re-syncs ran"
     for r in synced:
         assert r.resync_bytes_read == sum(s[3] for s in r.steps["resync"]) > 0
-        assert r.bytes_read == r.draft_bytes_read + r.verify_bytes_read + r.resync_bytes_read
         assert r.gamma_choice.get("sync") and r.drafted == 0
     after = [o for o, r in zip(told, res.records, strict=True) if r.resync_reads]
     assert all(o.synced and o.diverged == 0 for o in after), [(o.diverged, o.synced) for o in after]
@@ -780,3 +784,34 @@ def test_a_pass_that_can_outgrow_the_cache_keeps_the_caches_size_in_reserve():
                         cold=30, diverged=1, synced=False))  # fmt: skip
     fits, outgrows = (Candidate(g, 1.0, 1.0, 0.0, True, 0.0, 0.0, 2.0) for g in (3, 4))
     assert ch._reserve(fits) == 1 + 2 and ch._reserve(outgrows) == 6
+
+
+def test_a_forced_replay_resync_reads_plains_blocks_and_leaves_the_cache_plains(
+    resync_trace, monkeypatch
+):
+    # replay's re-sync (no run there re-syncs unforced): every other pass drafts γ = 2, every
+    # plain pass after one re-syncs first. Its reads are counted and priced with the pass, and
+    # the plain pass after each leaves the run's cache exactly plain's shadow
+    from specdec.gamma import chooser as chooser_mod
+    from specdec.gamma.chooser import Choice
+
+    seen, observe = [], chooser_mod.GammaChooser.observe
+
+    def spy(self, o):
+        seen.append((o.diverged, o.synced))
+        observe(self, o)
+
+    monkeypatch.setattr(
+        chooser_mod.GammaChooser,
+        "_choose",
+        lambda self, context, left: Choice(2 if self.passes % 2 else 1, "best"),
+    )
+    monkeypatch.setattr(
+        chooser_mod.GammaChooser, "_plain_fits", lambda self, c, reserve=True: False
+    )
+    monkeypatch.setattr(chooser_mod.GammaChooser, "observe", spy)  # fmt: skip
+    clock, m4 = trace_clock(TINY, resync_trace), get_profile("m4-24gb")
+    r = replay_passes(resync_trace, "lru", 40, AUTO, 0.5, clock, m4, positions=300)
+    synced = [i for i, c in enumerate(r.choices) if c.get("sync")]
+    assert len(synced) > 20 and r.resync_reads > len(synced) / 2
+    assert all(seen[i] == (0, True) for i in synced), [seen[i] for i in synced]
