@@ -728,17 +728,11 @@ def test_a_resyncing_run_holds_the_bound_when_every_pass_and_every_eviction_is_a
     assert drafted > 0 and syncs > 0, (drafted, syncs)  # else this checks nothing
 
 
-@pytest.mark.parametrize("drafter", ["oracle:0.5", "mtp"])
-def test_a_runtime_resync_reads_plains_blocks_and_keeps_the_tokens(drafter, monkeypatch):
-    # forced: every other pass drafts γ = 2 and every plain pass after one re-syncs first. The
-    # re-sync reads real blocks into the arena's slots (the tokens stay plain greedy's), its
-    # reads are the pass's (records, bytes), and the plain pass after it leaves the run's cache
-    # exactly plain's shadow: the shadow mirrors what the runtime's plain pass does to the cache
-    from specdec.decode.loop import DecodeConfig
-    from specdec.decode.run import generate
+def _force_resyncs(monkeypatch) -> list[Observed]:
+    """Every other pass drafts γ = 2 and every plain pass from a cache not plain's re-syncs
+    first (the chooser's pick and fit stubbed); returns what each pass taught the chooser."""
     from specdec.gamma import chooser as chooser_mod
     from specdec.gamma.chooser import Choice
-    from specdec.stream.loader import load
 
     told: list[Observed] = []
     observe = chooser_mod.GammaChooser.observe
@@ -756,6 +750,20 @@ def test_a_runtime_resync_reads_plains_blocks_and_keeps_the_tokens(drafter, monk
         chooser_mod.GammaChooser, "_plain_fits", lambda self, c, reserve=True: False
     )
     monkeypatch.setattr(chooser_mod.GammaChooser, "observe", spy)  # fmt: skip
+    return told
+
+
+@pytest.mark.parametrize("drafter", ["oracle:0.5", "mtp"])
+def test_a_runtime_resync_reads_plains_blocks_and_keeps_the_tokens(drafter, monkeypatch):
+    # forced: every other pass drafts γ = 2 and every plain pass after one re-syncs first. The
+    # re-sync reads real blocks into the arena's slots (the tokens stay plain greedy's), its
+    # reads are the pass's (records, bytes), and the plain pass after it leaves the run's cache
+    # exactly plain's shadow: the shadow mirrors what the runtime's plain pass does to the cache
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+
+    told = _force_resyncs(monkeypatch)
     sm = load("tiny", budget="25%", io="direct", with_mtp=drafter == "mtp")
     prompt = sm.tokenizer.encode("def merge(a, b):\n")
     plain = generate(sm, prompt, "none", DecodeConfig(max_tokens=40), stop_at_eos=False)
@@ -792,26 +800,10 @@ def test_a_forced_replay_resync_reads_plains_blocks_and_leaves_the_cache_plains(
     # replay's re-sync (no run there re-syncs unforced): every other pass drafts γ = 2, every
     # plain pass after one re-syncs first. Its reads are counted and priced with the pass, and
     # the plain pass after each leaves the run's cache exactly plain's shadow
-    from specdec.gamma import chooser as chooser_mod
-    from specdec.gamma.chooser import Choice
-
-    seen, observe = [], chooser_mod.GammaChooser.observe
-
-    def spy(self, o):
-        seen.append((o.diverged, o.synced))
-        observe(self, o)
-
-    monkeypatch.setattr(
-        chooser_mod.GammaChooser,
-        "_choose",
-        lambda self, context, left: Choice(2 if self.passes % 2 else 1, "best"),
-    )
-    monkeypatch.setattr(
-        chooser_mod.GammaChooser, "_plain_fits", lambda self, c, reserve=True: False
-    )
-    monkeypatch.setattr(chooser_mod.GammaChooser, "observe", spy)  # fmt: skip
+    told = _force_resyncs(monkeypatch)
     clock, m4 = trace_clock(TINY, resync_trace), get_profile("m4-24gb")
     r = replay_passes(resync_trace, "lru", 40, AUTO, 0.5, clock, m4, positions=300)
     synced = [i for i, c in enumerate(r.choices) if c.get("sync")]
     assert len(synced) > 20 and r.resync_reads > len(synced) / 2
-    assert all(seen[i] == (0, True) for i in synced), [seen[i] for i in synced]
+    after = [(told[i].diverged, told[i].synced) for i in synced]
+    assert all(a == (0, True) for a in after), after
