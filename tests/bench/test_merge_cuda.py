@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import LENT_HOME
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("merge_cuda", ROOT / "benchmarks" / "merge_cuda.py")
 merge_cuda = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(merge_cuda)
 
-PROFILE = """# h200: written by `specdec bench device`
+PROFILE = f"""# h200: written by `specdec bench device`
 name: h200
 description: 'h200: measured by `specdec bench device` (Intel(R) Xeon(R) Processor)'
 sources:
-  read_curve: 'read bench, pack /home/lent/runs/big.packed: 4096 blocks'
+  read_curve: 'read bench, pack {LENT_HOME}/runs/big.packed: 4096 blocks'
 """
 
 
@@ -40,11 +42,13 @@ def _out(tmp: Path, name: str, command: str) -> Path:
     out.mkdir()
     runs = [{"tokens_per_s": 5.2, "budget": "9GB"}, {"tokens_per_s": 6.5, "budget": "9GB"}]
     step = {"step": "spec", "seconds": 60.0, "command": command, "gpu": "NVIDIA H100",
-            "machine": {"cwd": "/home/lent/runs"}, "runs": runs}  # fmt: skip
+            "machine": {"cwd": f"{LENT_HOME}/runs"}, "runs": runs}  # fmt: skip
     (out / "spec.json").write_text(json.dumps(step))
     (out / "spec.jsonl").write_text('{"records": [1]}\n{"records": [2]}\n')
-    (out / "models.json").write_text(json.dumps({"step": "models", "dir": "/home/lent/runs/mm"}))
-    (out / "profile_details.json").write_text(json.dumps({"source": "/home/lent/runs/big.packed"}))
+    (out / "models.json").write_text(json.dumps({"step": "models", "dir": f"{LENT_HOME}/runs/mm"}))
+    (out / "profile_details.json").write_text(
+        json.dumps({"source": f"{LENT_HOME}/runs/big.packed"})
+    )
     (out / "h200.yaml").write_text(PROFILE)
     return out
 
@@ -71,7 +75,7 @@ def test_a_session_merges_once_with_its_profile_renamed_and_no_home_path(tmp_pat
     assert "# h100-r19: written" in profile and "h200" not in profile
     assert json.loads((res / "session19" / "models.json").read_text())["dir"] == "~/runs/mm"
     for f in res.rglob("*"):
-        assert f.is_dir() or "/home/lent/" not in f.read_text(), f
+        assert f.is_dir() or f"{LENT_HOME}/" not in f.read_text(), f
     before = {f: f.read_bytes() for f in res.rglob("*") if f.is_file()}
     again = _out(tmp_path, "out2", "bench_cuda.py --session 19 spec")  # the same command
     with pytest.raises(merge_cuda.MergeError, match="already merged"):

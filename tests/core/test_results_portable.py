@@ -14,8 +14,11 @@ from specdec.bench import device
 from specdec.cli import main
 from specdec.clock.profiles import get_profile
 from specdec.core.machine import write_result
+from tests.helpers import CI_HOME, LENT_HOME
 
 ROOT = Path(__file__).resolve().parents[2]
+# paths that hold a home's name below their start: no home, left as they are
+NOT_HOMES = f"{Path('/srv', 'root', 'x')} {Path('/data', 'home', 'y', 'z')}"
 
 
 def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
@@ -25,8 +28,8 @@ def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
         "command": f"bench --dir {scratch} --model {ROOT / 'specdec/models/tiny'}",
         "home": str(Path.home() / "models" / "x"),
         "repo": str(ROOT),
-        "lent": "pack /home/lent/runs/big.packed, profile /home/ci-user/out/h200.yaml",
-        "not a home": "/srv/root/x /data/home/y/z",
+        "lent": f"pack {LENT_HOME}/runs/big.packed, profile {CI_HOME}/out/h200.yaml",
+        "not a home": NOT_HOMES,
     }
     out = tmp_path / "r.json"
     write_result(out, result, {scratch: "DIR"})
@@ -36,7 +39,7 @@ def test_write_result_replaces_scratch_repo_and_home_paths(tmp_path):
         "home": "~/models/x",
         "repo": ".",
         "lent": "pack ~/runs/big.packed, profile ~/out/h200.yaml",
-        "not a home": "/srv/root/x /data/home/y/z",
+        "not a home": NOT_HOMES,
     }
 
 
