@@ -105,8 +105,8 @@ def least(r: dict, first: int) -> float:
 def table(results: tuple[Path, ...] = DEFAULT) -> str:
     heads = ["mode", "setting", "tokens", "budget", "drafter", "cache slots",
              "plain kB/token", "γ = 2 pass at its worst, kB",
-             "first draft: the cache's size in reserve", "with re-sync", "auto / best fixed γ: least",
-             "measured"]  # fmt: skip
+             "first draft: the cache's size in reserve", "with re-sync",
+             "auto / best fixed γ: least", "measured"]  # fmt: skip
     return md_table(heads, rows(results))
 
 

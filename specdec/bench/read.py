@@ -26,8 +26,9 @@ is fio (`store/fiobench.py`; `apt-get install fio`) in every configuration that 
 best: psync, libaio and io_uring with the same reads in flight, each with 4 KiB-page and
 huge-page buffers (the arena has huge pages, and O_DIRECT pins every page of its buffer).
 Every path and every fio configuration run once per round, shuffled together, so the disk's
-drift hits all alike; `checks.best` compares our best page-cache-bypassing path with fio's best. The arena paths run the project's real reader over a
-real packed layout (experts.bin + experts.json), not a copy of its code.
+drift hits all alike; `checks.best` compares our best page-cache-bypassing path with fio's best.
+The arena paths run the project's real reader over a real packed layout (experts.bin +
+experts.json), not a copy of its code.
 
 `specdec bench read --json` prints the JSON; `python benchmarks/bench_read.py` writes
 benchmarks/results/read.json. Both write this machine's device profile from the measured curve

@@ -263,8 +263,8 @@ class ExpertCache(VerifyScratch, PassNotes):
         the policy's order is its whole state (LRU) and nothing is held outside it (no
         prefetch, demote or scratch in flight)."""
         order = other.held_order()
-        if order is None or self.held_order() is None:
-            raise SpecdecError(f"policy {self.policy.name} cannot take another cache's state")
+        if order is None:
+            raise SpecdecError(f"policy {other.policy.name} has no order to take")
         if self._prefetched or self._demoted or self._transient or self._scratch:
             raise SpecdecError("a cache holding keys outside its policy cannot take another's")
         want = dict.fromkeys(order)
@@ -273,11 +273,11 @@ class ExpertCache(VerifyScratch, PassNotes):
                 f"a cache of {self.n_slots} slots cannot take one holding {len(want)} keys: "
                 "give it a cache of at most its size"
             )
+        self.policy.adopt(order)  # first: a policy that cannot (not LRU) refuses before a change
         leave = [k for k in self._slot_of if k not in want]
         self._free.extend(map(self._slot_of.pop, leave))
         out = [(k, self._free.pop()) for k in order if k not in self._slot_of]
         self._slot_of.update(out)
-        self.policy.adopt(order)
         self.resync_reads += len(out)
         self.version += bool(out or leave)
         return out

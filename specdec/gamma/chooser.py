@@ -358,16 +358,7 @@ class GammaChooser:
         return np.maximum(union - u1, 0.0) * hit
 
     def candidates(self, context: int, left: int) -> list[Candidate]:
-        out = []
-        for g in range(1, min(self.max_gamma, max(left, 1)) + 1):
-            union, misses, measured = self._reads(g)
-            if not measured:
-                misses = misses + self._evictions(union)
-            d_union, d_miss = self._draft_reads(g)
-            cost = self.cost(g, context, union, misses, d_union, d_miss)
-            nbytes = float(misses @ self.block_bytes) + float(d_miss.sum()) * self.draft_block_bytes
-            worst = self._worst(g, context)
-            out.append(Candidate(g, self.expected_tokens(g), cost, nbytes, measured, *worst))
+        out = [self._candidate(g, context) for g in range(1, min(self.max_gamma, max(left, 1)) + 1)]
         self._plain_s = out[0].cost_s
         # one more read's seconds at the margin where a pass is most read-bound: every expert
         # missing, against one fewer per layer (a roofline's slope there is a whole read)
@@ -375,6 +366,17 @@ class GammaChooser:
         whole = self.cost(1, context, k, k, 0.0, 0.0)
         self._miss_s = max(whole - self.cost(1, context, k, k - 1.0, 0.0, 0.0), 0.0) / self.n_layers
         return out
+
+    def _candidate(self, g: int, context: int) -> Candidate:
+        """A pass of γ = g as expected now, and at its worst."""
+        union, misses, measured = self._reads(g)
+        if not measured:
+            misses = misses + self._evictions(union)
+        d_union, d_miss = self._draft_reads(g)
+        cost = self.cost(g, context, union, misses, d_union, d_miss)
+        nbytes = float(misses @ self.block_bytes) + float(d_miss.sum()) * self.draft_block_bytes
+        worst = self._worst(g, context)
+        return Candidate(g, self.expected_tokens(g), cost, nbytes, measured, *worst)
 
     def _draft_reads(self, gamma: int) -> tuple[np.ndarray, np.ndarray]:
         """([γ − 1] union, [γ − 1] misses) expected of each draft of a pass of γ, in order: each
@@ -491,11 +493,7 @@ class GammaChooser:
         run ends with it)."""
         if 1 not in self._sums:  # nothing observed yet: the run is still plain's
             return True
-        union, misses, _ = self._reads(1)
-        cost = self.cost(1, context, union, misses, 0.0, 0.0)
-        plain = Candidate(1, 1.0, cost, float(misses @ self.block_bytes), True,
-                          *self._worst(1, context))  # fmt: skip
-        return bool((self.room(plain, reserve)[1] >= 0).all())
+        return bool((self.room(self._candidate(1, context), reserve)[1] >= 0).all())
 
     def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
         """A block's γ: the best admissible, an exploration, or plain (module doc)."""

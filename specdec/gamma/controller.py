@@ -116,7 +116,7 @@ class AutoGamma:
         )
         cold = self._cold(self.sm.streamer.cache.resident_keys())
         observed = self._observed(rec, seen, context, spent, cold)
-        if self.chooser.resync:
+        if self.chooser.resync and cold:  # every expert resident: nothing to re-sync, owed none
             diverged, synced = divergence(self.sm.streamer.cache, self.shadows.plain)
             observed = dataclasses.replace(observed, diverged=diverged, synced=synced)
         self.chooser.observe(observed)

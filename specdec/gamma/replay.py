@@ -214,12 +214,15 @@ def replay_passes(
         if chooser:
             out.choices.append(choice.record())
             seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
-            diverged, synced = divergence(cache, shadows.plain) if chooser.resync else (None, False)
+            cold = L * E - len(cache.resident_keys())
+            # every expert resident: nothing to re-sync, no reserve owed (the controller's rule)
+            diverged, synced = (
+                divergence(cache, shadows.plain) if chooser.resync and cold else (None, False)
+            )
             chooser.observe(
                 Observed(n, a, union, misses, plain_misses=seen.plain_misses,
-                         shadow=seen.passes, context=t, spent=spent,
-                         cold=L * E - len(cache.resident_keys()), diverged=diverged,
-                         synced=synced)
+                         shadow=seen.passes, context=t, spent=spent, cold=cold,
+                         diverged=diverged, synced=synced)
             )  # fmt: skip
         t += a + 1
     out.hits = cache.hits

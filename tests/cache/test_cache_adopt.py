@@ -61,8 +61,12 @@ def test_only_a_cache_whose_order_is_its_state_adopts():
     other = _lru(8)
     other.access([1, 2, 3])
     sieve = ExpertCache(8, make_policy("sieve", 8))
+    sieve.access([7, 8])
     with pytest.raises(SpecdecError, match="cannot take another cache's state"):
         sieve.adopt(other)
+    assert sieve.resident_keys() == [7, 8], "refused before anything moved"
+    with pytest.raises(SpecdecError, match="policy sieve has no order to take"):
+        _lru(8).adopt(sieve)
     fetching = _lru(8)
     fetching.prefetch([5, 6])  # held outside the policy until a demand hit
     with pytest.raises(SpecdecError, match="outside its policy"):
