@@ -67,6 +67,13 @@ def read_steps(steps: Sequence) -> tuple[ReadStep, ...]:
     )
 
 
+def resync_time(profile: DeviceProfile, reads: float, block_bytes: float) -> float:
+    """Modeled seconds of `--gamma auto` re-syncing `reads` blocks of `block_bytes` (rounded up
+    to whole reads): one batch nothing hides, as `PassClock.modeled` prices a re-sync's steps."""
+    n = int(np.ceil(reads - 1e-9))
+    return reads_time(profile, (ReadStep(0, n, int(n * block_bytes)),)).total_s
+
+
 def layer_unions(steps: Sequence) -> dict[int, int]:
     """Experts computed per layer: a forward's steps' unions summed by layer (chunks add up)."""
     unions: dict[int, int] = {}

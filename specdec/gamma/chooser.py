@@ -48,9 +48,12 @@ included) and plain's shadow totals over the same committed tokens (its seconds 
 token, each a one-token pass with its own whole reads). A pass of γ > 1 runs only
 while both still fit after it: actual + its expected bytes <= (1 + GUARD)·(plain's + E(γ)
 tokens at plain's rate), and the same for seconds; and the same with only the pass's one
-certain token credited (every draft rejected), as if the run ended right after it: no credit is
-taken for tokens after the pass, whose plain rate is unknown (a cold start's is far above a warm
-cache's; crediting it let one early rejected pass cost a 96-token run 6%, issue 24). Both also
+certain token credited (every draft rejected), as if the run ended right after it, and at what
+that token surely costs plain: its compute, no reads (plain's mean rate overstated a token that
+cost plain less: an adversary whose plain misses 0 or 2 experts a token, mean 1, reached
+1.033x), its whole cost only where every access misses (below). No credit is taken for tokens
+after the pass, whose plain rate is unknown (a cold start's is far above a warm cache's;
+crediting it let one early rejected pass cost a 96-token run 6%, issue 24). Both also
 reserve what the run may read beyond plain once it decodes plainly again: under LRU at most
 the cache's size in whole reads, whatever follows (two LRU caches fed the same keys from any
 states differ by at most their size in misses; `cache_blocks`; and no smaller reserve is a bound:
@@ -65,7 +68,9 @@ bounded so), and in seconds as far as one read's seconds are a plain pass's marg
 time. The price:
 auto drafts only once BOUND of plain's totals covers a pass at its worst and the cache's size
 in reads, so a short run, or one whose plain reads little against a large cache, stays
-plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND.
+plain. Else γ = 1 ("guard"). RULE < GUARD < BOUND. A draft layer's reads (MTP's) are priced
+wherever its blocks can leave the cache (specdec.gamma.controller), not only where they were
+not resident when the run started.
 
 Re-sync, where the cache is one plain LRU over every expert with a reserve to hold
 (`can_resync`): the run can end its divergence from plain at any time by reading the blocks
@@ -79,11 +84,9 @@ cache before it ends while plain's shadow takes them in). Plain passes are guard
 run's cache is not plain's (the same worst room, a plain pass's misses each evicting one of
 plain's blocks): where one would not fit, the run re-syncs first (Choice.sync; its reads are the
 pass's), so the run's totals plus D stay within (1 + BOUND)·plain after every pass, and a
-re-synced run reads what plain reads. Other policies keep the cache's size in reserve.
-Open (docs/results/gamma-auto.md, "Open, found in review"): the worst check credits the pass's
-certain token at plain's mean rate, so where that token costs plain less the bound can be
-overshot by up to (1 + BOUND) times the difference (exact where every access misses, the front);
-a re-sync's seconds are reserved at `_miss_s` a read, below its batch's `reads_time`.
+re-synced run reads what plain reads. The reserve's seconds are the larger of its reads at a
+plain pass's marginal read and its reads as one re-sync batch (`resync_s`: the clock's
+`resync_time`, latency and landing included). Other policies keep the cache's size in reserve.
 
 Where every access misses (the reserve is none) plain's cost of every token ahead is known: k
 reads per MoE layer, and seconds that grow with the context. There the bound is owed from a
@@ -272,6 +275,9 @@ class GammaChooser:
     # the run can re-sync its cache to plain's shadow (an LRU over every expert: `can_resync`):
     # the reserve is then what re-syncing would read, not the cache's size (module doc)
     resync: bool = False
+    # modeled seconds of re-syncing that many blocks at once (specdec.clock.passes.resync_time;
+    # None: a plain pass's marginal read each)
+    resync_s: Callable[[float], float] | None = None
     passes: int = 0
     _acc: np.ndarray = field(init=False)  # [G] accepted (decayed), index j = draft j
     _judged: np.ndarray = field(init=False)  # [G]
@@ -287,6 +293,7 @@ class GammaChooser:
     _tokens: int = 0  # committed tokens observed
     _horizon: int = 0  # min(front, the run's length): the first length the bound must hold at
     _miss_s: float = 0.0  # modeled seconds one more read adds to a plain pass (latest)
+    _floor_s: float = 0.0  # modeled seconds of a plain token that reads nothing (latest)
     _since: int = 0  # blocks since the last exploration
     _diverged: float = 0.0  # re-sync: blocks plain's shadow holds that the run lacks (latest)
     _synced: bool = True  # re-sync: the run's cache is plain's shadow, keys and order
@@ -365,6 +372,7 @@ class GammaChooser:
         k = np.full(self.n_layers, float(self.top_k))
         whole = self.cost(1, context, k, k, 0.0, 0.0)
         self._miss_s = max(whole - self.cost(1, context, k, k - 1.0, 0.0, 0.0), 0.0) / self.n_layers
+        self._floor_s = self.cost(1, context, k, np.zeros(self.n_layers), 0.0, 0.0)
         return out
 
     def _candidate(self, g: int, context: int) -> Candidate:
@@ -409,21 +417,34 @@ class GammaChooser:
     def room(self, c: Candidate, reserve: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """([2] expected, [2] worst) room (bytes, seconds) after a pass of candidate `c`:
         (1 + GUARD) times plain's totals with the pass's E(γ) tokens at plain's per-token rate,
-        less the run's spent, the pass's expected cost and the reserve (`_reserve` whole reads:
-        what the run may read beyond plain afterwards); and (1 + BOUND) times plain's with its
-        one certain token only, less the pass at its worst (every non-resident expert missing)
-        and the reserve (the run may end right after it, or decode plainly to any length). No
-        credit for tokens after the pass: plain's rate is not known."""
+        less the run's spent, the pass's expected cost and the reserve (`_owed`: what the run
+        may spend beyond plain afterwards); and (1 + BOUND) times plain's with its one certain
+        token at what it surely costs plain, less the pass at its worst (every non-resident
+        expert missing) and the reserve (the run may end right after it, or decode plainly to
+        any length). No credit for tokens after the pass: plain's rate is not known."""
         per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
-        owed = self._reserve(c) * reserve * np.array([float(self.block_bytes.max()), self._miss_s])
+        owed = self._owed(c) if reserve else np.zeros(2)
         spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
         spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
         expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
         # the tokens up to the horizon, were they plain, cost the run what they cost plain (every
         # access misses; seconds grow with the context), and the bound is owed only from there
         ahead = BOUND * per_token * max(0, self._horizon - self._tokens - 1)
-        worst = (1.0 + BOUND) * (self._plain_total + per_token) + ahead - spent_worst
+        # the certain token: plain's whole cost where every access misses (known ahead: the
+        # front), else its compute alone (plain may read nothing for it, whatever its mean)
+        certain = per_token if self.front else np.array([0.0, self._floor_s])
+        worst = (1.0 + BOUND) * (self._plain_total + certain) + ahead - spent_worst
         return expected, worst
+
+    def _owed(self, c: Candidate) -> np.ndarray:
+        """[2] (bytes, seconds) of the reserve after a pass of `c`: `_reserve`'s whole reads, in
+        seconds each a plain pass's marginal read, or as one re-sync batch where that is dearer
+        (latency and landing: what the run spends if it re-syncs instead)."""
+        reads = self._reserve(c)
+        seconds = reads * self._miss_s
+        if self.resync and self.resync_s is not None and reads > 0:
+            seconds = max(seconds, self.resync_s(reads))
+        return np.array([reads * float(self.block_bytes.max()), seconds])
 
     def _reserve(self, c: Candidate) -> float:
         """Whole reads the run may owe beyond plain after a pass of `c`: none where every expert

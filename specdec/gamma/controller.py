@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from specdec.cache.expert_cache import ExpertCache
-from specdec.clock.passes import PassClock, draft_parts
+from specdec.clock.passes import PassClock, draft_parts, resync_time
 from specdec.clock.profiles import DeviceProfile, auto_profile
 from specdec.gamma.chooser import (
     MAX_GAMMA,
@@ -69,16 +69,21 @@ class AutoGamma:
             range(2, MAX_GAMMA + 1),
             seed,
         )
-        mtp = clock.mtp_layer  # MTP's layer reads while drafting, unless wholly resident
-        draft_slot = slot if mtp is not None and not s.all_resident([mtp]) else 0.0
         # lru_reserve's case is one cache over every expert (not a mixed pack's pools) read only
         # as the router asks (no lookahead)
         n = s.cache.n_slots
         one = isinstance(s.cache, ExpertCache) and not s.lookahead.ahead_of
         reserve = lru_reserve(sm.policy, n, len(layers), sm.top_k) if one else n
+        # MTP's layer reads while drafting, unless wholly resident and never evicted: one cache
+        # over every expert evicts its blocks for the main layers' (and a re-sync drops them:
+        # plain never holds them) unless it holds every block
+        mtp = clock.mtp_layer
+        evicts = one and n < s.index.n_blocks
+        draft_slot = slot if mtp is not None and (evicts or not s.all_resident([mtp])) else 0.0
         chooser = GammaChooser(
             cost, len(layers), sm.top_k, slot, draft_slot, reserve, front_for(reserve),
             resync=one and can_resync(sm.policy, reserve),
+            resync_s=lambda reads: resync_time(profile, reads, slot),
         )  # fmt: skip
         return cls(sm, clock, profile, chooser, shadows)
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from specdec.cache.spec import PolicySpec
 from specdec.cache.speculative import verdict_keys
-from specdec.clock.passes import PassClock, StepCounts
+from specdec.clock.passes import PassClock, StepCounts, resync_time
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import ModelShape
 from specdec.core.errors import BudgetError, SpecdecError
@@ -145,6 +145,7 @@ def replay_passes(
         chooser = GammaChooser(
             cost, L, k, block, cache_blocks=reserve, front=front_for(reserve), max_gamma=cap,
             resync=can_resync(spec, reserve),
+            resync_s=lambda reads: resync_time(profile, reads, float(block.max())),
         )  # fmt: skip
         shadows = Shadows(
             lambda: spec.cache(budget_slots, hotlist=hotlist),

@@ -21,7 +21,9 @@ from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.spec import PolicySpec
 from specdec.cli.simulate import add_arguments, run
+from specdec.clock.passes import resync_time
 from specdec.clock.profiles import get_profile
+from specdec.clock.roofline import ReadStep, reads_time
 from specdec.core.errors import BudgetError, SpecdecError
 from specdec.gamma.chooser import (
     BLOCK,
@@ -259,7 +261,7 @@ def test_a_block_the_guard_keeps_plain_does_not_explore_what_could_not_be_chosen
     # could never make it the choice and would spend slack the best γ (3) waits for (on the
     # MiniMax trace at 5%, α 0.95, exploring such a γ fell from 1.07x plain's speed to 1.00x).
     # The warm-up's passes read less than plain's shadow, which leaves γ = 2 room.
-    ch, two, per_token = _guard_kept_block({2: 5.0, 3: 3.4}, plain_pass=1.6875)
+    ch, two, per_token = _guard_kept_block({2: 5.0, 3: 3.4}, plain_pass=1.5)
     assert two.bytes / 2 > (1 + RULE) * per_token, "γ = 2 is not admissible at any acceptance"
     c = ch.choose(0, 1000)
     assert (c.gamma, c.why) == (1, "guard"), c.record()
@@ -317,6 +319,32 @@ def test_mtp_draft_reads_are_learnt_per_place_in_the_pass():
     even.observe(Observed(4, 3, np.array([6.0]), np.array([6.0]), draft_misses=6.0,
                           plain_misses=np.full((4, 1), 6.0), shadow=lanes))  # fmt: skip
     assert even.candidates(0, 1000)[1].bytes == pytest.approx(6.0 * 100 + 2.0 * 50)
+
+
+@pytest.mark.parametrize(("budget", "priced"), [("50%", True), ("100%", False)])
+def test_mtp_reads_are_priced_wherever_its_blocks_can_leave_the_cache(budget, priced, monkeypatch):
+    # the MTP layer wholly resident when an auto run starts (a run before it warmed it) is no
+    # reason to price its reads at nothing: one cache over every expert evicts its blocks for
+    # the main layers' (a re-sync drops them all: plain never holds them). Only a cache that
+    # holds every block keeps them
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.gamma import chooser as chooser_mod
+    from specdec.stream.loader import load
+
+    built: list[GammaChooser] = []
+    init = chooser_mod.GammaChooser.__post_init__
+    monkeypatch.setattr(
+        chooser_mod.GammaChooser, "__post_init__", lambda self: (built.append(self), init(self))[1]
+    )
+    sm = load("tiny", budget=budget, io="buffered", with_mtp=True)
+    s, mtp = sm.streamer, len(sm.model.layers)
+    n = s.index.layers[mtp].n_experts
+    s.source.fetch(mtp, list(range(n)), [1] * n)
+    assert s.all_resident([mtp]), "the premise: MTP's layer is wholly resident"
+    prompt = sm.tokenizer.encode("def merge(a, b):\n")
+    generate(sm, prompt, "mtp", DecodeConfig(gamma="auto", max_tokens=4), stop_at_eos=False)
+    assert built[-1].draft_block_bytes == (s.index.slot_bytes if priced else 0.0)
 
 
 def test_a_pass_record_gives_the_chooser_each_drafts_reads_in_order():
@@ -626,12 +654,12 @@ def _plain_pass(ch: GammaChooser, diverged: int, synced: bool):
 
 def test_a_run_resyncs_when_a_plain_pass_from_its_cache_no_longer_fits_the_bound():
     # re-sync: the reserve is what re-syncing would read (the divergence), not the cache's size.
-    # After 100 plain tokens the bound's room is ~3 reads; a cache 12 blocks from plain's
+    # After 200 plain tokens the bound's room is ~6 reads; a cache 12 blocks from plain's
     # cannot take a plain pass at its worst without re-syncing first; 0 blocks apart it can,
     # and a cache that is plain's needs no check at all
     ch = _chooser(read_s=1.0)
     ch.cache_blocks, ch.resync = 16.0, True
-    for _ in range(100):
+    for _ in range(200):
         assert not _plain_pass(ch, 0, True).sync
     _plain_pass(ch, 12, False)  # a pass that left the run 12 blocks from plain
     c = _plain_pass(ch, 0, True)  # chosen 12 apart: re-sync first (its reads not counted here)
@@ -645,6 +673,23 @@ def test_a_run_resyncs_when_a_plain_pass_from_its_cache_no_longer_fits_the_bound
     ch.resync = False  # the cache's size in reserve: plain passes are never checked
     _plain_pass(ch, 12, False)
     assert not _plain_pass(ch, 12, False).sync
+
+
+def test_the_reserves_seconds_are_a_resync_batchs_where_that_is_dearer():
+    # a re-sync is one batch of reads nothing hides (the clock adds its reads_time: latency and
+    # landing), dearer than its reads at a plain pass's marginal read where latency dominates:
+    # the reserve's seconds are the dearer of the two, so a plain pass that fits at the marginal
+    # price re-syncs first where the batch would not fit
+    ch = _chooser(read_s=1.0)
+    ch.cache_blocks, ch.resync = 16.0, True
+    for _ in range(200):
+        _plain_pass(ch, 0, True)
+    assert not _plain_pass(ch, 0, False).sync, "2 reads in reserve at 1 s each fit"
+    ch.resync_s = lambda reads: 20.0 + reads  # a batch's latency, then 1 s a read (room: ~12 s)
+    assert _plain_pass(ch, 0, False).sync
+    m4 = get_profile("m4-24gb")
+    steps = (ReadStep(3, 1, 2 << 20), ReadStep(5, 2, 4 << 20))  # three 2 MB blocks
+    assert resync_time(m4, 2.4, 2 << 20) == reads_time(m4, steps).total_s > 0
 
 
 @pytest.fixture(scope="module")
@@ -695,13 +740,17 @@ def test_resync_lets_auto_draft_sooner_than_the_caches_size_in_reserve(resync_tr
     assert first["resync"] < 0.6 * first["reserve"], first
 
 
-def test_a_resyncing_run_holds_the_bound_when_every_pass_and_every_eviction_is_at_its_worst():
+@pytest.mark.parametrize("plain", [(1.0,), (0.0, 2.0), (2.0, 0.0, 0.0, 2.0)])
+def test_a_resyncing_run_holds_the_bound_when_every_pass_and_every_eviction_is_at_its_worst(
+    plain,
+):
     # the adversary re-sync's reserve must cover: every pass misses every expert of every
     # position, every draft is rejected, each miss evicts a block plain holds (the run's cache
     # drifts one block further from plain's per miss, up to its size), a plain pass from a
-    # drifted cache misses both its experts where plain misses one. After every pass the run's
-    # bytes plus what re-syncing would read stay within (1 + BOUND) of plain's (re-synced, it
-    # reads what plain reads); and it still drafts
+    # drifted cache misses both its experts. Plain misses `plain`'s experts token by token in
+    # turn (mean 1): where a pass's certain token costs plain nothing, crediting it at plain's
+    # mean rate reached 1.033x. After every pass the run's bytes plus what re-syncing would read
+    # stay within (1 + BOUND) of plain's (re-synced, it reads what plain reads); and it drafts
     slots = 16
     ch = _chooser(read_s=1.0)
     ch.cache_blocks, ch.resync = float(slots), True
@@ -710,17 +759,18 @@ def test_a_resyncing_run_holds_the_bound_when_every_pass_and_every_eviction_is_a
     synced, worst, drafted, syncs = True, 0.0, 0, 0
     for i in range(1500):
         c = ch.choose(0, 1000)
+        p = plain[i % len(plain)]  # plain's misses at this pass's (one) committed token
         reads = diverged if c.sync else 0.0  # the re-sync's, the pass's own (Observed.spent)
         if c.sync:
             diverged, synced, syncs = 0.0, True, syncs + 1
-        m = 2.0 * c.gamma if c.gamma > 1 or not synced else 1.0
+        m = 2.0 * c.gamma if c.gamma > 1 or not synced else p
         if c.gamma > 1 or not synced:
             diverged, synced = min(float(slots), diverged + m), False
         told = (100.0 * (m + reads), ch.cost(c.gamma, 0, None, np.array([m + reads]), 0, 0))
         ch.observe(Observed(c.gamma, 0, np.array([2.0 * c.gamma]), np.array([m]),
-                            plain_misses=np.array([[1.0]]), shadow=lanes, spent=told, cold=30,
+                            plain_misses=np.array([[p]]), shadow=lanes, spent=told, cold=30,
                             diverged=int(diverged), synced=synced))  # fmt: skip
-        spent, ref = spent + 100.0 * (m + reads), ref + 100.0
+        spent, ref = spent + 100.0 * (m + reads), ref + 100.0 * p
         drafted += c.gamma > 1
         if i >= BLOCK:
             worst = max(worst, (spent + 100.0 * diverged) / ref)
