@@ -402,8 +402,10 @@ class GammaChooser:
         and every draft's k draft-layer experts miss (no more than the blocks not resident)."""
         k = float(self.top_k)
         u = np.full(self.n_layers, gamma * k)  # [L]
-        m = u * min(1.0, self._cold / u.sum())  # [L] no more misses than blocks not resident
         drafts = (gamma - 1) * k if self.draft_block_bytes else 0.0
+        # [L] no more misses than blocks not resident, and those the drafts' reads evict first
+        # (a draft layer shares the cache: each read may evict a main layer's block)
+        m = u * min(1.0, (self._cold + drafts) / u.sum())
         nbytes = float(m @ self.block_bytes) + drafts * self.draft_block_bytes
         per_draft = k if drafts else 0.0
         seconds = self.cost(gamma, context, u, m, per_draft, per_draft)
@@ -431,7 +433,8 @@ class GammaChooser:
         # access misses; seconds grow with the context), and the bound is owed only from there
         ahead = BOUND * per_token * max(0, self._horizon - self._tokens - 1)
         # the certain token: plain's whole cost where every access misses (known ahead: the
-        # front), else its compute alone (plain may read nothing for it, whatever its mean)
+        # front, held only where `lru_reserve` is none), else its compute alone (plain may read
+        # nothing for it, whatever its mean)
         certain = per_token if self.front else np.array([0.0, self._floor_s])
         worst = (1.0 + BOUND) * (self._plain_total + certain) + ahead - spent_worst
         return expected, worst
@@ -442,18 +445,19 @@ class GammaChooser:
         (latency and landing: what the run spends if it re-syncs instead)."""
         reads = self._reserve(c)
         seconds = reads * self._miss_s
-        if self.resync and self.resync_s is not None and reads > 0:
+        if self.resync and self.resync_s is not None:
             seconds = max(seconds, self.resync_s(reads))
         return np.array([reads * float(self.block_bytes.max()), seconds])
 
     def _reserve(self, c: Candidate) -> float:
         """Whole reads the run may owe beyond plain after a pass of `c`: none where every expert
-        is resident (a cache that holds them all never evicts); else the cache's size, or with
+        of the main layers is resident and no draft layer shares the cache (a cache that holds
+        them all never evicts); else the cache's size, or with
         re-sync what re-syncing could read after the pass at its worst (module doc): the
         divergence now and one more per block the pass reads (each evicts at most one block
         plain holds); none for a plain pass from a cache that is plain's (both read alike); the
         cache's size still where the pass's experts can outnumber the cache (`_outgrows`)."""
-        if self._cold <= 0:
+        if self._cold <= 0 and not self.draft_block_bytes:
             return 0.0
         if not self.resync:
             return self.cache_blocks

@@ -74,11 +74,11 @@ class AutoGamma:
         n = s.cache.n_slots
         one = isinstance(s.cache, ExpertCache) and not s.lookahead.ahead_of
         reserve = lru_reserve(sm.policy, n, len(layers), sm.top_k) if one else n
-        # MTP's layer reads while drafting, unless wholly resident and never evicted: one cache
-        # over every expert evicts its blocks for the main layers' (and a re-sync drops them:
-        # plain never holds them) unless it holds every block
+        # MTP's layer reads while drafting, unless wholly resident and never evicted: a cache
+        # smaller than every block may evict its blocks for the main layers' (and a re-sync
+        # drops them: plain never holds them)
         mtp = clock.mtp_layer
-        evicts = one and n < s.index.n_blocks
+        evicts = n < s.index.n_blocks
         draft_slot = slot if mtp is not None and (evicts or not s.all_resident([mtp])) else 0.0
         chooser = GammaChooser(
             cost, len(layers), sm.top_k, slot, draft_slot, reserve, front_for(reserve),
@@ -121,7 +121,8 @@ class AutoGamma:
         )
         cold = self._cold(self.sm.streamer.cache.resident_keys())
         observed = self._observed(rec, seen, context, spent, cold)
-        if self.chooser.resync and cold:  # every expert resident: nothing to re-sync, owed none
+        # every main expert resident and no draft layer to evict one: nothing to re-sync
+        if self.chooser.resync and (cold or self.chooser.draft_block_bytes):
             diverged, synced = divergence(self.sm.streamer.cache, self.shadows.plain)
             observed = dataclasses.replace(observed, diverged=diverged, synced=synced)
         self.chooser.observe(observed)
