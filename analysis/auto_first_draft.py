@@ -9,10 +9,11 @@ For each held-out setting (default: benchmarks/results/auto_heldout_{replay,runt
 beat plain in bytes and in time: the first committed token at which the guard's worst-case
 check (specdec/gamma/chooser.py `slack`) admits a γ = 2 pass in bytes, if the run decoded plainly
 until then. The run's spent then equals plain's totals, N tokens of plain's measured bytes per
-token, so the check (1 + BOUND)·(N + 1)·plain >= N·plain + worst + reserve asks
-N >= (worst + reserve - (1 + BOUND)·plain) / (BOUND·plain); where the reserve is none the guard
-owes its bound only from min(FRONT, the run's length) h on, and admits the pass from the start
-where plain + BOUND·h·plain covers it (`first_draft`). `worst`: the pass with every expert
+token, and the pass's certain token is credited no bytes (plain may read nothing for it), so
+the check (1 + BOUND)·N·plain >= N·plain + worst + reserve asks N >= (worst + reserve) /
+(BOUND·plain); where the reserve is none (every access misses) the token is credited at plain's
+cost, the guard owes its bound only from min(FRONT, the run's length) h on, and admits the pass
+from the start where plain + BOUND·h·plain covers it (`first_draft`). `worst`: the pass with every expert
 of its two positions missing (and, MTP, its draft's k), as the guard prices a pass none of whose
 experts is resident (near exact at budgets where plain misses nearly every expert); `reserve`:
 before re-sync the cache's size in reads (`lru_reserve`; none where the cache holds at most
@@ -84,12 +85,15 @@ def rows(results: tuple[Path, ...] = DEFAULT) -> list[list]:
 def first_draft(worst: float, reserve: float, plain: float, tokens: int) -> int:
     """The first committed token N at which the guard's worst check admits a pass of `worst`
     bytes, the run plain until then (its spent = plain's totals, N·plain):
-    (1 + BOUND)·(N + 1)·plain + ahead >= N·plain + worst + reserve. `ahead`, where the reserve is
-    none (every access misses: `front_for`): BOUND·plain for each token between the
-    pass and min(FRONT, tokens), which makes the check p + BOUND·h·p >= worst at any N < h."""
-    if BOUND * min(front_for(reserve), tokens) * plain >= worst - plain:
+    (1 + BOUND)·(N·plain + credit) + ahead >= N·plain + worst + reserve. `credit`, the pass's
+    certain token: plain's cost only where the reserve is none (every access misses:
+    `front_for`), else none; `ahead`, there: BOUND·plain for each token between the pass and
+    min(FRONT, tokens), which makes the check p + BOUND·h·p >= worst at any N < h."""
+    front = front_for(reserve)
+    if BOUND * min(front, tokens) * plain >= worst - plain:
         return 0
-    return max(0, math.ceil((worst + reserve - (1 + BOUND) * plain) / (BOUND * plain)))
+    credit = plain if front else 0.0
+    return max(0, math.ceil((worst + reserve - (1 + BOUND) * credit) / (BOUND * plain)))
 
 
 def least(r: dict, first: int) -> float:

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check offsets models exact overhead profile reads batches span pinned big scale spec auto
-           drafters lookahead shm where
+           drafters lookahead shm where repeat
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -57,6 +57,11 @@ Nothing here is a timed test.
                with pinned reads only (direct reads into managed memory changed greedy output)
     shm        the scale runs from a copy of the pack in /dev/shm: the "fast SSD" end (read
                pinned on CUDA, without O_DIRECT; buffered with --io direct)
+    repeat     plain greedy run to run over --tokens: the 16-layer pack, trace routing, three
+               runs at 100% --warm (no read while decoding) and two at 9 GB from a reset cache
+               (--repeat-budgets; needs `big`); and mlx-lm's own resident greedy (`generate_step`) of each small
+               shape `models` made before it, twice: the first token where each run departs from the first of its kind
+               (the twenty-second session's 1024-token plain runs departed from token 277 on)
     where      where a streamed pass's time not blocked on reads goes, per MoE layer call (trace
                routing, 9 GB and 10%, plain and oracle:1 γ 8): the router's sync, the wait for
                earlier layers before a read (slot safety), the reads, the layer's own GPU time
@@ -887,6 +892,53 @@ def where(args) -> dict:
     return out
 
 
+def repeat(args) -> dict:
+    """Whether plain greedy decoding repeats itself run to run on this backend (module doc)."""
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+    from specdec.trace.format import load_trace
+
+    def departs(runs: list[list[int]]) -> list[int | None]:
+        """Each run's first token unlike the first run's (None: equal throughout)."""
+        first = runs[0]
+        return [next((i for i, (a, b) in enumerate(zip(r, first, strict=True)) if a != b), None)
+                for r in runs[1:]]  # fmt: skip
+
+    out: dict = {"tokens": args.tokens, "streamed": {}, "mlx_lm": {}}
+    trace = load_trace(Path(args.disk) / "minimax.trace")
+    for budget in args.repeat_budgets.split(","):
+        warm = budget == "100%"
+        times = 3 if warm else 2
+        sm = load(Path(args.disk) / "mm16.packed", budget=budget, warm=warm, with_mtp=False)
+        try:
+            prompt, runs = sm.encode(PROMPT), []
+            for _ in range(times):
+                if time.perf_counter() > args.deadline_at:
+                    break
+                if not warm:
+                    sm.reset_cache()
+                res = generate(sm, prompt, "none", DecodeConfig(1, args.tokens),
+                               stop_at_eos=False, routing=trace)  # fmt: skip
+                runs.append(res.tokens)
+                out["streamed"][budget] = {"runs": runs, "departs": departs(runs)}
+                print(f"  repeat {budget}: departs at {departs(runs)}", flush=True)
+        finally:
+            sm.close()
+    for key in SMALL:
+        src = Path(args.shm) / key
+        if not (src / "config.json").exists() or time.perf_counter() > args.deadline_at:
+            continue
+        sm = load(src, budget="25%", with_mtp=False)  # its tokenizer, as `exact` takes it
+        prompt = sm.encode(PROMPT)
+        sm.close()
+        model = resident(src)
+        runs = [reference_greedy(model, prompt, args.tokens) for _ in range(2)]
+        out["mlx_lm"][key] = {"runs": runs, "departs": departs(runs)}
+        print(f"  repeat mlx-lm {key}: departs at {departs(runs)}", flush=True)
+    return out
+
+
 PRICED = {"scale", "spec", "auto", "drafters", "lookahead", "shm", "pinned"}  # priced runs
 STEPS = {
     "check": check,
@@ -907,6 +959,7 @@ STEPS = {
     "lookahead": lookahead,
     "shm": shm,
     "where": where,
+    "repeat": repeat,
 }
 
 
@@ -933,6 +986,7 @@ def main() -> int:
                     help="scale, spec, auto, drafters, lookahead, where: the read path (default: "
                     "the backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
+    ap.add_argument("--repeat-budgets", default="100%,9GB", help="repeat: 100%% runs --warm")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
     ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "
                     "step's, DIR/h200.yaml)")  # fmt: skip
