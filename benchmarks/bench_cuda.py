@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check offsets models exact overhead profile reads batches span pinned big scale spec auto
-           drafters lookahead shm where repeat
+           drafters lookahead shm where repeat forced
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -62,6 +62,13 @@ Nothing here is a timed test.
                (--repeat-budgets; needs `big`); and mlx-lm's own resident greedy (`generate_step`) of each small
                shape `models` made before it, twice: the first token where each run departs from the first of its kind
                (the twenty-second session's 1024-token plain runs departed from token 277 on)
+    forced     bit for bit, one fixed token sequence (--tokens, seeded) fed one token a call with a
+               KV cache as decoding feeds it, on the 2-layer MiniMax shape `models` made: mlx-lm's
+               resident model twice, the streamed one (24 slots: every layer evicts) twice, and
+               streamed against resident; per pair the first step whose float32 logits differ
+               and the largest |difference| (rounding that varies run to run shows in the
+               resident pair, at the same steps; a slot race as large differences in the
+               streamed pairs only)
     where      where a streamed pass's time not blocked on reads goes, per MoE layer call (trace
                routing, 9 GB and 10%, plain and oracle:1 γ 8): the router's sync, the wait for
                earlier layers before a read (slot safety), the reads, the layer's own GPU time
@@ -939,6 +946,52 @@ def repeat(args) -> dict:
     return out
 
 
+def forced(args) -> dict:
+    """Teacher-forced logits, bit for bit, run against run (module doc)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from specdec.stream.loader import load
+
+    src = Path(args.shm) / "minimax"
+    config = json.loads((src / "config.json").read_text())
+    seq = np.random.default_rng(0).integers(0, config["vocab_size"], args.tokens).tolist()
+
+    def logits(model) -> np.ndarray:
+        """[T, V] float32 logits of each step, one token a call."""
+        cache = make_prompt_cache(model)
+        rows = []
+        for t in seq:
+            y = model(mx.array([[t]]), cache=cache)[0, -1].astype(mx.float32)  # [V]
+            rows.append(np.array(y))
+        return np.stack(rows)
+
+    def compare(a: np.ndarray, b: np.ndarray) -> dict:
+        diff = np.abs(a - b).max(axis=1)  # [T]
+        same = (a == b).all(axis=1)  # [T] bit for bit (no NaN in a random model's logits)
+        return {"first_step_differing": None if same.all() else int(np.argmin(same)),
+                "steps_differing": int((~same).sum()), "largest": float(diff.max()),
+                "at_step": int(diff.argmax()),
+                "argmax_differs": int((a.argmax(1) != b.argmax(1)).sum())}  # fmt: skip
+
+    model = resident(src)
+    res = [logits(model), logits(model)]
+    del model
+    sm = load(src, budget="24slots", with_mtp=False)
+    try:
+        streamed = []
+        for _ in range(2):
+            sm.reset_cache()
+            streamed.append(logits(sm.model))
+    finally:
+        sm.close()
+    out = {"tokens": args.tokens, "model": str(src), "streamed_budget": "24slots",
+           "resident_vs_resident": compare(*res), "streamed_vs_streamed": compare(*streamed),
+           "streamed_vs_resident": compare(streamed[0], res[0])}  # fmt: skip
+    for k, v in out.items():
+        print(f"  forced {k}: {v}", flush=True)
+    return out
+
+
 PRICED = {"scale", "spec", "auto", "drafters", "lookahead", "shm", "pinned"}  # priced runs
 STEPS = {
     "check": check,
@@ -960,6 +1013,7 @@ STEPS = {
     "shm": shm,
     "where": where,
     "repeat": repeat,
+    "forced": forced,
 }
 
 
