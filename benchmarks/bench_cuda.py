@@ -902,15 +902,13 @@ def where(args) -> dict:
 def repeat(args) -> dict:
     """Whether plain greedy decoding repeats itself run to run on this backend (module doc)."""
     from specdec.decode.loop import DecodeConfig
-    from specdec.decode.run import generate
+    from specdec.decode.run import first_departure, generate
     from specdec.stream.loader import load
     from specdec.trace.format import load_trace
 
     def departs(runs: list[list[int]]) -> list[int | None]:
         """Each run's first token unlike the first run's (None: equal throughout)."""
-        first = runs[0]
-        return [next((i for i, (a, b) in enumerate(zip(r, first, strict=True)) if a != b), None)
-                for r in runs[1:]]  # fmt: skip
+        return [first_departure(r, runs[0]) for r in runs[1:]]
 
     out: dict = {"tokens": args.tokens, "streamed": {}, "mlx_lm": {}}
     trace = load_trace(Path(args.disk) / "minimax.trace")

@@ -457,7 +457,7 @@ class GammaChooser:
         divergence now and one more per block the pass reads (each evicts at most one block
         plain holds); none for a plain pass from a cache that is plain's (both read alike); the
         cache's size still where the pass's experts can outnumber the cache (`_outgrows`)."""
-        if self._cold <= 0 and not self.draft_block_bytes:
+        if not self._evicts(self._cold):
             return 0.0
         if not self.resync:
             return self.cache_blocks
@@ -466,6 +466,17 @@ class GammaChooser:
         if self._outgrows(c):
             return self.cache_blocks
         return min(self.cache_blocks, self._diverged + c.worst_reads)
+
+    def _evicts(self, cold: float) -> bool:
+        """Whether the cache can still evict a block plain holds: a main block not resident
+        (`cold` of them), or a draft layer sharing the cache (each draft read may evict one)."""
+        return cold > 0 or bool(self.draft_block_bytes)
+
+    def tracks_divergence(self, cold: int) -> bool:
+        """Whether the run's divergence from plain's cache is owed after a pass that left `cold`
+        main blocks not resident (re-sync, and a cache that can still evict): the decode loop and
+        replay measure it (shadows.divergence) only then."""
+        return self.resync and self._evicts(cold)
 
     def _outgrows(self, c: Candidate) -> bool:
         """Whether a pass of `c` can select more experts than the cache holds: its committed

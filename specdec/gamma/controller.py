@@ -121,8 +121,7 @@ class AutoGamma:
         )
         cold = self._cold(self.sm.streamer.cache.resident_keys())
         observed = self._observed(rec, seen, context, spent, cold)
-        # every main expert resident and no draft layer to evict one: nothing to re-sync
-        if self.chooser.resync and (cold or self.chooser.draft_block_bytes):
+        if self.chooser.tracks_divergence(cold):
             diverged, synced = divergence(self.sm.streamer.cache, self.shadows.plain)
             observed = dataclasses.replace(observed, diverged=diverged, synced=synced)
         self.chooser.observe(observed)

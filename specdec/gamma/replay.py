@@ -216,10 +216,8 @@ def replay_passes(
             out.choices.append(choice.record())
             seen = shadows.feed(e[t : t + a + 1] + offsets[None], chooser.alphas())
             cold = L * E - len(cache.resident_keys())
-            # every expert resident: nothing to re-sync, no reserve owed (the controller's rule)
-            diverged, synced = (
-                divergence(cache, shadows.plain) if chooser.resync and cold else (None, False)
-            )
+            tracked = chooser.tracks_divergence(cold)
+            diverged, synced = divergence(cache, shadows.plain) if tracked else (None, False)
             chooser.observe(
                 Observed(n, a, union, misses, plain_misses=seen.plain_misses,
                          shadow=seen.passes, context=t, spent=spent, cold=cold,
