@@ -68,7 +68,13 @@ Nothing here is a timed test.
                streamed against resident; per pair the first step whose float32 logits differ
                and the largest |difference| (rounding that varies run to run shows in the
                resident pair, at the same steps; a slot race as large differences in the
-               streamed pairs only)
+               streamed pairs only); and mlx-lm's decode attention alone (its KVCache and
+               scaled_dot_product_attention at the shape's heads, seeded random inputs, three
+               runs in bfloat16 and in float32): the first step each run departs, as this
+               process runs it and in a child with MLX_CUDA_USE_CUDNN_SDPA=0 (MLX's CUDA
+               decode attention takes cuDNN in bfloat16 from 256 keys of a KV cache's buffer,
+               its own fixed-order kernel otherwise: MLX's
+               mlx/backend/cuda/scaled_dot_product_attention.cpp)
     where      where a streamed pass's time not blocked on reads goes, per MoE layer call (trace
                routing, 9 GB and 10%, plain and oracle:1 γ 8): the router's sync, the wait for
                earlier layers before a read (slot safety), the reads, the layer's own GPU time
@@ -971,6 +977,10 @@ def forced(args) -> dict:
                 "at_step": int(diff.argmax()),
                 "argmax_differs": int((a.argmax(1) != b.argmax(1)).sum())}  # fmt: skip
 
+    attention = attention_repeats(config, args.tokens)
+    # MLX reads this once a process: its CUDA decode attention leaves cuDNN for its own
+    # fixed-order kernel (the suspect when bfloat16 departs past 256 keys only), so a child
+    attention_vector = attention_child(config, args.tokens, {"MLX_CUDA_USE_CUDNN_SDPA": "0"})
     model = resident(src)
     res = [logits(model), logits(model)]
     del model
@@ -984,10 +994,58 @@ def forced(args) -> dict:
         sm.close()
     out = {"tokens": args.tokens, "model": str(src), "streamed_budget": "24slots",
            "resident_vs_resident": compare(*res), "streamed_vs_streamed": compare(*streamed),
-           "streamed_vs_resident": compare(streamed[0], res[0])}  # fmt: skip
+           "streamed_vs_resident": compare(streamed[0], res[0]),
+           "attention_alone": attention,
+           "attention_alone_cudnn_sdpa_off": attention_vector}  # fmt: skip
     for k, v in out.items():
         print(f"  forced {k}: {v}", flush=True)
     return out
+
+
+def attention_repeats(config: dict, steps: int, runs: int = 3) -> dict:
+    """Whether mlx-lm's decode attention alone repeats bit for bit: per dtype, `runs` runs of
+    `steps` steps, each appending one seeded random key and value to mlx-lm's KVCache and
+    attending one seeded random query over it (the model's heads, KV heads and head size),
+    the first step where each later run's output differs from the first run's (None: never)."""
+    from mlx_lm.models.base import scaled_dot_product_attention
+    from mlx_lm.models.cache import KVCache
+
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    dim = config.get("head_dim") or config["hidden_size"] // heads
+
+    def run(dtype) -> np.ndarray:
+        """[steps, heads·dim] float32 outputs, one a step."""
+        rng, cache, rows = np.random.default_rng(1), KVCache(), []
+        for _ in range(steps):
+            q, k, v = (mx.array(rng.standard_normal((1, h, 1, dim)).astype(np.float32))
+                       .astype(dtype) for h in (heads, kv_heads, kv_heads))  # fmt: skip
+            keys, values = cache.update_and_fetch(k, v)  # [1, kv_heads, step + 1, dim]
+            o = scaled_dot_product_attention(q, keys, values, cache=cache, scale=dim**-0.5,
+                                             mask=None)  # fmt: skip
+            rows.append(np.array(o.astype(mx.float32)).ravel())
+        return np.stack(rows)
+
+    out = {"steps": steps, "heads": heads, "kv_heads": kv_heads, "head_dim": dim}
+    for name, dtype in (("bfloat16", mx.bfloat16), ("float32", mx.float32)):
+        first, *later = (run(dtype) for _ in range(runs))
+        differs = [(r != first).any(axis=1) for r in later]  # [steps] each
+        steps_at = [int(d.argmax()) if d.any() else None for d in differs]
+        out[name] = {"first_step_differing": steps_at,
+                     "largest": max(float(np.abs(r - first).max()) for r in later)}  # fmt: skip
+    return out
+
+
+def attention_child(config: dict, steps: int, env: dict[str, str]) -> dict:
+    """attention_repeats in a child process with `env` added to this one's."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_cuda; "
+            "print(json.dumps(bench_cuda.attention_repeats(json.loads(sys.argv[2]), "
+            "int(sys.argv[3]))))")  # fmt: skip
+    argv = [sys.executable, "-c", code, str(Path(__file__).parent), json.dumps(config), str(steps)]
+    got = subprocess.run(argv, env=os.environ | env, capture_output=True, text=True)
+    if got.returncode:
+        raise RuntimeError(f"attention with {env} failed: {got.stderr[-2000:]}")
+    return json.loads(got.stdout.splitlines()[-1]) | {"env": env}
 
 
 PRICED = {"scale", "spec", "auto", "drafters", "lookahead", "shm", "pinned"}  # priced runs

@@ -24,8 +24,10 @@ benchmarks/results/gamma_auto_runtime.json. The table:
 host: the host time auto's bookkeeping takes (GammaChooser.choose and .observe, Shadows.feed:
 the candidates' costs, the guard, plain's shadow and one lane per γ), in µs per committed token,
 timed around those calls (wrapped for this run only): the bundled model at runtime (25%,
-oracle:0.9, 256 tokens) and the MiniMax trace in replay (2000 positions, 25%, α 0.9), beside
-the whole run's host time per token. Plain and fixed-γ runs never make these calls. Writes
+oracle:0.9, 256 tokens), the MiniMax trace in replay (2000 positions, 25%, α 0.9) and the CUDA
+sessions' 16-layer pack in replay (9 GB, α 1.0, 2048 tokens, as the twenty-third session ran
+it), beside the whole run's host time per token. Plain and fixed-γ runs never make these calls
+(a plain LRU's shadows count on specdec.cache.counting_lru). Writes
 benchmarks/results/gamma_auto_host.json.
 
 seeds: the CUDA sessions' `auto` step in replay, over 50 seeds of the oracle's acceptance draws:
@@ -221,10 +223,10 @@ def timed(spent: dict[str, float]):
 
 def host(args) -> int:
     from specdec.clock.check import MINIMAX_M25
-    from specdec.clock.profiles import get_profile
+    from specdec.clock.profiles import get_profile, load_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
-    from specdec.gamma.replay import replay_passes, trace_clock
+    from specdec.gamma.replay import trace_clock
     from specdec.stream.loader import load
 
     profile = get_profile(PROFILE)
@@ -244,39 +246,65 @@ def host(args) -> int:
     clock = trace_clock(MINIMAX_M25, trace)
     slots = round(0.25 * trace.n_layers * trace.n_experts)
     for gamma in (1, "auto"):
-        spent = {}
-        t0 = time.perf_counter()
-        with timed(spent):
-            r = replay_passes(trace, "lru", slots, gamma, 0.9, clock, profile)
-        wall = time.perf_counter() - t0
-        rows.append({"run": f"replay minimax 25% α 0.9 γ {gamma}", "tokens": r.committed,
-                     "wall_us_per_token": 1e6 * wall / r.committed}
-                    | {f"{k}_us_per_token": 1e6 * v / r.committed for k, v in spent.items()})  # fmt: skip
+        rows.append(_timed_replay(f"replay minimax 25% α 0.9 γ {gamma}",
+                                  trace, slots, gamma, 0.9, clock, profile))  # fmt: skip
+    # the CUDA sessions' `auto` step in replay: the 16-layer pack at 9 GB, α 1.0, 2048 tokens,
+    # priced on the twenty-first session's profile (the twenty-third measured 2.2 ms a pass more
+    # GPU-idle time in auto's run than in plain's there, every read alike)
+    trace, clock = _device_trace()
+    device = load_profile(ROOT / "benchmarks" / "results" / "cuda" / "h100-r21.yaml")
+    for gamma in (1, "auto"):
+        rows.append(_timed_replay(f"replay 16-layer pack 9 GB α 1.0 γ {gamma}",
+                                  trace, 1130, gamma, 1.0, clock, device, 2048))  # fmt: skip
     for row in rows:
         print(json.dumps(row))
     return _write("host", rows)
+
+
+def _timed_replay(name: str, trace, slots: int, gamma, alpha: float, clock, profile,
+                  positions: int | None = None) -> dict:  # fmt: skip
+    """One replay's host time per committed token, and auto's bookkeeping's within it."""
+    from specdec.gamma.replay import replay_passes
+
+    spent: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with timed(spent):
+        r = replay_passes(trace, "lru", slots, gamma, alpha, clock, profile, positions=positions)
+    wall = time.perf_counter() - t0
+    return {"run": name, "tokens": r.committed, "wall_us_per_token": 1e6 * wall / r.committed} | {
+        f"{k}_us_per_token": 1e6 * v / r.committed for k, v in spent.items()
+    }
 
 
 SEED_LAYERS, SEED_SLOTS, SEED_RUNS = 16, 120, 50  # the CUDA `auto` step's model, budget
 SEED_ALPHAS, SEED_TOKENS = "1.0,0.9,0.8", "96,192"
 
 
+def _device_trace():
+    """(trace, clock) of the CUDA sessions' 16-layer pack under `--routing trace`: the
+    calibrated MiniMax trace's first 16 layers (the model's layer i takes the trace's i)."""
+    import dataclasses
+
+    from specdec.clock.check import MINIMAX_M25
+    from specdec.gamma.replay import trace_clock
+
+    full = _minimax_trace(4000)
+    trace = dataclasses.replace(
+        full, experts=full.experts[:, :SEED_LAYERS], expert_bytes=full.expert_bytes[:SEED_LAYERS]
+    )
+    return trace, trace_clock({**MINIMAX_M25, "num_hidden_layers": SEED_LAYERS}, trace)
+
+
 def seeds(args) -> int:
     """auto / γ = 4 over oracle seeds in replay, at the CUDA `auto` step's setting (or the
     slots, lengths and acceptances given)."""
-    import dataclasses
     import statistics
 
-    from specdec.clock.check import MINIMAX_M25
     from specdec.clock.profiles import load_profile
-    from specdec.gamma.replay import replay_passes, trace_clock
+    from specdec.gamma.replay import replay_passes
 
     profile = load_profile(args.profile)
-    full = _minimax_trace(4000)
-    trace = dataclasses.replace(  # the 16-layer model's layer i takes the trace's layer i
-        full, experts=full.experts[:, :SEED_LAYERS], expert_bytes=full.expert_bytes[:SEED_LAYERS]
-    )
-    clock = trace_clock({**MINIMAX_M25, "num_hidden_layers": SEED_LAYERS}, trace)
+    trace, clock = _device_trace()
     rows = []
     for alpha in map(float, args.alphas.split(",")):
         for tokens in map(int, args.tokens.split(",")):

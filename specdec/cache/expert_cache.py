@@ -45,6 +45,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse
+from typing import Protocol
 
 import numpy as np
 
@@ -87,6 +88,12 @@ class StepResult:
 
     slots: np.ndarray  # [|S|] int32, aligned with the step's keys
     misses: list[tuple[int, int]]  # (key, slot) to fill from disk before computing
+
+
+class Ordered(Protocol):
+    """A cache whose policy's order is its whole state, or None (ExpertCache, CountingLRU)."""
+
+    def held_order(self) -> list[int] | None: ...
 
 
 class ExpertCache(VerifyScratch, PassNotes):
@@ -255,7 +262,7 @@ class ExpertCache(VerifyScratch, PassNotes):
         self.version += bool(out)
         return out
 
-    def adopt(self, other: ExpertCache) -> list[tuple[int, int]]:
+    def adopt(self, other: Ordered) -> list[tuple[int, int]]:
         """Take `other`'s state: hold exactly its keys, in its policy's order, so that from
         here on both read alike whatever they are asked (`--gamma auto`'s re-sync to plain
         decoding's shadow, specdec.gamma.chooser). Keys `other` lacks leave their slots; its
@@ -264,7 +271,7 @@ class ExpertCache(VerifyScratch, PassNotes):
         prefetch, demote or scratch in flight)."""
         order = other.held_order()
         if order is None:
-            raise SpecdecError(f"policy {other.policy.name} has no order to take")
+            raise SpecdecError(f"policy {other.policy.name} has no order to take")  # an ExpertCache
         if self._prefetched or self._demoted or self._transient or self._scratch:
             raise SpecdecError("a cache holding keys outside its policy cannot take another's")
         want = dict.fromkeys(order)

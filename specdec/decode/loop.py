@@ -286,6 +286,7 @@ class Decode:
                 rec.draft_routing = stop.record(self.tap.calls, len(drafts) + 1)
             if choice:
                 rec.gamma_choice = choice.record()
+                books = time.perf_counter()
                 self.auto.observe(
                     rec,
                     self.tap.calls,
@@ -298,6 +299,8 @@ class Decode:
                     refeed=(refed, refeed_steps),
                     resync_steps=resync,
                 )
+                # between this pass's clock and the next's: the run's time all the same
+                rec.add_books(time.perf_counter() - books)
             yield rec
             n_pass += 1
 

@@ -91,6 +91,15 @@ class PassRecord:
     context: int = 0
     draft_forwards: int | None = None
     steps: dict[str, list[list[int]]] = field(default_factory=dict)
+    # --gamma auto: host seconds its bookkeeping took after the pass (AutoGamma.observe: the
+    # shadows, the guard's books), in wall_s and compute_s (a plain run has none to pay)
+    books_s: float = 0.0
+
+    def add_books(self, seconds: float) -> None:
+        """Count `seconds` of auto's bookkeeping after the pass as the pass's own time."""
+        self.books_s += seconds
+        self.wall_s += seconds
+        self.compute_s += seconds
 
     @classmethod
     def build(
@@ -253,6 +262,7 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
         out["gamma"] = AUTO.label
         out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
         out["gamma_why"] = gamma_why(records)
+        out["books_s"] = sum(r.books_s for r in records)  # in wall_s (PassRecord.books_s)
         resyncs = [r.resync_reads for r in records if r.resync_reads]
         if resyncs:  # re-syncs to plain decoding's shadow (in bytes_read)
             out["resyncs"], out["resync_reads"] = len(resyncs), sum(resyncs)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec.cache.counting_lru import CountingLRU, counting
 from specdec.cache.expert_cache import ExpertCache, position_chunks
 from specdec.core.errors import SpecdecError
 
@@ -81,7 +82,9 @@ def pass_keys(keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(values[a:b], counts[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def access_pass(cache: ExpertCache, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def access_pass(
+    cache: ExpertCache | CountingLRU, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """One forward over positions `keys` [n, L, k]: a step per layer over its union (or, where
     the union exceeds a cache step, one per group of positions that fits, as the streamer
     splits it), then tick(n). Returns ([L] union summed over steps, [L] misses)."""
@@ -98,7 +101,7 @@ def access_pass(cache: ExpertCache, keys: np.ndarray) -> tuple[np.ndarray, np.nd
     return union, misses
 
 
-def shadow_plain(shadow: ExpertCache, keys: np.ndarray) -> np.ndarray:
+def shadow_plain(shadow: ExpertCache | CountingLRU, keys: np.ndarray) -> np.ndarray:
     """[n, L] misses plain decoding has at each committed position of `keys` [n, L, k] (cache
     keys): each position one forward of one step per layer, then tick(1). Per position, not
     summed: plain's modeled time is a sum over its own one-token passes (reads come whole)."""
@@ -110,7 +113,7 @@ def shadow_plain(shadow: ExpertCache, keys: np.ndarray) -> np.ndarray:
     return misses
 
 
-def divergence(run: ExpertCache, plain: ExpertCache) -> tuple[int, bool]:
+def divergence(run: ExpertCache, plain: ExpertCache | CountingLRU) -> tuple[int, bool]:
     """(blocks `plain` holds that `run` lacks, whether both hold the same keys in the same
     order): what re-syncing the run's cache to plain's shadow reads (`ExpertCache.adopt`), and
     whether it is already plain's, so that plain decoding reads alike on both from here on."""
@@ -124,8 +127,10 @@ class Shadows:
     """Plain decoding's shadow cache and one lane per candidate γ (module doc)."""
 
     def __init__(self, make_cache: Callable[[], ExpertCache], gammas: Iterable[int], seed: int):
-        self.plain = make_cache()
-        self.lanes = {g: make_cache() for g in gammas if g > 1}
+        # a plain LRU's shadows only count (specdec.cache.counting_lru): the same misses, the
+        # same order, a fraction of the host time a pass of bookkeeping takes
+        self.plain = counting(make_cache())
+        self.lanes = {g: counting(make_cache()) for g in gammas if g > 1}
         self._at = dict.fromkeys(self.lanes, 0)  # position of each lane's next pass
         self._keys: list[np.ndarray] = []  # [L, k] per committed position from _base on
         self._base = 0
@@ -133,7 +138,7 @@ class Shadows:
         self._overlap = np.zeros(2)  # experts shared by consecutive committed tokens; pairs
         self._rng = np.random.default_rng([seed, 2])
 
-    def _caches(self) -> list[ExpertCache]:
+    def _caches(self) -> list[ExpertCache | CountingLRU]:
         return [self.plain, *self.lanes.values()]
 
     def preload(self, keys: list[int] | None = None) -> None:

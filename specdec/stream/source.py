@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.expert_cache import ExpertCache, Ordered
 from specdec.core.accelerator import on_cuda
 from specdec.core.errors import BudgetError, StoreError
 from specdec.store.arena import Arena
@@ -103,7 +103,7 @@ class ExpertSource:
             self._fill(misses)
         return self.cache.slots(keys), [key - base for key, _ in misses]
 
-    def adopt(self, other: ExpertCache) -> list[int]:
+    def adopt(self, other: Ordered) -> list[int]:
         """The cache takes `other`'s state (ExpertCache.adopt: `--gamma auto`'s re-sync to
         plain decoding's shadow), reading the blocks it lacks; returns their cache keys. Every
         read still landing is awaited and every output computing on slots evaluated first: any

@@ -24,7 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from specdec.cache.expert_cache import ExpertCache, position_chunks
+from specdec.cache.expert_cache import Ordered, position_chunks
 from specdec.checkpoint.families import Route
 from specdec.core.accelerator import to_host
 from specdec.stream.source import ExpertSource
@@ -210,7 +210,7 @@ class Streamer:
             nbytes = self.source.index.layers[layer].bytes_of(started)  # a mixed pack: two sizes
             self.log.add(LayerStep(layer, 0, 0, nbytes, phase, len(started)))
 
-    def adopt(self, other: ExpertCache) -> None:
+    def adopt(self, other: Ordered) -> None:
         """The cache takes `other`'s state, reading what it lacks (ExpertSource.adopt); one step
         per layer read, logged under phase "resync" (no union: nothing computes on them). Calls
         computed on device tables and not yet stepped are stepped first, on the cache they ran

@@ -44,3 +44,9 @@ def test_repeat_and_forced_run_through_and_find_every_run_repeating(tmp_path):
     for pair in ("resident_vs_resident", "streamed_vs_streamed"):
         assert forced[pair]["first_step_differing"] is None and forced[pair]["largest"] == 0.0
     assert forced["streamed_vs_resident"]["argmax_differs"] == 0
+    for part in ("attention_alone", "attention_alone_cudnn_sdpa_off"):
+        alone = forced[part]
+        assert alone["steps"] == 48
+        for dtype in ("bfloat16", "float32"):
+            assert alone[dtype] == {"first_step_differing": [None, None], "largest": 0.0}
+    assert forced["attention_alone_cudnn_sdpa_off"]["env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0"}

@@ -13,6 +13,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -872,3 +873,33 @@ def test_a_forced_replay_resync_reads_plains_blocks_and_leaves_the_cache_plains(
     assert len(synced) > 20 and r.resync_reads > len(synced) / 2
     after = [(told[i].diverged, told[i].synced) for i in synced]
     assert all(a == (0, True) for a in after), after
+
+
+def test_autos_bookkeeping_after_a_pass_is_counted_in_the_passs_time(monkeypatch):
+    # AutoGamma.observe runs after the pass's clock stops and before the next starts: its host
+    # time is the run's all the same, so each auto pass's wall (and the run's tok/s) holds it.
+    # Made slow here (20 ms a call) so that a pass's wall could not hold it by accident
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.gamma.controller import AutoGamma
+    from specdec.stream.loader import load
+
+    observe = AutoGamma.observe
+
+    def slow(self, *a, **kw):
+        time.sleep(0.02)
+        return observe(self, *a, **kw)
+
+    monkeypatch.setattr(AutoGamma, "observe", slow)
+    sm = load("tiny", budget="25%")
+    prompt = sm.tokenizer.encode("def merge(a, b):\n")
+    res = generate(sm, prompt, "oracle:0.9", DecodeConfig(gamma="auto", max_tokens=12),
+                   stop_at_eos=False)  # fmt: skip
+    plain = generate(sm, prompt, "none", DecodeConfig(max_tokens=12), stop_at_eos=False)
+    sm.close()
+    auto = [r for r in res.records if r.gamma_choice]
+    assert auto and all(0.02 <= r.books_s < r.wall_s for r in auto), [r.books_s for r in auto]
+    assert all(abs(r.compute_s - (r.wall_s - r.blocked_s)) < 1e-9 for r in auto)
+    assert res.summary["books_s"] == pytest.approx(sum(r.books_s for r in res.records))
+    assert res.summary["wall_s"] == pytest.approx(sum(r.wall_s for r in res.records))
+    assert all(r.books_s == 0.0 for r in plain.records)

@@ -1,0 +1,55 @@
+"""CountingLRU: the shadows' plain LRU misses and orders exactly as an ExpertCache of policy
+`lru` does, step for step, and is used only where the cache is one.
+
+pytest tests/cache/test_counting_lru.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.cache.counting_lru import CountingLRU, counting
+from specdec.cache.expert_cache import ExpertCache
+from specdec.cache.policies import make_policy
+from specdec.cache.spec import PolicySpec
+from specdec.core.errors import BudgetError
+from specdec.gamma.shadows import divergence
+
+
+@pytest.mark.parametrize("slots", [1, 8, 40])
+def test_it_misses_and_orders_as_an_lru_expert_cache_at_every_step(slots):
+    # random steps of 1..slots distinct keys over a pool that makes both hits and evictions
+    # common, a preload first: every step's misses (in order) and the held order after it equal
+    rng = np.random.default_rng(slots)
+    ours, theirs = CountingLRU(slots), ExpertCache(slots, make_policy("lru", slots))
+    preload = rng.choice(3 * slots, min(slots, 5), replace=False).tolist()
+    ours.preload(preload)
+    theirs.preload(preload)
+    assert ours.held_order() == theirs.held_order()
+    for step in range(400):
+        n = int(rng.integers(1, slots + 1))
+        keys = sorted(rng.choice(3 * slots, n, replace=False).tolist())
+        assert ours.access(keys) == [k for k, _ in theirs.access(keys)], step
+        assert ours.held_order() == theirs.held_order(), step
+        assert ours.resident_keys() == theirs.resident_keys(), step
+        ours.tick(1)
+        theirs.tick(1)
+    run = ExpertCache(slots, make_policy("lru", slots))
+    run.adopt(ours)  # a re-sync takes a counting shadow's state as it takes an ExpertCache's
+    assert divergence(run, ours) == (0, True) == divergence(run, theirs)
+
+
+def test_a_step_wider_than_the_cache_is_refused_as_expert_cache_refuses_it():
+    with pytest.raises(BudgetError, match="selects 5 distinct experts but the cache has 4 slots"):
+        CountingLRU(4).access([1, 2, 3, 4, 5])
+
+
+def test_only_a_plain_lru_is_counted():
+    assert isinstance(counting(PolicySpec.parse("lru").cache(16)), CountingLRU)
+    for spec in ("lfu", "lru+demote", "lru+scratch"):
+        cache = PolicySpec.parse(spec).cache(16)
+        assert counting(cache) is cache, spec
+    held = PolicySpec.parse("lru").cache(16)
+    held.access([1, 2])
+    assert counting(held) is held  # a cache already holding keys keeps them
