@@ -8,6 +8,7 @@
     python -m analysis.cuda decode9      # the ninth session's full-budget diagnosis
     python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
     python -m analysis.cuda span         # the read bench's test file against the pack's own blocks
+    python -m analysis.cuda forced       # one fixed sequence's logits run against run, bit for bit
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -73,10 +74,12 @@ SESSIONS = {
     # an H100 again, `--gamma auto` over 1024 tokens at 9 GB (no profile step: priced and
     # modeled on the twenty-first's)
     22: ("h100-r21",),
+    # an H100 again, `--gamma auto` over 2048 tokens at 9 GB (priced on the twenty-first's too)
+    23: ("h100-r21",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
-BORROWED = {22}
+BORROWED = {22, 23}
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
@@ -958,6 +961,23 @@ def figure() -> str:
     return f"wrote {FIGURE.relative_to(ROOT)}\n"
 
 
+def forced_table() -> str:
+    """bench_cuda.py `forced`: one fixed sequence's logits, bit for bit, run against run, per
+    session that ran it (resident: mlx-lm alone; streamed: 24 slots, every layer evicting)."""
+    body = []
+    for path in sorted(RESULTS.glob("session*/forced.json")):
+        data = json.loads(path.read_text())
+        for pair in ("resident_vs_resident", "streamed_vs_streamed", "streamed_vs_resident"):
+            r = data[pair]
+            first = "never" if r["first_step_differing"] is None else r["first_step_differing"]
+            body.append([data["session"], data["gpu"].split(",")[0], pair.replace("_", " "),
+                         data["tokens"], first, r["steps_differing"], f"{r['largest']:.3g}",
+                         r["argmax_differs"]])  # fmt: skip
+    heads = ["session", "card", "pair", "steps", "first step differing", "steps differing",
+             "largest Δ logit (abs)", "steps whose argmax differs"]  # fmt: skip
+    return md_table(heads, body)
+
+
 TABLES = {
     "scale": scale_table,
     "spec": spec_table,
@@ -966,6 +986,7 @@ TABLES = {
     "auto": auto_table,
     "lookahead": lookahead_table,
     "exact": exact_table,
+    "forced": forced_table,
     "offsets": offsets_table,
     "batches": batches_table,
     "span": span_table,
