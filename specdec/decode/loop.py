@@ -42,8 +42,15 @@ from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
-from specdec.decode.sampling import MIN_TEMP, check_finite, judge
-from specdec.decode.state import DecodeState, begin_routing, feed, forward, log_probs
+from specdec.decode.sampling import MIN_TEMP, check_finite, judge, judge_greedy
+from specdec.decode.state import (
+    DecodeState,
+    begin_routing,
+    feed,
+    forward,
+    forward_greedy,
+    log_probs,
+)
 from specdec.decode.verify_form import VerifyForm
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.gamma.controller import AutoGamma
@@ -254,9 +261,15 @@ class Decode:
             if streamer.route_override is not None and drafter.planned is not None:
                 streamer.route_override.planned = drafter.planned + 1  # y and the right drafts
             with streamer.serving(VERIFY), self.form.verifying():
-                lp = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V] log-probabilities
+                if cfg.temp == 0:  # [γ] argmax and its log-probability
+                    greedy = forward_greedy(st, [y, *drafts], drafter.needs_hidden)
+                else:
+                    lp = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
             verify_steps = streamer.drain()
-            verdict = judge(drafts, q, lp, cfg.temp, st.rng)
+            if cfg.temp == 0:
+                verdict = judge_greedy(drafts, *greedy)
+            else:
+                verdict = judge(drafts, q, lp, cfg.temp, st.rng)
             keep = [y, *drafts[: verdict.accepted]]
             # the cache back past rejected drafts; a re-feed is positions decoding fed one by one
             with streamer.serving(ROLLBACK), self.form.verifying():

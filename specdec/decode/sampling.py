@@ -60,6 +60,18 @@ class Verdict:
     tokens: list[int]  # committed this pass: accepted drafts + one target token
 
 
+def judge_greedy(drafts: list[int], target: np.ndarray, chosen: np.ndarray) -> Verdict:
+    """`judge` at temperature 0 from each position's argmax `target` [γ] and its logit `chosen`
+    [γ] alone (taken where the logits are: state.forward_greedy)."""
+    # a NaN wins argmax: the chosen logits are finite iff the decision is sound
+    if not np.isfinite(chosen).all():
+        check_finite(float(chosen[~np.isfinite(chosen)][0]))
+    n = 0
+    while n < len(drafts) and drafts[n] == int(target[n]):
+        n += 1
+    return Verdict(n, drafts[:n] + [int(target[n])])
+
+
 def judge(
     drafts: list[int],
     draft_q: np.ndarray | None,
@@ -73,14 +85,7 @@ def judge(
     """
     if temp == 0:
         target = target_logits.argmax(-1)  # [γ]
-        # a NaN wins argmax: the chosen logits are finite iff the decision is sound
-        chosen = target_logits[np.arange(len(target)), target]  # [γ]
-        if not np.isfinite(chosen).all():
-            check_finite(float(chosen[~np.isfinite(chosen)][0]))
-        n = 0
-        while n < len(drafts) and drafts[n] == int(target[n]):
-            n += 1
-        return Verdict(n, drafts[:n] + [int(target[n])])
+        return judge_greedy(drafts, target, target_logits[np.arange(len(target)), target])
     p = probs(target_logits, temp)  # [γ, V]
     for i, x in enumerate(drafts):
         q = draft_q[i] if draft_q is not None else None

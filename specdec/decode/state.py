@@ -77,6 +77,24 @@ def forward(
     return np.array(log_probs(_call(st, tokens, want_hidden)).astype(mx.float32))  # [T, V]
 
 
+def forward_greedy(
+    st: DecodeState, tokens: list[int], want_hidden: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`forward` as greedy decoding judges it: each position's argmax [T] and its
+    log-probability [T] (float32), taken where the log-probabilities are, by `mx.argmax` as
+    plain decoding takes its token (loop.greedy_next); only those 2·T values reach the host,
+    not T rows of the vocabulary (200k on MiniMax-M2.5)."""
+    return greedy_picks(log_probs(_call(st, tokens, want_hidden)))
+
+
+def greedy_picks(lp: mx.array) -> tuple[np.ndarray, np.ndarray]:
+    """[T, V] log-probabilities -> ([T] argmax, the lowest index among equals, [T] its
+    log-probability as float32), on the host."""
+    target = mx.argmax(lp, axis=-1)  # [T]
+    chosen = mx.take_along_axis(lp, target[:, None], axis=-1)[:, 0]  # [T]
+    return np.array(target), np.array(chosen.astype(mx.float32))
+
+
 def feed(st: DecodeState, tokens: list[int], want_hidden: bool) -> None:
     """`tokens` appended to the KV cache where nothing judges them (a prefill's head, a
     re-feed): only what later calls read is evaluated, the KV cache and the MTP's state, as

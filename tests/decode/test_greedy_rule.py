@@ -21,8 +21,8 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.checkpoint.random_models import make_random
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
-from specdec.decode.sampling import judge
-from specdec.decode.state import log_probs
+from specdec.decode.sampling import NonFiniteLogits, judge, judge_greedy
+from specdec.decode.state import greedy_picks, log_probs
 from specdec.stream.loader import load
 from specdec.trace.prompts import load_prompts
 from tests.helpers import fast_cases, mlx_lm_greedy
@@ -50,6 +50,33 @@ def test_log_probs_rows_are_each_decodes_own_and_pick_as_mlx_lm():
     assert mlx_lm_rule(tie[:, 0, :]) == 0
     host = np.array(log_probs(tie).astype(mx.float32))
     assert judge([], None, host, 0.0, np.random.default_rng(0)).tokens == [0]
+
+
+def test_verify_picks_where_the_logits_are_as_the_host_judge_picks():
+    # a greedy verify takes each position's argmax and its log-probability on the device
+    # (state.forward_greedy) instead of bringing [γ, V] to the host: the same tokens, ties
+    # (the bfloat16 rounding above, placed at each row's top) to the lowest index, the same
+    # verdict for drafts that match up to each place, and a non-finite pick refused alike
+    rng, tied = np.random.default_rng(1), 0
+    for trial in range(20):
+        raw = rng.normal(size=(1, 6, 8192)).astype(np.float32)
+        top = rng.choice(8192, 2, replace=False)
+        raw[0, :, top] = raw.max() + np.array([0.0, 0.0078125])[:, None]  # a bfloat16 tie
+        lp = log_probs(mx.array(raw).astype(mx.bfloat16))  # [6, V]
+        target, chosen = greedy_picks(lp)
+        host = np.array(lp.astype(mx.float32))  # what judge read before
+        tied += bool((host[:, top[0]] == host[:, top[1]]).all())
+        assert target.tolist() == host.argmax(-1).tolist(), trial
+        assert np.array_equal(chosen, host[np.arange(6), target])
+        for n in range(6):  # drafts matching the first n picks, then one that does not
+            drafts = target[:n].tolist() + ([int(target[n]) + 1] if n < 5 else [])
+            drafts = drafts[:5]
+            want = judge(drafts, None, host, 0.0, np.random.default_rng(0))
+            assert judge_greedy(drafts, target, chosen) == want, (trial, n)
+    assert tied >= 5, "ties at the top decided some picks"
+    chosen[3] = np.nan
+    with pytest.raises(NonFiniteLogits):
+        judge_greedy([], target, chosen)
 
 
 # the families whose float32 argmax parts from mlx-lm's greedy on these prompts (8 held-out,
