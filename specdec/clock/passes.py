@@ -188,7 +188,8 @@ class PassClock:
             context=rec.context,
             draft_steps=steps("draft"),
             verify_steps=steps("verify"),
-            measured_compute_s=rec.compute_s,
+            # as the run modeled it: before `--gamma auto`'s bookkeeping joined the pass
+            measured_compute_s=rec.compute_s - rec.books_s,
             refeed=(rec.refed, steps("refeed")),
             draft_forwards=rec.draft_forwards,
             resync_steps=steps("resync"),

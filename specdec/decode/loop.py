@@ -83,8 +83,8 @@ class DecodeConfig:
 
 def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
     """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it, and
-    its log-probability [1] (a NaN wins argmax, so a non-finite one means the logits are not
-    finite)."""
+    its log-probability [1] (a NaN logit makes its row NaN, log_probs' logsumexp, so a
+    non-finite one means the logits are not finite, whichever index the argmax took)."""
     begin_routing(st, 1)
     deferred = st.sm.streamer.deferred
     since = len(deferred)

@@ -63,7 +63,9 @@ class Verdict:
 def judge_greedy(drafts: list[int], target: np.ndarray, chosen: np.ndarray) -> Verdict:
     """`judge` at temperature 0 from each position's argmax `target` [γ] and its logit `chosen`
     [γ] alone (taken where the logits are: state.forward_greedy)."""
-    # a NaN wins argmax: the chosen logits are finite iff the decision is sound
+    # a NaN logit makes its whole row NaN (log_probs' logsumexp), and an inf one its pick inf
+    # or NaN, whichever index an argmax takes (numpy's and MLX's CPU argmax take a NaN, MLX's
+    # GPU kernels may not): the chosen values are finite iff the decision is sound
     if not np.isfinite(chosen).all():
         check_finite(float(chosen[~np.isfinite(chosen)][0]))
     n = 0

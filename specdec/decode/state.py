@@ -91,8 +91,9 @@ def greedy_picks(lp: mx.array) -> tuple[np.ndarray, np.ndarray]:
     """[T, V] log-probabilities -> ([T] argmax, the lowest index among equals, [T] its
     log-probability as float32), on the host."""
     target = mx.argmax(lp, axis=-1)  # [T]
-    chosen = mx.take_along_axis(lp, target[:, None], axis=-1)[:, 0]  # [T]
-    return np.array(target), np.array(chosen.astype(mx.float32))
+    chosen = mx.take_along_axis(lp, target[:, None], axis=-1)[:, 0].astype(mx.float32)  # [T]
+    mx.eval(target, chosen)  # one wait for both
+    return np.array(target), np.array(chosen)
 
 
 def feed(st: DecodeState, tokens: list[int], want_hidden: bool) -> None:

@@ -54,27 +54,31 @@ def test_log_probs_rows_are_each_decodes_own_and_pick_as_mlx_lm():
 
 def test_verify_picks_where_the_logits_are_as_the_host_judge_picks():
     # a greedy verify takes each position's argmax and its log-probability on the device
-    # (state.forward_greedy) instead of bringing [γ, V] to the host: the same tokens, ties
-    # (the bfloat16 rounding above, placed at each row's top) to the lowest index, the same
-    # verdict for drafts that match up to each place, and a non-finite pick refused alike
-    rng, tied = np.random.default_rng(1), 0
+    # (state.forward_greedy: log_probs, then greedy_picks) instead of bringing [γ, V] to the
+    # host. Each row's top two logits are a bfloat16 step apart, the higher at the higher index:
+    # log_probs rounds some to one value (the first test's case), where mlx-lm's rule takes the
+    # lower index and a float32 argmax the higher. The picks are mlx-lm's, row by row, the
+    # host judge's verdict follows for drafts matching up to each place, and a non-finite
+    # logit is refused alike
+    rng, rounded = np.random.default_rng(1), 0
     for trial in range(20):
-        raw = rng.normal(size=(1, 6, 8192)).astype(np.float32)
-        top = rng.choice(8192, 2, replace=False)
-        raw[0, :, top] = raw.max() + np.array([0.0, 0.0078125])[:, None]  # a bfloat16 tie
-        lp = log_probs(mx.array(raw).astype(mx.bfloat16))  # [6, V]
+        raw = (0.5 * rng.normal(size=(1, 6, 8192)) - 6.0).astype(np.float32)  # below the top
+        low, high = np.sort(rng.choice(8192, 2, replace=False))
+        raw[0, :, low], raw[0, :, high] = 1.0, 1.0078125  # one bfloat16 step at 1
+        logits = mx.array(raw).astype(mx.bfloat16)  # [1, 6, V]
+        lp = log_probs(logits)  # [6, V]
         target, chosen = greedy_picks(lp)
+        assert target.tolist() == [mlx_lm_rule(logits[:, i, :]) for i in range(6)], trial
+        rounded += int((target == low).sum())
         host = np.array(lp.astype(mx.float32))  # what judge read before
-        tied += bool((host[:, top[0]] == host[:, top[1]]).all())
-        assert target.tolist() == host.argmax(-1).tolist(), trial
         assert np.array_equal(chosen, host[np.arange(6), target])
         for n in range(6):  # drafts matching the first n picks, then one that does not
-            drafts = target[:n].tolist() + ([int(target[n]) + 1] if n < 5 else [])
-            drafts = drafts[:5]
+            drafts = (target[:n].tolist() + [int(target[n]) + 1])[:5]
             want = judge(drafts, None, host, 0.0, np.random.default_rng(0))
             assert judge_greedy(drafts, target, chosen) == want, (trial, n)
-    assert tied >= 5, "ties at the top decided some picks"
-    chosen[3] = np.nan
+    assert rounded > 60, "the rounding decided most picks: a float32 argmax differs there"
+    raw[0, 3, 7] = np.nan  # one NaN logit: its row's log-probabilities are all NaN
+    target, chosen = greedy_picks(log_probs(mx.array(raw).astype(mx.bfloat16)))
     with pytest.raises(NonFiniteLogits):
         judge_greedy([], target, chosen)
 
