@@ -9,46 +9,42 @@ misses, access for access, without slots.
 decoding and once more for each candidate γ: a pass of bookkeeping for every pass the run makes,
 on the host, outside the device model. An ExpertCache spends most of an access on what a shadow
 never asks (slots, scratch, prefetch and demotion), so a shadow of a plain LRU (no speculation
-options, no scratch: the only cache `--gamma auto` re-syncs to) runs on this instead. It keeps
-ExpertCache's order exactly: a step's hits move to the recent end in the step's order, the
-oldest keys leave for its misses, the misses enter in the step's order. Tests:
+options, no scratch: the only cache `--gamma auto` re-syncs to) runs on this instead: the same
+policy object and hooks (specdec/cache/policies/lru.py: hits, victims, admissions, in
+ExpertCache's order), so the same misses and order, without slots. Tests:
 `pytest tests/cache/test_counting_lru.py`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from itertools import filterfalse, repeat
+from itertools import filterfalse
 
-from specdec.cache.expert_cache import ExpertCache
-from specdec.cache.policies.base import _consume
+from specdec.cache.expert_cache import ExpertCache, too_wide
 from specdec.cache.policies.lru import LRU
 from specdec.core.errors import BudgetError
 
 
 class CountingLRU:
-    """An LRU of `n_slots` keys that counts its misses (module doc)."""
+    """ExpertCache's step on an LRU policy without slots: the keys held are the policy's order,
+    and a step calls the policy's hooks as ExpertCache.access calls them (module doc)."""
 
-    def __init__(self, n_slots: int):
-        self.n_slots = self.max_step = n_slots
-        self.order: OrderedDict[int, None] = OrderedDict()  # oldest first
+    def __init__(self, policy: LRU):
+        self.policy = policy
+        self.n_slots = self.max_step = policy.n_slots
 
     def access(self, ks: list[int], counts: list[int] | None = None) -> list[int]:
         """One step over distinct keys `ks`: the keys it missed (now held). `counts` is ignored
         (LRU orders by recency only); kept so a step reads as ExpertCache.access reads."""
         if len(ks) > self.max_step:
-            raise BudgetError(
-                f"a step selects {len(ks)} distinct experts but the cache has {self.n_slots} "
-                "slots: raise the budget or split the step"
-            )
-        order = self.order
-        missed = list(filterfalse(order.__contains__, ks))
-        _consume(map(order.move_to_end, filter(order.__contains__, ks) if missed else ks))
+            raise BudgetError(too_wide(len(ks), self.max_step, self.n_slots))
+        held = self.policy.order
+        missed = list(filterfalse(held.__contains__, ks))
+        self.policy.hit(filter(held.__contains__, ks) if missed else ks)
         if missed:
-            pop = order.popitem
-            for _ in range(len(order) + len(missed) - self.n_slots):
-                pop(False)
-            order.update(zip(missed, repeat(None)))
+            over = len(held) + len(missed) - self.n_slots
+            if over > 0:  # the step's hits are the newest now: the oldest are none of its keys
+                self.policy.victims(over, ks, in_step=True)
+            self.policy.admit(missed)
         return missed
 
     def tick(self, n_positions: int) -> None:
@@ -59,18 +55,18 @@ class CountingLRU:
 
     def preload(self, keys: list[int] | None = None) -> None:
         """Hold `keys` (a plain LRU preloads none of its own) while slots are free."""
-        fresh = [k for k in keys or () if k not in self.order]
-        self.order.update(zip(fresh[: self.n_slots - len(self.order)], repeat(None)))
+        fresh = [k for k in keys or () if k not in self.policy.order]
+        self.policy.admit(fresh[: self.n_slots - len(self.policy.order)])
 
     def held_order(self) -> list[int]:
-        return list(self.order)
+        return self.policy.held_order()
 
     def resident_keys(self) -> list[int]:
-        return sorted(self.order)
+        return sorted(self.policy.order)
 
 
 def counting(cache: ExpertCache) -> ExpertCache | CountingLRU:
-    """`cache` as a shadow replays it: a CountingLRU of its size where it is an empty plain LRU
-    (no speculation options, no scratch), else `cache` itself."""
+    """`cache` as a shadow replays it: a CountingLRU on its policy where it is an empty plain
+    LRU (no speculation options, no scratch), else `cache` itself."""
     plain = type(cache.policy) is LRU and not cache.spec and not cache.n_scratch
-    return CountingLRU(cache.n_slots) if plain and not cache.held_order() else cache
+    return CountingLRU(cache.policy) if plain and not cache.held_order() else cache

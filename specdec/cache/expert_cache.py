@@ -150,7 +150,7 @@ class ExpertCache(VerifyScratch, PassNotes):
         (filter over dict.__contains__, map over dict.pop), few attribute lookups."""
         n = len(ks)
         if n > self.max_step:
-            raise BudgetError(self._too_wide(n))
+            raise BudgetError(too_wide(n, self.max_step, self.n_slots))
         certain, self._certain = self._certain, None  # a chunked verify step: its first chunk
         slot_of = self._slot_of
         if self._transient:
@@ -398,16 +398,18 @@ class ExpertCache(VerifyScratch, PassNotes):
         self.evictions += len(victims)
         return len(victims)
 
-    def _too_wide(self, n: int) -> str:
-        if self.max_step < self.n_slots:
-            return (
-                f"a step selects {n} experts but the static policy has {self.max_step} scratch "
-                f"slots: pass scratch>={n} (and at least {n} slots)"
-            )
+
+def too_wide(n: int, max_step: int, n_slots: int) -> str:
+    """The error for a step of `n` distinct keys over a cache whose steps hold `max_step`."""
+    if max_step < n_slots:
         return (
-            f"a step selects {n} distinct experts but the cache has {self.n_slots} slots: "
-            f"raise the budget to at least {n} slots or split the step"
+            f"a step selects {n} experts but the static policy has {max_step} scratch "
+            f"slots: pass scratch>={n} (and at least {n} slots)"
         )
+    return (
+        f"a step selects {n} distinct experts but the cache has {n_slots} slots: "
+        f"raise the budget to at least {n} slots or split the step"
+    )
 
 
 def position_chunks(flat_idx: np.ndarray, width: int) -> list[np.ndarray]:

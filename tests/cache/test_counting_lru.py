@@ -22,7 +22,10 @@ def test_it_misses_and_orders_as_an_lru_expert_cache_at_every_step(slots):
     # random steps of 1..slots distinct keys over a pool that makes both hits and evictions
     # common, a preload first: every step's misses (in order) and the held order after it equal
     rng = np.random.default_rng(slots)
-    ours, theirs = CountingLRU(slots), ExpertCache(slots, make_policy("lru", slots))
+    ours, theirs = (
+        CountingLRU(make_policy("lru", slots)),
+        ExpertCache(slots, make_policy("lru", slots)),
+    )
     preload = rng.choice(3 * slots, min(slots, 5), replace=False).tolist()
     ours.preload(preload)
     theirs.preload(preload)
@@ -42,7 +45,7 @@ def test_it_misses_and_orders_as_an_lru_expert_cache_at_every_step(slots):
 
 def test_a_step_wider_than_the_cache_is_refused_as_expert_cache_refuses_it():
     with pytest.raises(BudgetError, match="selects 5 distinct experts but the cache has 4 slots"):
-        CountingLRU(4).access([1, 2, 3, 4, 5])
+        CountingLRU(make_policy("lru", 4)).access([1, 2, 3, 4, 5])
 
 
 def test_only_a_plain_lru_is_counted():
