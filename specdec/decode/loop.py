@@ -42,9 +42,10 @@ from specdec.decode.drafters import Drafter
 from specdec.decode.records import PassRecord
 from specdec.decode.rollback import CacheMark, check_speculation, roll_back
 from specdec.decode.routing import RoutingRecorder
-from specdec.decode.sampling import MIN_TEMP, check_finite, judge, judge_greedy
+from specdec.decode.sampling import MIN_TEMP, Verdict, check_finite, judge, judge_greedy
 from specdec.decode.state import (
     DecodeState,
+    argmax_picks,
     begin_routing,
     feed,
     forward,
@@ -88,9 +89,7 @@ def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
     begin_routing(st, 1)
     deferred = st.sm.streamer.deferred
     since = len(deferred)
-    lp = log_probs(st.sm.model(token, cache=st.cache))  # [1, V]
-    nxt = mx.argmax(lp, axis=-1)  # [1]: mlx-lm's greedy sampler
-    top = lp[0, nxt]  # [1]
+    nxt, top = argmax_picks(log_probs(st.sm.model(token, cache=st.cache)))  # [1], [1]
     nxt = nxt.reshape(1, 1)
     routing = deferred.join(since)  # its calls' routing, one host read later (catch_up)
     mx.async_eval(nxt, top, *([] if routing is None else [routing]))
@@ -261,15 +260,8 @@ class Decode:
             if streamer.route_override is not None and drafter.planned is not None:
                 streamer.route_override.planned = drafter.planned + 1  # y and the right drafts
             with streamer.serving(VERIFY), self.form.verifying():
-                if cfg.temp == 0:  # [γ] argmax and its log-probability
-                    greedy = forward_greedy(st, [y, *drafts], drafter.needs_hidden)
-                else:
-                    lp = forward(st, [y, *drafts], drafter.needs_hidden)  # [γ, V]
+                verdict = self._verify([y, *drafts], drafts, q)
             verify_steps = streamer.drain()
-            if cfg.temp == 0:
-                verdict = judge_greedy(drafts, *greedy)
-            else:
-                verdict = judge(drafts, q, lp, cfg.temp, st.rng)
             keep = [y, *drafts[: verdict.accepted]]
             # the cache back past rejected drafts; a re-feed is positions decoding fed one by one
             with streamer.serving(ROLLBACK), self.form.verifying():
@@ -316,6 +308,15 @@ class Decode:
                 rec.add_books(time.perf_counter() - books)
             yield rec
             n_pass += 1
+
+    def _verify(self, tokens: list[int], drafts: list[int], q) -> Verdict:
+        """The verify forward over `tokens` and its verdict on `drafts`: greedy from each
+        position's pick alone (state.forward_greedy: 2·γ values reach the host), sampled from
+        the log-probabilities [γ, V]."""
+        st, cfg, hidden = self.st, self.cfg, self.drafter.needs_hidden
+        if cfg.temp == 0:
+            return judge_greedy(drafts, *forward_greedy(st, tokens, hidden))
+        return judge(drafts, q, forward(st, tokens, hidden), cfg.temp, st.rng)
 
     def _continues(self, y: int) -> bool:
         """Whether decoding goes on after the committed token y."""

@@ -87,11 +87,17 @@ def forward_greedy(
     return greedy_picks(log_probs(_call(st, tokens, want_hidden)))
 
 
-def greedy_picks(lp: mx.array) -> tuple[np.ndarray, np.ndarray]:
-    """[T, V] log-probabilities -> ([T] argmax, the lowest index among equals, [T] its
-    log-probability as float32), on the host."""
+def argmax_picks(lp: mx.array) -> tuple[mx.array, mx.array]:
+    """[T, V] log-probabilities -> lazily, [T] argmax (the lowest index among equals: mlx-lm's
+    greedy sampler) and [T] its log-probability: greedy decoding's pick, plain or verify."""
     target = mx.argmax(lp, axis=-1)  # [T]
-    chosen = mx.take_along_axis(lp, target[:, None], axis=-1)[:, 0].astype(mx.float32)  # [T]
+    return target, mx.take_along_axis(lp, target[:, None], axis=-1)[:, 0]
+
+
+def greedy_picks(lp: mx.array) -> tuple[np.ndarray, np.ndarray]:
+    """argmax_picks on the host, the log-probabilities as float32."""
+    target, chosen = argmax_picks(lp)
+    chosen = chosen.astype(mx.float32)
     mx.eval(target, chosen)  # one wait for both
     return np.array(target), np.array(chosen)
 
