@@ -969,14 +969,6 @@ def forced(args) -> dict:
             rows.append(np.array(y))
         return np.stack(rows)
 
-    def compare(a: np.ndarray, b: np.ndarray) -> dict:
-        diff = np.abs(a - b).max(axis=1)  # [T]
-        same = (a == b).all(axis=1)  # [T] bit for bit (no NaN in a random model's logits)
-        return {"first_step_differing": None if same.all() else int(np.argmin(same)),
-                "steps_differing": int((~same).sum()), "largest": float(diff.max()),
-                "at_step": int(diff.argmax()),
-                "argmax_differs": int((a.argmax(1) != b.argmax(1)).sum())}  # fmt: skip
-
     attention = attention_repeats(config, args.tokens)
     # MLX reads this once a process: its CUDA decode attention leaves cuDNN for its own
     # fixed-order kernel (the suspect when bfloat16 departs past 256 keys only), so a child
@@ -993,8 +985,9 @@ def forced(args) -> dict:
     finally:
         sm.close()
     out = {"tokens": args.tokens, "model": str(src), "streamed_budget": "24slots",
-           "resident_vs_resident": compare(*res), "streamed_vs_streamed": compare(*streamed),
-           "streamed_vs_resident": compare(streamed[0], res[0]),
+           "resident_vs_resident": compare_steps(*res),
+           "streamed_vs_streamed": compare_steps(*streamed),
+           "streamed_vs_resident": compare_steps(streamed[0], res[0]),
            "attention_alone": attention,
            "attention_alone_cudnn_sdpa_off": attention_vector}  # fmt: skip
     for k, v in out.items():
@@ -1002,11 +995,23 @@ def forced(args) -> dict:
     return out
 
 
+def compare_steps(a: np.ndarray, b: np.ndarray) -> dict:
+    """Two runs' outputs [T, N] step by step, bit for bit (no NaN in a random model's): the first
+    step that differs (None: none), how many do, the largest difference and where, and in how
+    many steps the argmax differs."""
+    diff = np.abs(a - b).max(axis=1)  # [T]
+    same = (a == b).all(axis=1)  # [T]
+    return {"first_step_differing": None if same.all() else int(np.argmin(same)),
+            "steps_differing": int((~same).sum()), "largest": float(diff.max()),
+            "at_step": int(diff.argmax()),
+            "argmax_differs": int((a.argmax(1) != b.argmax(1)).sum())}  # fmt: skip
+
+
 def attention_repeats(config: dict, steps: int, runs: int = 3) -> dict:
     """Whether mlx-lm's decode attention alone repeats bit for bit: per dtype, `runs` runs of
     `steps` steps, each appending one seeded random key and value to mlx-lm's KVCache and
-    attending one seeded random query over it (the model's heads, KV heads and head size),
-    the first step where each later run's output differs from the first run's (None: never)."""
+    attending one seeded random query over it (the model's heads, KV heads and head size):
+    each later run's output against the first run's (`compare_steps`)."""
     from mlx_lm.models.base import scaled_dot_product_attention
     from mlx_lm.models.cache import KVCache
 
@@ -1029,10 +1034,7 @@ def attention_repeats(config: dict, steps: int, runs: int = 3) -> dict:
     out = {"steps": steps, "heads": heads, "kv_heads": kv_heads, "head_dim": dim}
     for name, dtype in (("bfloat16", mx.bfloat16), ("float32", mx.float32)):
         first, *later = (run(dtype) for _ in range(runs))
-        differs = [(r != first).any(axis=1) for r in later]  # [steps] each
-        steps_at = [int(d.argmax()) if d.any() else None for d in differs]
-        out[name] = {"first_step_differing": steps_at,
-                     "largest": max(float(np.abs(r - first).max()) for r in later)}  # fmt: skip
+        out[name] = [compare_steps(first, r) for r in later]
     return out
 
 

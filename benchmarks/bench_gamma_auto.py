@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -233,24 +234,18 @@ def host(args) -> int:
     rows = []
     sm = load("tiny", budget="25%")
     prompt = sm.encode("def fibonacci(n):")
-    spent: dict[str, float] = {}
-    t0 = time.perf_counter()
-    with timed(spent):
-        res = generate(sm, prompt, "oracle:0.9", DecodeConfig(gamma="auto", max_tokens=256),
-                       (profile,), stop_at_eos=False)  # fmt: skip
-    wall, n = time.perf_counter() - t0, len(res.tokens)
+    rows.append(_timed_row("runtime tiny 25% oracle:0.9", lambda: len(generate(
+        sm, prompt, "oracle:0.9", DecodeConfig(gamma="auto", max_tokens=256), (profile,),
+        stop_at_eos=False).tokens)))  # fmt: skip
     sm.close()
-    rows.append({"run": "runtime tiny 25% oracle:0.9", "tokens": n, "wall_us_per_token": 1e6 * wall / n}
-                | {f"{k}_us_per_token": 1e6 * v / n for k, v in spent.items()})  # fmt: skip
     trace = _minimax_trace(2000)
     clock = trace_clock(MINIMAX_M25, trace)
     slots = round(0.25 * trace.n_layers * trace.n_experts)
     for gamma in (1, "auto"):
         rows.append(_timed_replay(f"replay minimax 25% α 0.9 γ {gamma}",
                                   trace, slots, gamma, 0.9, clock, profile))  # fmt: skip
-    # the CUDA sessions' `auto` step in replay: the 16-layer pack at 9 GB, α 1.0, 2048 tokens,
-    # priced on the twenty-first session's profile (the twenty-third measured 2.2 ms a pass more
-    # GPU-idle time in auto's run than in plain's there, every read alike)
+    # the CUDA sessions' `auto` step in replay: the 16-layer pack at 9 GB (1130 slots), α 1.0,
+    # 2048 tokens, priced on the twenty-first session's profile, as the twenty-third ran it
     trace, clock = _device_trace()
     device = load_profile(ROOT / "benchmarks" / "results" / "cuda" / "h100-r21.yaml")
     for gamma in (1, "auto"):
@@ -263,16 +258,23 @@ def host(args) -> int:
 
 def _timed_replay(name: str, trace, slots: int, gamma, alpha: float, clock, profile,
                   positions: int | None = None) -> dict:  # fmt: skip
-    """One replay's host time per committed token, and auto's bookkeeping's within it."""
+    """_timed_row of one LRU replay."""
     from specdec.gamma.replay import replay_passes
 
+    return _timed_row(name, lambda: replay_passes(trace, "lru", slots, gamma, alpha, clock,
+                                                  profile, positions=positions).committed)  # fmt: skip
+
+
+def _timed_row(name: str, run: Callable[[], int]) -> dict:
+    """`run` (returning the tokens it committed) timed: host time per committed token, and auto's
+    bookkeeping's within it (`timed`)."""
     spent: dict[str, float] = {}
     t0 = time.perf_counter()
     with timed(spent):
-        r = replay_passes(trace, "lru", slots, gamma, alpha, clock, profile, positions=positions)
+        n = run()
     wall = time.perf_counter() - t0
-    return {"run": name, "tokens": r.committed, "wall_us_per_token": 1e6 * wall / r.committed} | {
-        f"{k}_us_per_token": 1e6 * v / r.committed for k, v in spent.items()
+    return {"run": name, "tokens": n, "wall_us_per_token": 1e6 * wall / n} | {
+        f"{k}_us_per_token": 1e6 * v / n for k, v in spent.items()
     }
 
 
