@@ -6,7 +6,13 @@
 See README.md for the commands and the architecture.
 """
 
+from specdec.core.attention import pin_attention
+
 __version__ = "0.1.0"
+
+# before any MLX attention runs in this process: MLX's own kernels on CUDA, which repeat bit for
+# bit run to run, not cuDNN's (specdec/core/attention.py)
+pin_attention()
 
 
 def load(path, **kwargs):

@@ -56,6 +56,7 @@ from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
 from specdec.core.accelerator import on_cuda, to_host
+from specdec.core.attention import CUDNN_SDPA
 from specdec.core.blas import fast_blas_env
 from specdec.decode import loop
 from specdec.decode.loop import DecodeConfig
@@ -87,7 +88,8 @@ def _ours(model: str, tokens: int, budget: str, env: dict[str, str], prompt: str
     return stats["tokens_per_s"]
 
 
-def _peer(model: str, tokens: int, env: dict[str, str], prompt: str) -> float:
+def mlx_lm_rate(model: str, tokens: int, env: dict[str, str], prompt: str) -> float:
+    """`python -m mlx_lm generate` in a fresh process with `env`: its decode tokens/s."""
     cmd = [sys.executable, "-m", "mlx_lm", "generate", "--model", str(resolve(model))]
     cmd += ["--prompt", prompt, "--max-tokens", str(tokens), "--ignore-chat-template"]
     n, rate = _MLX_RATE.search(_run(cmd, env)).groups()
@@ -108,15 +110,17 @@ def cli_pairs(
     ours, peer = [], []
     for i in range(pairs):
         if i % 2:
-            peer.append(_peer(model, tokens, env, prompt))
+            peer.append(mlx_lm_rate(model, tokens, env, prompt))
             ours.append(_ours(model, tokens, budget, env, prompt))
         else:
             ours.append(_ours(model, tokens, budget, env, prompt))
-            peer.append(_peer(model, tokens, env, prompt))
+            peer.append(mlx_lm_rate(model, tokens, env, prompt))
     ratios = [a / b for a, b in zip(ours, peer, strict=True)]
     return {
         "budget": budget,
         "blas": env.get("LD_PRELOAD", "reference"),
+        # both sides' CUDA attention (specdec/core/attention.py; other backends ignore it)
+        "cudnn_sdpa": env.get(CUDNN_SDPA, "1"),
         "peer": "python -m mlx_lm generate --ignore-chat-template (fresh process)",
         "prompt": prompt,
         "specdec_tokens_per_s": _spread(ours),

@@ -12,6 +12,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from specdec.core.attention import cudnn_sdpa
+
 # Reading a device array on the host: on MLX 0.32's CUDA backend `np.array(a)` first moves the
 # array into managed memory (cudaMallocManaged and a copy: 262-293 µs a call on the H200 for
 # 32-136 bytes) where `a.tolist()` reads the same array in 2 µs (benchmarks/results/cuda/session8/
@@ -57,4 +59,9 @@ def to_host(a: mx.array) -> np.ndarray:
 
 
 def describe() -> dict:
-    return {"mlx_device": str(mx.default_device()), "backend": backend()}
+    """The device and backend; on CUDA also whether its attention may take cuDNN (as the
+    process has it: specdec's default "0", specdec/core/attention.py)."""
+    out = {"mlx_device": str(mx.default_device()), "backend": backend()}
+    if out["backend"] == "cuda":
+        out["cudnn_sdpa"] = cudnn_sdpa()
+    return out
