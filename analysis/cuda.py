@@ -8,7 +8,8 @@
     python -m analysis.cuda decode9      # the ninth session's full-budget diagnosis
     python -m analysis.cuda where | land  # where a pass's time goes; landing by blocks a call
     python -m analysis.cuda span         # the read bench's test file against the pack's own blocks
-    python -m analysis.cuda forced       # one fixed sequence's logits run against run, bit for bit
+    python -m analysis.cuda forced       # one fixed sequence's logits run against run, bit for bit;
+                                         # the attention alone, cuDNN's on and off
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -76,10 +77,14 @@ SESSIONS = {
     22: ("h100-r21",),
     # an H100 again, `--gamma auto` over 2048 tokens at 9 GB (priced on the twenty-first's too)
     23: ("h100-r21",),
+    # an H100 again: MLX's cuDNN decode attention found to be what varies run to run (`forced`);
+    # `--gamma auto` over 1024 tokens at 9 GB with it off, specdec's default since (priced on the
+    # twenty-first's too)
+    24: ("h100-r21",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
-BORROWED = {22, 23}
+BORROWED = {22, 23, 24}
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
@@ -968,20 +973,61 @@ def figure() -> str:
     return f"wrote {FIGURE.relative_to(ROOT)}\n"
 
 
+OFF = "_cudnn_sdpa_off"  # a part run with MLX_CUDA_USE_CUDNN_SDPA=0 (bench_cuda.py `forced`)
+FORCED_PAIRS = ("resident_vs_resident", "resident_vs_resident" + OFF, "streamed_vs_streamed",
+                "streamed_vs_resident")  # fmt: skip
+
+
 def forced_table() -> str:
     """bench_cuda.py `forced`: one fixed sequence's logits, bit for bit, run against run, per
-    session that ran it (resident: mlx-lm alone; streamed: 24 slots, every layer evicting)."""
+    session that ran it (resident: mlx-lm alone; streamed: 24 slots, every layer evicting), with
+    cuDNN's attention as MLX chooses it or off; then the attention alone (`attention_table`)."""
     body = []
     for path in sorted(RESULTS.glob("session*/forced.json")):
         data = json.loads(path.read_text())
-        for pair in ("resident_vs_resident", "streamed_vs_streamed", "streamed_vs_resident"):
+        card = data["gpu"].split(",")[0]
+        # a pair's setting: "_cudnn_sdpa_off" ran with it off, the unsuffixed resident pair with
+        # MLX's default, the streamed pairs as the process had it (on before the twenty-fourth)
+        streamed = "off" if data.get("cudnn_sdpa", "1") == "0" else "as MLX chooses"
+        for pair in (p for p in FORCED_PAIRS if p in data):  # the off pair from the 24th on
             r = data[pair]
-            first = "never" if r["first_step_differing"] is None else r["first_step_differing"]
-            body.append([data["session"], data["gpu"].split(",")[0], pair.replace("_", " "),
-                         data["tokens"], first, r["steps_differing"], f"{r['largest']:.3g}",
+            if pair.endswith(OFF):
+                cudnn = "off"
+            else:
+                cudnn = streamed if pair.startswith("streamed") else "as MLX chooses"
+            body.append([data["session"], card, pair.removesuffix(OFF).replace("_", " "), cudnn,
+                         data["tokens"], _first(r), r["steps_differing"], f"{r['largest']:.3g}",
                          r["argmax_differs"]])  # fmt: skip
-    heads = ["session", "card", "pair", "steps", "first step differing", "steps differing",
-             "largest Δ logit (abs)", "steps whose argmax differs"]  # fmt: skip
+    heads = ["session", "card", "pair", "cuDNN decode attention", "steps", "first step differing",
+             "steps differing", "largest Δ logit (abs)", "steps whose argmax differs"]  # fmt: skip
+    return md_table(heads, body) + "\n" + attention_table()
+
+
+def _first(r: dict) -> str | int:
+    return "never" if r["first_step_differing"] is None else r["first_step_differing"]
+
+
+def attention_table() -> str:
+    """`forced`'s attention alone (mlx-lm's KVCache + scaled_dot_product_attention, seeded
+    random inputs): each later run against the first, per dtype, cuDNN's decode path on (as
+    MLX chooses) and off (MLX_CUDA_USE_CUDNN_SDPA=0)."""
+    body = []
+    for path in sorted(RESULTS.glob("session*/forced.json")):
+        data = json.loads(path.read_text())
+        for part, cudnn in (
+            ("attention_alone", "as MLX chooses"),
+            ("attention_alone" + OFF, "off"),
+        ):
+            if part not in data:
+                continue
+            a = data[part]
+            for dtype in ("bfloat16", "float32"):
+                runs = a[dtype]
+                body.append([data["session"], data["gpu"].split(",")[0], dtype, cudnn,
+                             a["steps"], ", ".join(str(_first(r)) for r in runs),
+                             f"{max(r['largest'] for r in runs):.3g}"])  # fmt: skip
+    heads = ["session", "card", "dtype", "cuDNN decode attention", "steps",
+             "first step differing, runs 2 and 3 against 1", "largest Δ (abs)"]  # fmt: skip
     return md_table(heads, body)
 
 

@@ -1,8 +1,8 @@
 """The streamed path measured on an NVIDIA GPU (MLX's CUDA backend): writes results/cuda/*.json.
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
-    steps: check offsets models exact overhead profile reads batches span pinned big scale spec auto
-           drafters lookahead shm where repeat forced
+    steps: check offsets models exact overhead attention_speed profile reads batches span pinned big
+           scale spec auto drafters lookahead shm where repeat forced
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -32,6 +32,10 @@ Nothing here is a timed test.
                the host µs per MoE layer call by part (specdec.bench.overhead `in_process`);
                saved as each part ends (`"partial"` names the last), the warm part first;
                `--pairs 0`: the warm part alone
+    attention_speed
+               `python -m mlx_lm generate` on the 2-layer minimax shape (--tokens), fresh
+               processes, MLX_CUDA_USE_CUDNN_SDPA 1 (MLX's default) against 0 (specdec's),
+               --pairs rounds, the order alternating: what specdec's default does to mlx-lm
     profile    `specdec bench device`: this machine's device profile from microbenchmarks
                (its read curve from the 16-layer pack in place when `big` ran before it)
     reads      `specdec bench read` at the 16-layer model's block size: into a fresh arena, into
@@ -70,11 +74,12 @@ Nothing here is a timed test.
                resident pair, at the same steps; a slot race as large differences in the
                streamed pairs only); and mlx-lm's decode attention alone (its KVCache and
                scaled_dot_product_attention at the shape's heads, seeded random inputs, three
-               runs in bfloat16 and in float32): the first step each run departs, as this
-               process runs it and in a child with MLX_CUDA_USE_CUDNN_SDPA=0 (MLX's CUDA
-               decode attention takes cuDNN in bfloat16 from 256 keys of a KV cache's buffer,
-               its own fixed-order kernel otherwise: MLX's
-               mlx/backend/cuda/scaled_dot_product_attention.cpp)
+               runs in bfloat16 and in float32): the first step each run departs. The
+               attention and the resident pair run with MLX_CUDA_USE_CUDNN_SDPA as this process
+               has it (specdec's default 0) and in a child with the other value (1: MLX's
+               default, cuDNN for a bfloat16 single query from 256 keys of a KV cache; 0:
+               MLX's own fixed-order kernel; mlx/backend/cuda/
+               scaled_dot_product_attention.cpp); keys ending _cudnn_sdpa_off ran with 0
     where      where a streamed pass's time not blocked on reads goes, per MoE layer call (trace
                routing, 9 GB and 10%, plain and oracle:1 γ 8): the router's sync, the wait for
                earlier layers before a read (slot safety), the reads, the layer's own GPU time
@@ -98,6 +103,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
+from specdec.core.attention import CUDNN_SDPA, cudnn_sdpa  # noqa: E402
+from specdec.core.blas import fast_blas_env  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 
 SPECDEC = [sys.executable, "-m", "specdec"]
@@ -474,6 +481,28 @@ def overhead(args) -> dict:
             out.setdefault(key, {})["error"] = repr(e)[:400]
         _so_far(args, out, key)
     return out
+
+
+ATTENTION_TOKENS = 512  # attention_speed: half the decode past cuDNN's 256 keys at least
+
+
+def attention_speed(args) -> dict:
+    """mlx-lm's own decode on the 2-layer MiniMax shape `models` made, fresh processes (`python
+    -m mlx_lm generate`, --tokens), with MLX_CUDA_USE_CUDNN_SDPA 1 (MLX's default: cuDNN for a
+    single query from 256 keys in bfloat16) and 0 (specdec's: MLX's own kernels), --pairs
+    rounds, the order alternating: what specdec's default does to a peer's decode speed (its
+    6-token prompt's prefill is too short to show what it does to a prefill's)."""
+    from specdec.bench.overhead import mlx_lm_rate
+
+    src = str(Path(args.shm) / "minimax")
+    rates: dict[str, list[float]] = {"1": [], "0": []}
+    for i in range(args.pairs):
+        for value in ("1", "0") if i % 2 == 0 else ("0", "1"):
+            env = fast_blas_env() | {CUDNN_SDPA: value}
+            rates[value].append(mlx_lm_rate(src, args.tokens, env, PROMPT))
+    return {"tokens": args.tokens, "model": src, "prompt": PROMPT,
+            "tokens_per_s": {"cudnn_sdpa_1": rates["1"], "cudnn_sdpa_0": rates["0"]},
+            "off_over_on": [off / on for on, off in zip(rates["1"], rates["0"], strict=True)]}  # fmt: skip
 
 
 def _so_far(args, out: dict, through: str) -> None:
@@ -952,47 +981,69 @@ def repeat(args) -> dict:
 
 def forced(args) -> dict:
     """Teacher-forced logits, bit for bit, run against run (module doc)."""
-    from mlx_lm.models.cache import make_prompt_cache
-
     from specdec.stream.loader import load
 
     src = Path(args.shm) / "minimax"
     config = json.loads((src / "config.json").read_text())
-    seq = np.random.default_rng(0).integers(0, config["vocab_size"], args.tokens).tolist()
-
-    def logits(model) -> np.ndarray:
-        """[T, V] float32 logits of each step, one token a call."""
-        cache = make_prompt_cache(model)
-        rows = []
-        for t in seq:
-            y = model(mx.array([[t]]), cache=cache)[0, -1].astype(mx.float32)  # [V]
-            rows.append(np.array(y))
-        return np.stack(rows)
-
+    seq = forced_sequence(config, args.tokens)
+    # MLX reads CUDNN_SDPA once a process (specdec's default "0": its own fixed-order kernel;
+    # "1": cuDNN for a single query from 256 keys in bfloat16), so the other setting runs in a
+    # child; each part's key names its setting ("_cudnn_sdpa_off" where 0), whichever ran here
+    off = cudnn_sdpa() == "0"
+    here, child = ("_cudnn_sdpa_off", "") if off else ("", "_cudnn_sdpa_off")
+    other = {CUDNN_SDPA: "1" if off else "0"}
     attention = attention_repeats(config, args.tokens)
-    # MLX reads this once a process: its CUDA decode attention leaves cuDNN for its own
-    # fixed-order kernel (the suspect when bfloat16 departs past 256 keys only), so a child
-    attention_vector = attention_child(config, args.tokens, {"MLX_CUDA_USE_CUDNN_SDPA": "0"})
-    model = resident(src)
-    res = [logits(model), logits(model)]
-    del model
+    attention_child = in_child("attention_repeats", [config, args.tokens], other)
+    resident_child = in_child("resident_repeats", [str(src), args.tokens], other)
+    res = resident_runs(src, seq)
     sm = load(src, budget="24slots", with_mtp=False)
     try:
         streamed = []
         for _ in range(2):
             sm.reset_cache()
-            streamed.append(logits(sm.model))
+            streamed.append(step_logits(sm.model, seq))
     finally:
         sm.close()
     out = {"tokens": args.tokens, "model": str(src), "streamed_budget": "24slots",
-           "resident_vs_resident": compare_steps(*res),
+           "cudnn_sdpa": cudnn_sdpa(),  # this process's: the streamed pairs'
+           "resident_vs_resident" + here: compare_steps(*res),
            "streamed_vs_streamed": compare_steps(*streamed),
            "streamed_vs_resident": compare_steps(streamed[0], res[0]),
-           "attention_alone": attention,
-           "attention_alone_cudnn_sdpa_off": attention_vector}  # fmt: skip
+           "resident_vs_resident" + child: resident_child,
+           "attention_alone" + here: attention,
+           "attention_alone" + child: attention_child}  # fmt: skip
     for k, v in out.items():
         print(f"  forced {k}: {v}", flush=True)
     return out
+
+
+def forced_sequence(config: dict, tokens: int) -> list[int]:
+    """The fixed token sequence `forced` feeds (seeded)."""
+    return np.random.default_rng(0).integers(0, config["vocab_size"], tokens).tolist()
+
+
+def step_logits(model, seq: list[int]) -> np.ndarray:
+    """[T, V] float32 logits of each step of `seq`, one token a call, on a fresh KV cache."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    rows = []
+    for t in seq:
+        y = model(mx.array([[t]]), cache=cache)[0, -1].astype(mx.float32)  # [V]
+        rows.append(np.array(y))
+    return np.stack(rows)
+
+
+def resident_runs(src: Path, seq: list[int]) -> list[np.ndarray]:
+    """Two runs of mlx-lm's resident model of `src` over `seq` (step_logits)."""
+    model = resident(src)
+    return [step_logits(model, seq), step_logits(model, seq)]
+
+
+def resident_repeats(src: str, tokens: int) -> dict:
+    """`forced`'s resident pair alone (for a child process: in_child)."""
+    config = json.loads((Path(src) / "config.json").read_text())
+    return compare_steps(*resident_runs(Path(src), forced_sequence(config, tokens)))
 
 
 def compare_steps(a: np.ndarray, b: np.ndarray) -> dict:
@@ -1038,15 +1089,16 @@ def attention_repeats(config: dict, steps: int, runs: int = 3) -> dict:
     return out
 
 
-def attention_child(config: dict, steps: int, env: dict[str, str]) -> dict:
-    """attention_repeats in a child process with `env` added to this one's."""
+def in_child(func: str, argv: list, env: dict[str, str]) -> dict:
+    """This module's `func(*argv)` (JSON arguments, a dict back) in a child process with `env`
+    added to this one's."""
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_cuda; "
-            "print(json.dumps(bench_cuda.attention_repeats(json.loads(sys.argv[2]), "
-            "int(sys.argv[3]))))")  # fmt: skip
-    argv = [sys.executable, "-c", code, str(Path(__file__).parent), json.dumps(config), str(steps)]
-    got = subprocess.run(argv, env=os.environ | env, capture_output=True, text=True)
+            "print(json.dumps(getattr(bench_cuda, sys.argv[2])(*json.loads(sys.argv[3]))))")  # fmt: skip
+    cmd = [sys.executable, "-c", code, str(Path(__file__).parent), func, json.dumps(argv)]
+    # a child hung on the GPU would hold the step past any --deadline
+    got = subprocess.run(cmd, env=os.environ | env, capture_output=True, text=True, timeout=1800)
     if got.returncode:
-        raise RuntimeError(f"attention with {env} failed: {got.stderr[-2000:]}")
+        raise RuntimeError(f"{func} with {env} failed: {got.stderr[-2000:]}")
     return json.loads(got.stdout.splitlines()[-1]) | {"env": env}
 
 
@@ -1057,6 +1109,7 @@ STEPS = {
     "models": small_models,
     "exact": exact,
     "overhead": overhead,
+    "attention_speed": attention_speed,
     "profile": profile,
     "reads": reads,
     "batches": batches,
@@ -1109,6 +1162,10 @@ def main() -> int:
         # refused before any step: a missing profile found after `big` costs minutes of device time
         ap.error(f"the runs of {', '.join(priced)} are priced on {args.profile}, which is absent: "
                  "add the profile step or pass --profile PATH")  # fmt: skip
+    if "attention_speed" in args.steps and args.tokens < ATTENTION_TOKENS:
+        # below 256 keys both settings run MLX's own kernel: the step would compare nothing
+        ap.error(f"attention_speed compares cuDNN's attention from 256 keys on: give --tokens "
+                 f">= {ATTENTION_TOKENS} (got {args.tokens})")  # fmt: skip
     args.deadline_at = time.perf_counter() + args.deadline
     for d in (args.shm, args.disk, args.out):
         Path(d).mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
-"""benchmarks/bench_cuda.py's `repeat` and `forced` steps run through on this CPU, the bundled
-model standing in for the 16-layer pack and the 2-layer MiniMax shape: a mistake in a step costs
-the lent GPU's minutes (30 a session) only where it is found there. On one CPU a run repeats
-itself bit for bit, so both steps report no departure here.
+"""benchmarks/bench_cuda.py's `repeat`, `forced` and `attention_speed` steps run through on this
+CPU, the bundled model standing in for the 16-layer pack and the 2-layer MiniMax shape: a mistake
+in a step costs the lent GPU's minutes (30 a session) only where it is found there. On one CPU a
+run repeats itself bit for bit, so `repeat` and `forced` report no departure here; the CPU ignores
+MLX_CUDA_USE_CUDNN_SDPA, so `attention_speed` is a run-through, its speeds compared on a GPU only.
 
 Run: `pytest tests/bench/test_bench_cuda_cpu.py`.
 """
@@ -9,12 +10,14 @@ Run: `pytest tests/bench/test_bench_cuda_cpu.py`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from specdec.checkpoint.bundled import resolve_model
+from specdec.core.attention import CUDNN_SDPA
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
 
@@ -32,7 +35,7 @@ def test_repeat_and_forced_run_through_and_find_every_run_repeating(tmp_path):
     shutil.copytree(tiny, shm / "minimax")  # `forced` and `repeat`'s mlx-lm part read it there
     cmd = [sys.executable, str(BENCH), "--shm", str(shm), "--disk", str(disk), "--out", str(out),
            "--tokens", "48", "repeat", "forced"]  # fmt: skip
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    got = subprocess.run(cmd, env=_mlx_default_env(), capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr[-2000:]
     repeat = json.loads((out / "repeat.json").read_text())
     assert "error" not in repeat, repeat.get("traceback")
@@ -41,7 +44,11 @@ def test_repeat_and_forced_run_through_and_find_every_run_repeating(tmp_path):
     assert repeat["mlx_lm"]["minimax"]["departs"] == [None]
     forced = json.loads((out / "forced.json").read_text())
     assert "error" not in forced, forced.get("traceback")
-    for pair in ("resident_vs_resident", "streamed_vs_streamed"):
+    for pair in (
+        "resident_vs_resident",
+        "streamed_vs_streamed",
+        "resident_vs_resident_cudnn_sdpa_off",
+    ):
         assert forced[pair]["first_step_differing"] is None and forced[pair]["largest"] == 0.0
     assert forced["streamed_vs_resident"]["argmax_differs"] == 0
     for part in ("attention_alone", "attention_alone_cudnn_sdpa_off"):
@@ -51,4 +58,35 @@ def test_repeat_and_forced_run_through_and_find_every_run_repeating(tmp_path):
             assert len(alone[dtype]) == 2, "the second and third run against the first"
             for later in alone[dtype]:
                 assert later["first_step_differing"] is None and later["largest"] == 0.0
-    assert forced["attention_alone_cudnn_sdpa_off"]["env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
+    # this process ran with specdec's default (0); the child with MLX's (1), its keys unsuffixed
+    assert forced["cudnn_sdpa"] == "0"
+    for part in ("attention_alone", "resident_vs_resident"):
+        assert forced[part]["env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "1"}
+        assert "env" not in forced[part + "_cudnn_sdpa_off"]
+
+
+def test_attention_speed_runs_mlx_lm_with_each_setting_in_turn(tmp_path):
+    shm, out = tmp_path / "shm", tmp_path / "out"
+    shutil.copytree(resolve_model("tiny"), shm / "minimax")
+    cmd = [sys.executable, str(BENCH), "--shm", str(shm), "--disk", str(tmp_path / "disk"),
+           "--out", str(out), "--tokens", "512", "--pairs", "2", "attention_speed"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    res = json.loads((out / "attention_speed.json").read_text())
+    assert "error" not in res, res.get("traceback")
+    rates = res["tokens_per_s"]
+    assert [len(rates["cudnn_sdpa_1"]), len(rates["cudnn_sdpa_0"])] == [2, 2]
+    assert all(r > 0 for r in rates["cudnn_sdpa_1"] + rates["cudnn_sdpa_0"])
+
+
+def test_attention_speed_below_256_keys_is_refused_before_any_step(tmp_path):
+    cmd = [sys.executable, str(BENCH), "--shm", str(tmp_path), "--disk", str(tmp_path),
+           "--out", str(tmp_path / "out"), "--tokens", "200", "attention_speed"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2 and "--tokens >= 512 (got 200)" in got.stderr, got.stderr
+    assert not (tmp_path / "out" / "attention_speed.json").exists()
+
+
+def _mlx_default_env() -> dict[str, str]:
+    """This environment without MLX_CUDA_USE_CUDNN_SDPA: the child takes specdec's default."""
+    return {k: v for k, v in os.environ.items() if k != CUDNN_SDPA}
