@@ -708,6 +708,16 @@ def test_the_reserves_seconds_are_a_resync_batchs_where_that_is_dearer():
     assert resync_time(m4, 2.4, 2 << 20) == reads_time(m4, steps).total_s > 0
 
 
+@pytest.mark.parametrize("profile", ["m4-24gb", "m5-24gb", "this-machine"])
+def test_a_resync_of_more_reads_is_never_priced_cheaper(profile):
+    # the guard holds a re-sync's seconds in reserve: were more reads ever cheaper (a read curve
+    # whose bandwidth grows faster than the reads in flight), a larger reserve would hold less
+    prof = get_profile(profile)
+    for block in (1_180_000, 7_960_000):
+        times = [resync_time(prof, r, block) for r in np.arange(0.0, 300.0, 0.5)]
+        assert (np.diff(times) >= 0).all(), (profile, block)
+
+
 @pytest.fixture(scope="module")
 def resync_trace():
     return synthetic_trace(2000, n_layers=4, n_experts=32, top_k=4, expert_bytes=[10, 10, 30, 20])
