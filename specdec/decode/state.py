@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 import numpy as np
 
+from specdec.core.accelerator import to_host
 from specdec.core.errors import SpecdecError
 from specdec.decode.sampling import probs, sample
 from specdec.stream.steplog import Call
@@ -95,11 +96,12 @@ def argmax_picks(lp: mx.array) -> tuple[mx.array, mx.array]:
 
 
 def greedy_picks(lp: mx.array) -> tuple[np.ndarray, np.ndarray]:
-    """argmax_picks on the host, the log-probabilities as float32."""
+    """argmax_picks on the host, the log-probabilities as float32 (γ values each: to_host's
+    small read, not np.array's move into managed memory on CUDA)."""
     target, chosen = argmax_picks(lp)
     chosen = chosen.astype(mx.float32)
     mx.eval(target, chosen)  # one wait for both
-    return np.array(target), np.array(chosen)
+    return to_host(target), to_host(chosen)
 
 
 def feed(st: DecodeState, tokens: list[int], want_hidden: bool) -> None:

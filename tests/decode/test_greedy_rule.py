@@ -19,6 +19,7 @@ from mlx_lm import load as mlx_load
 from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.checkpoint.random_models import make_random
+from specdec.decode import state as state_module
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.run import generate
 from specdec.decode.sampling import NonFiniteLogits, judge, judge_greedy
@@ -81,6 +82,27 @@ def test_verify_picks_where_the_logits_are_as_the_host_judge_picks():
     target, chosen = greedy_picks(log_probs(mx.array(raw).astype(mx.bfloat16)))
     with pytest.raises(NonFiniteLogits):
         judge_greedy([], target, chosen)
+
+
+def test_a_greedy_verify_brings_only_its_picks_to_the_host(monkeypatch):
+    # each verify pass reads its γ picks and their log-probabilities through to_host's small
+    # read (a managed allocation and a copy per np.array on CUDA: specdec/core/accelerator.py),
+    # two reads a pass, never a row of the vocabulary
+    reads, inner = [], state_module.to_host
+
+    def to_host(a):
+        reads.append(a.size)
+        return inner(a)
+
+    monkeypatch.setattr(state_module, "to_host", to_host)
+    sm = load("tiny", budget="25%")
+    try:
+        res = generate(sm, sm.encode("def f(x):"), "oracle:0.7", DecodeConfig(4, 24),
+                       stop_at_eos=False)  # fmt: skip
+    finally:
+        sm.close()
+    widths = [r.drafted + 1 for r in res.records]
+    assert reads == [w for w in widths for _ in range(2)], (reads, widths)
 
 
 # the families whose float32 argmax parts from mlx-lm's greedy on these prompts (8 held-out,
