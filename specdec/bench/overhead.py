@@ -56,7 +56,7 @@ from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
 from specdec.core.accelerator import on_cuda, to_host
-from specdec.core.attention import CUDNN_SDPA
+from specdec.core.attention import cudnn_sdpa
 from specdec.core.blas import fast_blas_env
 from specdec.decode import loop
 from specdec.decode.loop import DecodeConfig
@@ -120,7 +120,7 @@ def cli_pairs(
         "budget": budget,
         "blas": env.get("LD_PRELOAD", "reference"),
         # both sides' CUDA attention (specdec/core/attention.py; other backends ignore it)
-        "cudnn_sdpa": env.get(CUDNN_SDPA, "1"),
+        "cudnn_sdpa": cudnn_sdpa(env),
         "peer": "python -m mlx_lm generate --ignore-chat-template (fresh process)",
         "prompt": prompt,
         "specdec_tokens_per_s": _spread(ours),

@@ -91,7 +91,10 @@ class StepResult:
 
 
 class Ordered(Protocol):
-    """A cache whose policy's order is its whole state, or None (ExpertCache, CountingLRU)."""
+    """A cache `adopt` can take: its policy, and its keys in that policy's order where the order
+    is its whole state, else None (ExpertCache, CountingLRU)."""
+
+    policy: Policy
 
     def held_order(self) -> list[int] | None: ...
 
@@ -271,7 +274,7 @@ class ExpertCache(VerifyScratch, PassNotes):
         prefetch, demote or scratch in flight)."""
         order = other.held_order()
         if order is None:
-            raise SpecdecError(f"policy {other.policy.name} has no order to take")  # an ExpertCache
+            raise SpecdecError(f"policy {other.policy.name} has no order to take")
         if self._prefetched or self._demoted or self._transient or self._scratch:
             raise SpecdecError("a cache holding keys outside its policy cannot take another's")
         want = dict.fromkeys(order)

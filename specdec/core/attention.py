@@ -17,6 +17,7 @@ is imported; a value the user exported wins. Other backends ignore it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 CUDNN_SDPA = "MLX_CUDA_USE_CUDNN_SDPA"
 
@@ -26,6 +27,7 @@ def pin_attention() -> None:
     os.environ.setdefault(CUDNN_SDPA, "0")
 
 
-def cudnn_sdpa() -> str:
-    """The setting this process has, as MLX reads it (its default where unset: "1")."""
-    return os.environ.get(CUDNN_SDPA, "1")
+def cudnn_sdpa(env: Mapping[str, str] = os.environ) -> str:
+    """The setting `env` (this process's, or a child's) gives MLX (its default where unset:
+    "1")."""
+    return env.get(CUDNN_SDPA, "1")
