@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check offsets models exact overhead attention_speed profile reads batches span pinned big
-           scale spec auto drafters lookahead shm where repeat forced
+           scale spec auto drafters lookahead shm where repeat forced ties
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -85,6 +85,12 @@ Nothing here is a timed test.
                earlier layers before a read (slot safety), the reads, the layer's own GPU time
                (its output evaluated at once: landing its fresh blocks, then its experts), host
                CPU; with each call's positions and fresh blocks, to fit against
+    ties       greedy picks where log-probabilities tie exactly (two equal maxima a row, seeded
+               places, the vocabularies of the three shapes, bfloat16 and float32): each row's
+               pick in a verify's [T, V] (specdec/decode/state.py `argmax_picks`, T = 8)
+               against the same row decoded alone ([1, V], plain decoding's pick) and against
+               the lower index of the two (mlx-lm's rule): a tie-break that depends on the rows
+               in a call would part a verify from plain greedy where logits tie
 """
 
 from __future__ import annotations
@@ -1089,6 +1095,37 @@ def attention_repeats(config: dict, steps: int, runs: int = 3) -> dict:
     return out
 
 
+TIE_VOCABS = (129280, 151936, 200064)  # deepseek-v3, qwen3-30b-a3b, minimax-m2.5
+
+
+def ties(args, vocabs=TIE_VOCABS, rows: int = 8, trials: int = 16) -> dict:
+    """Each row of [rows, V] log-probabilities with two equal maxima at seeded places: its pick
+    in one call over all rows (a verify pass) against the row alone (one-token decoding) and
+    against the lower of the two indices; counts per vocabulary and dtype."""
+    from specdec.decode.state import argmax_picks, log_probs
+
+    rng, out = np.random.default_rng(0), {}
+    for v in vocabs:
+        for dtype in ("bfloat16", "float32"):
+            n = same = lowest = 0
+            for _ in range(trials):
+                raw = (0.5 * rng.normal(size=(1, rows, v)) - 6.0).astype(np.float32)
+                tied = np.sort(np.stack([rng.choice(v, 2, replace=False) for _ in range(rows)]))
+                raw[0, np.arange(rows)[:, None], tied] = 1.0  # exactly equal in either dtype
+                logits = mx.array(raw).astype(getattr(mx, dtype))  # [1, rows, V]
+                batched = argmax_picks(log_probs(logits))[0].tolist()  # [rows]
+                alone = [
+                    argmax_picks(log_probs(logits[:, r : r + 1]))[0].item() for r in range(rows)
+                ]
+                n += rows
+                same += sum(b == a for b, a in zip(batched, alone, strict=True))
+                lowest += sum(b == t for b, t in zip(batched, tied[:, 0].tolist(), strict=True))
+            out[f"{v}/{dtype}"] = {"rows": n, "as_decoded_alone": same, "lower_index": lowest}
+    return {"rows_a_call": rows, "cases": out,
+            "all_hold": all(c["rows"] == c["as_decoded_alone"] == c["lower_index"]
+                            for c in out.values())}  # fmt: skip
+
+
 def in_child(func: str, argv: list, env: dict[str, str]) -> dict:
     """This module's `func(*argv)` (JSON arguments, a dict back) in a child process with `env`
     added to this one's."""
@@ -1125,6 +1162,7 @@ STEPS = {
     "where": where,
     "repeat": repeat,
     "forced": forced,
+    "ties": ties,
 }
 
 

@@ -124,9 +124,13 @@ class PassRecord:
         resync_steps: list[LayerStep] = (),
     ) -> PassRecord:
         refed, refeed_steps = refeed
-        steps = draft_steps + verify_steps + refeed_steps
-        misses = sum(s.misses for s in steps)
-        accesses = sum(s.union for s in steps)
+        draft, verify = _Phase(draft_steps), _Phase(verify_steps)
+        refeed_phase, resync = _Phase(refeed_steps), _Phase(resync_steps)
+        misses = draft.misses + verify.misses + refeed_phase.misses
+        accesses = draft.unions + verify.unions + refeed_phase.unions
+        steps = {"draft": draft.rows, "verify": verify.rows, "refeed": refeed_phase.rows}
+        if resync.rows:  # the rare phase only where it read
+            steps["resync"] = resync.rows
         return cls(
             pass_idx=pass_idx,
             gamma=gamma,
@@ -134,13 +138,13 @@ class PassRecord:
             accepted=accepted,
             committed=len(tokens),
             tokens=tokens,
-            union=_per_layer(verify_steps, "union"),
-            misses=_per_layer(verify_steps, "misses"),
-            draft_union=_per_layer(draft_steps, "union"),
-            draft_bytes_read=sum(s.bytes_read for s in draft_steps),
-            verify_bytes_read=sum(s.bytes_read for s in verify_steps),
-            draft_misses=sum(s.misses for s in draft_steps),
-            verify_misses=sum(s.misses for s in verify_steps),
+            union=verify.union,
+            misses=verify.layer_misses,
+            draft_union=draft.union,
+            draft_bytes_read=draft.bytes_read,
+            verify_bytes_read=verify.bytes_read,
+            draft_misses=draft.misses,
+            verify_misses=verify.misses,
             accesses=accesses,
             hits=accesses - misses,
             reads=reads,
@@ -156,24 +160,12 @@ class PassRecord:
             read_s=read_s,
             peak_rss_bytes=peak_rss_bytes,
             refed=refed,
-            refeed_bytes_read=sum(s.bytes_read for s in refeed_steps),
-            resync_reads=sum(s.misses for s in resync_steps),
-            resync_bytes_read=sum(s.bytes_read for s in resync_steps),
+            refeed_bytes_read=refeed_phase.bytes_read,
+            resync_reads=resync.misses,
+            resync_bytes_read=resync.bytes_read,
             context=context,
             draft_forwards=draft_forwards,
-            steps={
-                phase: [
-                    [s.layer, s.union, s.misses, s.bytes_read, s.prefetched, int(s.synced)]
-                    for s in group
-                ]
-                for phase, group in (
-                    ("draft", draft_steps),
-                    ("verify", verify_steps),
-                    ("refeed", refeed_steps),
-                    ("resync", resync_steps),
-                )
-                if group or phase != "resync"  # the rare phase only where it read
-            },
+            steps=steps,
         )
 
     @property
@@ -212,12 +204,29 @@ class PassRecord:
         return cls(**{k: v for k, v in row.items() if k in known})
 
 
-def _per_layer(steps: list[LayerStep], attr: str) -> dict[str, int]:
-    """Sum per layer (a chunked wide call logs several steps for one layer)."""
-    out: dict[str, int] = {}
-    for s in steps:
-        out[str(s.layer)] = out.get(str(s.layer), 0) + getattr(s, attr)
-    return out
+class _Phase:
+    """One phase's steps summed in one walk (a record is built every pass, every token of a
+    plain decode: on a GPU host-bound at full budget its µs are the token's): bytes, misses and
+    unions in all, union and misses per layer (a chunked wide call logs several steps for one
+    layer; JSON keys are strings) and the steps as rows."""
+
+    __slots__ = ("bytes_read", "misses", "unions", "union", "layer_misses", "rows")
+
+    def __init__(self, steps: list[LayerStep]):
+        self.bytes_read = self.misses = self.unions = 0
+        self.union: dict[str, int] = {}
+        self.layer_misses: dict[str, int] = {}
+        self.rows: list[list[int]] = []
+        for s in steps:
+            key = str(s.layer)
+            self.bytes_read += s.bytes_read
+            self.misses += s.misses
+            self.unions += s.union
+            self.union[key] = self.union.get(key, 0) + s.union
+            self.layer_misses[key] = self.layer_misses.get(key, 0) + s.misses
+            self.rows.append(
+                [s.layer, s.union, s.misses, s.bytes_read, s.prefetched, int(s.synced)]
+            )
 
 
 def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:

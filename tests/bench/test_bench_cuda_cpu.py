@@ -1,14 +1,16 @@
-"""benchmarks/bench_cuda.py's `repeat`, `forced` and `attention_speed` steps run through on this
+"""benchmarks/bench_cuda.py's `repeat`, `forced`, `attention_speed` and `ties` steps run through on this
 CPU, the bundled model standing in for the 16-layer pack and the 2-layer MiniMax shape: a mistake
 in a step costs the lent GPU's minutes (30 a session) only where it is found there. On one CPU a
 run repeats itself bit for bit, so `repeat` and `forced` report no departure here; the CPU ignores
 MLX_CUDA_USE_CUDNN_SDPA, so `attention_speed` is a run-through, its speeds compared on a GPU only.
+`ties` holds here, and finds a pick that takes the higher of two tied indices.
 
 Run: `pytest tests/bench/test_bench_cuda_cpu.py`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -16,8 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlx.core as mx
+
 from specdec.checkpoint.bundled import resolve_model
 from specdec.core.attention import CUDNN_SDPA
+from specdec.decode import state
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
 
@@ -90,3 +95,25 @@ def test_attention_speed_below_256_keys_is_refused_before_any_step(tmp_path):
 def _mlx_default_env() -> dict[str, str]:
     """This environment without MLX_CUDA_USE_CUDNN_SDPA: the child takes specdec's default."""
     return {k: v for k, v in os.environ.items() if k != CUDNN_SDPA}
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_cuda", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ties_hold_here_and_catch_a_pick_of_the_higher_index(monkeypatch):
+    ties = _bench_module().ties
+    got = ties(None, vocabs=(4099,), trials=4)
+    assert got["all_hold"], got
+    assert got["cases"]["4099/bfloat16"] == {"rows": 32, "as_decoded_alone": 32, "lower_index": 32}
+
+    def higher(lp: mx.array):  # the last of the maxima: reversed rows' first
+        last = lp.shape[-1] - 1 - mx.argmax(lp[:, ::-1], axis=-1)
+        return last, mx.take_along_axis(lp, last[:, None], axis=-1)[:, 0]
+
+    monkeypatch.setattr(state, "argmax_picks", higher)
+    got = ties(None, vocabs=(4099,), trials=4)
+    assert not got["all_hold"] and got["cases"]["4099/float32"]["lower_index"] == 0
