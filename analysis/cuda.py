@@ -81,10 +81,14 @@ SESSIONS = {
     # `--gamma auto` over 1024 tokens at 9 GB with it off, specdec's default since (priced on the
     # twenty-first's too)
     24: ("h100-r21",),
+    # an H100 again: `forced` with the streamed pairs' cuDNN attention off, `ties`, the
+    # full-budget pairs on both shapes, `attention_speed` alternating (no priced runs: its `auto`
+    # did not reach the end of a run before the lease's budget ran out)
+    25: ("h100-r21",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
-BORROWED = {22, 23, 24}
+BORROWED = {22, 23, 24, 25}
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
@@ -1031,6 +1035,40 @@ def attention_table() -> str:
     return md_table(heads, body)
 
 
+def attention_speed_table() -> str:
+    """bench_cuda.py `attention_speed`: `python -m mlx_lm generate` on the 2-layer MiniMax shape in
+    fresh processes with cuDNN's decode attention on (MLX_CUDA_USE_CUDNN_SDPA=1, MLX's default)
+    and off (0, specdec's), a round each; the twenty-fourth session's a shell loop in one order."""
+    body = []
+    for sess, path in _session_results("attention_speed.json"):
+        data = json.loads(path.read_text())
+        on, off = (data["tokens_per_s"][f"cudnn_sdpa_{v}"] for v in ("1", "0"))
+        ratios = data["off_over_on"]
+        order = "on first (a shell loop)" if data["command"].startswith("for ") else "alternating"
+        body.append([sess, data["gpu"].split(",")[0], data["tokens"], len(ratios), order,
+                     ", ".join(f"{r:.0f}" for r in on), ", ".join(f"{r:.0f}" for r in off),
+                     ", ".join(f"{r:.2f}" for r in ratios), f"{statistics.median(ratios):.2f}x"])  # fmt: skip
+    heads = ["session", "card", "tokens", "rounds", "order in a round", "on: tok/s", "off: tok/s",
+             "off / on per round", "median"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def ties_table() -> str:
+    """bench_cuda.py `ties`: rows of [T, V] log-probabilities with two exactly equal maxima, each
+    row's pick in one call over T rows (a verify pass) against the row alone (one-token
+    decoding) and against the lower index (mlx-lm's rule)."""
+    body = []
+    for sess, path in _session_results("ties.json"):
+        data = json.loads(path.read_text())
+        for case, c in data["cases"].items():
+            vocab, dtype = case.split("/")
+            body.append([sess, data["gpu"].split(",")[0], vocab, dtype, data["rows_a_call"],
+                         c["rows"], c["as_decoded_alone"], c["lower_index"]])  # fmt: skip
+    heads = ["session", "card", "vocabulary", "dtype", "rows a call", "rows", "as decoded alone",
+             "lower index"]  # fmt: skip
+    return md_table(heads, body)
+
+
 TABLES = {
     "scale": scale_table,
     "spec": spec_table,
@@ -1040,6 +1078,8 @@ TABLES = {
     "lookahead": lookahead_table,
     "exact": exact_table,
     "forced": forced_table,
+    "attention_speed": attention_speed_table,
+    "ties": ties_table,
     "offsets": offsets_table,
     "batches": batches_table,
     "span": span_table,
