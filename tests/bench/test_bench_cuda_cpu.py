@@ -1,9 +1,10 @@
-"""benchmarks/bench_cuda.py's `repeat`, `forced`, `attention_speed` and `ties` steps run through on this
-CPU, the bundled model standing in for the 16-layer pack and the 2-layer MiniMax shape: a mistake
-in a step costs the lent GPU's minutes (30 a session) only where it is found there. On one CPU a
-run repeats itself bit for bit, so `repeat` and `forced` report no departure here; the CPU ignores
-MLX_CUDA_USE_CUDNN_SDPA, so `attention_speed` is a run-through, its speeds compared on a GPU only.
-`ties` holds here, and finds a pick that takes the higher of two tied indices.
+"""benchmarks/bench_cuda.py's `repeat`, `forced`, `attention_speed` and `ties` steps run through
+on this CPU, the bundled model standing in for the 16-layer pack and the 2-layer MiniMax shape: a
+mistake in a step costs the lent GPU's minutes (30 a session) only where it is found there. On one
+CPU a run repeats itself bit for bit, so `repeat` and `forced` report no departure here; the CPU
+ignores MLX_CUDA_USE_CUDNN_SDPA, so `attention_speed` is a run-through, its speeds compared on a
+GPU only. `ties` holds here, and finds a pick that takes the higher of two tied indices and one
+that breaks ties by the rows in a call.
 
 Run: `pytest tests/bench/test_bench_cuda_cpu.py`.
 """
@@ -105,7 +106,7 @@ def _bench_module():
 
 
 def test_ties_hold_here_and_catch_a_pick_of_the_higher_index(monkeypatch):
-    ties = _bench_module().ties
+    ties, argmax_picks = _bench_module().ties, state.argmax_picks
     got = ties(None, vocabs=(4099,), trials=4)
     assert got["all_hold"], got
     assert got["cases"]["4099/bfloat16"] == {"rows": 32, "as_decoded_alone": 32, "lower_index": 32}
@@ -115,5 +116,12 @@ def test_ties_hold_here_and_catch_a_pick_of_the_higher_index(monkeypatch):
         return last, mx.take_along_axis(lp, last[:, None], axis=-1)[:, 0]
 
     monkeypatch.setattr(state, "argmax_picks", higher)
+    got = ties(None, vocabs=(4099,), trials=4)["cases"]["4099/float32"]
+    assert got["lower_index"] == 0 and got["as_decoded_alone"] == 32  # higher alone too
+
+    def by_rows(lp: mx.array):  # a tie-break that depends on the rows in a call
+        return higher(lp) if lp.shape[0] > 1 else argmax_picks(lp)
+
+    monkeypatch.setattr(state, "argmax_picks", by_rows)
     got = ties(None, vocabs=(4099,), trials=4)
-    assert not got["all_hold"] and got["cases"]["4099/float32"]["lower_index"] == 0
+    assert not got["all_hold"] and got["cases"]["4099/bfloat16"]["as_decoded_alone"] == 0
