@@ -124,28 +124,43 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     each = fwd.positionwise and T > 1 and not profile.batched_verify
     attention = _attention(profile, shape, T, fwd.context, each)  # every layer's alike
     further = profile.position_s * (T - 1) if each else 0.0  # per MoE layer
+    # a layer's MLP time depends on its kind and union only, a read batch's on its blocks and
+    # bytes, a landing's likewise: each priced once per forward (its layers mostly share them;
+    # `--gamma auto` prices several forwards a pass, 62 layers each)
+    mlps: dict[tuple[bool, float], float] = {}
+    batches: dict[tuple[int, float], float] = {}
+    lands: dict[tuple[float, int], float] = {}
     for layer in fwd.layers:
         t += attention
         out.compute_s += attention
         union = fwd.unions.get(layer, 0)
-        mlp = _mlp(profile, shape, layer, T, union, each)
+        routed = layer in shape.moe_layers
+        mlp = mlps.get((routed, union))
+        if mlp is None:
+            mlp = mlps[routed, union] = _mlp(profile, shape, layer, T, union, each)
         out.compute_s += mlp
-        if layer not in shape.moe_layers:
+        if not routed:
             t += mlp
             continue
         steps = demand.get(layer, ())
-        if not steps or any(s.synced for s in steps):  # a wholly resident layer skips the sync
+        if len(steps) == 1:  # the usual layer: one step (a sum over it, without the loop)
+            misses, nbytes, synced = steps[0].misses, steps[0].bytes_read, steps[0].synced
+        else:
+            misses, nbytes = sum(s.misses for s in steps), sum(s.bytes_read for s in steps)
+            synced = not steps or any(s.synced for s in steps)
+        if synced:  # a wholly resident layer skips the sync
             t += profile.router_sync_s
             out.sync_s += profile.router_sync_s
         t += further
         out.sync_s += further
-        misses = sum(s.misses for s in steps)
-        nbytes = sum(s.bytes_read for s in steps)
         done = t
         if misses:  # issued after the call's host path of a miss (`miss_call_s`)
             t += profile.miss_call_s
             out.sync_s += profile.miss_call_s
-            done = max(t, disk) + _batch(profile, misses, nbytes)
+            batch = batches.get((misses, nbytes))
+            if batch is None:
+                batch = batches[misses, nbytes] = _batch(profile, misses, nbytes)
+            done = max(t, disk) + batch
             disk = done
         done = max(done, ready.pop(layer, 0.0))
         ahead = issued.get(layer, ())
@@ -160,7 +175,10 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
         # the blocks just read (and those prefetched for this layer) reach the accelerator first
         blocks, early = prefetched_for.pop(layer, (0, 0.0))
-        land = profile.land_time(nbytes + early, misses + blocks)
+        landed, n_landed = nbytes + early, misses + blocks
+        land = lands.get((landed, n_landed)) if landed else 0.0  # none landed: land_time's 0.0
+        if land is None:
+            land = lands[landed, n_landed] = profile.land_time(landed, n_landed)
         out.read_s += stall + land
         t += stall + land + mlp
     if fwd.head:
