@@ -41,6 +41,7 @@ Tests: `pytest tests/clock/test_clock_model.py`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from specdec.clock.profiles import DeviceProfile
@@ -128,8 +129,8 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
     # bytes, a landing's likewise: each priced once per forward (its layers mostly share them;
     # `--gamma auto` prices several forwards a pass, 62 layers each)
     mlps: dict[tuple[bool, float], float] = {}
-    batches: dict[tuple[int, float], float] = {}
-    lands: dict[tuple[float, int], float] = {}
+    batch = functools.cache(functools.partial(_batch, profile))
+    land_time = functools.cache(profile.land_time)
     for layer in fwd.layers:
         t += attention
         out.compute_s += attention
@@ -143,29 +144,23 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
             t += mlp
             continue
         steps = demand.get(layer, ())
-        if len(steps) == 1:  # the usual layer: one step (a sum over it, without the loop)
-            misses, nbytes, synced = steps[0].misses, steps[0].bytes_read, steps[0].synced
-        else:
-            misses, nbytes = sum(s.misses for s in steps), sum(s.bytes_read for s in steps)
-            synced = not steps or any(s.synced for s in steps)
-        if synced:  # a wholly resident layer skips the sync
+        if not steps or any(s.synced for s in steps):  # a wholly resident layer skips the sync
             t += profile.router_sync_s
             out.sync_s += profile.router_sync_s
         t += further
         out.sync_s += further
+        misses = sum(s.misses for s in steps)
+        nbytes = sum(s.bytes_read for s in steps)
         done = t
         if misses:  # issued after the call's host path of a miss (`miss_call_s`)
             t += profile.miss_call_s
             out.sync_s += profile.miss_call_s
-            batch = batches.get((misses, nbytes))
-            if batch is None:
-                batch = batches[misses, nbytes] = _batch(profile, misses, nbytes)
-            done = max(t, disk) + batch
+            done = max(t, disk) + batch(misses, nbytes)
             disk = done
         done = max(done, ready.pop(layer, 0.0))
         ahead = issued.get(layer, ())
         for p in ahead:  # lookahead reads start once this layer's have landed
-            disk = max(done, disk) + _batch(profile, p.prefetched, p.bytes_read)
+            disk = max(done, disk) + batch(p.prefetched, p.bytes_read)
             ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
             blocks, nb = prefetched_for.get(p.layer, (0, 0.0))
             prefetched_for[p.layer] = (blocks + p.prefetched, nb + p.bytes_read)
@@ -175,10 +170,7 @@ def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Mod
         stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
         # the blocks just read (and those prefetched for this layer) reach the accelerator first
         blocks, early = prefetched_for.pop(layer, (0, 0.0))
-        landed, n_landed = nbytes + early, misses + blocks
-        land = lands.get((landed, n_landed)) if landed else 0.0  # none landed: land_time's 0.0
-        if land is None:
-            land = lands[landed, n_landed] = profile.land_time(landed, n_landed)
+        land = land_time(nbytes + early, misses + blocks)
         out.read_s += stall + land
         t += stall + land + mlp
     if fwd.head:
