@@ -987,9 +987,8 @@ def forced_table() -> str:
     session that ran it (resident: mlx-lm alone; streamed: 24 slots, every layer evicting), with
     cuDNN's attention as MLX chooses it or off; then the attention alone (`attention_table`)."""
     body = []
-    for path in sorted(RESULTS.glob("session*/forced.json")):
+    for sess, path in _session_results("forced.json"):
         data = json.loads(path.read_text())
-        card = data["gpu"].split(",")[0]
         # a pair's setting: "_cudnn_sdpa_off" ran with it off, the unsuffixed resident pair with
         # MLX's default, the streamed pairs as the process had it (on before the twenty-fourth)
         streamed = "off" if data.get("cudnn_sdpa", "1") == "0" else "as MLX chooses"
@@ -999,12 +998,17 @@ def forced_table() -> str:
                 cudnn = "off"
             else:
                 cudnn = streamed if pair.startswith("streamed") else "as MLX chooses"
-            body.append([data["session"], card, pair.removesuffix(OFF).replace("_", " "), cudnn,
+            body.append([sess, _card(data), pair.removesuffix(OFF).replace("_", " "), cudnn,
                          data["tokens"], _first(r), r["steps_differing"], f"{r['largest']:.3g}",
                          r["argmax_differs"]])  # fmt: skip
     heads = ["session", "card", "pair", "cuDNN decode attention", "steps", "first step differing",
              "steps differing", "largest Δ logit (abs)", "steps whose argmax differs"]  # fmt: skip
     return md_table(heads, body) + "\n" + attention_table()
+
+
+def _card(data: dict) -> str:
+    """The card a session's step ran on (its `gpu` entry, name only)."""
+    return data["gpu"].split(",")[0]
 
 
 def _first(r: dict) -> str | int:
@@ -1016,7 +1020,7 @@ def attention_table() -> str:
     random inputs): each later run against the first, per dtype, cuDNN's decode path on (as
     MLX chooses) and off (MLX_CUDA_USE_CUDNN_SDPA=0)."""
     body = []
-    for path in sorted(RESULTS.glob("session*/forced.json")):
+    for sess, path in _session_results("forced.json"):
         data = json.loads(path.read_text())
         for part, cudnn in (
             ("attention_alone", "as MLX chooses"),
@@ -1027,7 +1031,7 @@ def attention_table() -> str:
             a = data[part]
             for dtype in ("bfloat16", "float32"):
                 runs = a[dtype]
-                body.append([data["session"], data["gpu"].split(",")[0], dtype, cudnn,
+                body.append([sess, _card(data), dtype, cudnn,
                              a["steps"], ", ".join(str(_first(r)) for r in runs),
                              f"{max(r['largest'] for r in runs):.3g}"])  # fmt: skip
     heads = ["session", "card", "dtype", "cuDNN decode attention", "steps",
@@ -1045,7 +1049,7 @@ def attention_speed_table() -> str:
         on, off = (data["tokens_per_s"][f"cudnn_sdpa_{v}"] for v in ("1", "0"))
         ratios = data["off_over_on"]
         order = "on first (a shell loop)" if data["command"].startswith("for ") else "alternating"
-        body.append([sess, data["gpu"].split(",")[0], data["tokens"], len(ratios), order,
+        body.append([sess, _card(data), data["tokens"], len(ratios), order,
                      ", ".join(f"{r:.0f}" for r in on), ", ".join(f"{r:.0f}" for r in off),
                      ", ".join(f"{r:.2f}" for r in ratios), f"{statistics.median(ratios):.2f}x"])  # fmt: skip
     heads = ["session", "card", "tokens", "rounds", "order in a round", "on: tok/s", "off: tok/s",
@@ -1062,7 +1066,7 @@ def ties_table() -> str:
         data = json.loads(path.read_text())
         for case, c in data["cases"].items():
             vocab, dtype = case.split("/")
-            body.append([sess, data["gpu"].split(",")[0], vocab, dtype, data["rows_a_call"],
+            body.append([sess, _card(data), vocab, dtype, data["rows_a_call"],
                          c["rows"], c["as_decoded_alone"], c["lower_index"]])  # fmt: skip
     heads = ["session", "card", "vocabulary", "dtype", "rows a call", "rows", "as decoded alone",
              "lower index"]  # fmt: skip
