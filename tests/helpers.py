@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -171,3 +172,11 @@ def pinned_stand_in(monkeypatch: pytest.MonkeyPatch) -> list[HostCopyStandIn]:
     if not on_cuda():
         monkeypatch.setattr(reader, "_pinned_copy", stand_in)
     return made
+
+
+def load_module(path: Path):
+    """Import a module file from outside the package (a benchmark script, a probe file)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -11,7 +11,6 @@ Run: `pytest tests/bench/test_bench_cuda_cpu.py`.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from specdec.core.attention import CUDNN_SDPA
 from specdec.decode import state
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
+from tests.helpers import load_module
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cuda.py"
 
@@ -98,15 +98,8 @@ def _mlx_default_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != CUDNN_SDPA}
 
 
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_cuda", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_ties_hold_here_and_catch_a_pick_of_the_higher_index(monkeypatch):
-    ties, argmax_picks = _bench_module().ties, state.argmax_picks
+    ties, argmax_picks = load_module(BENCH).ties, state.argmax_picks
     got = ties(None, vocabs=(4099,), trials=4)
     assert got["all_hold"], got
     assert got["cases"]["4099/bfloat16"] == {"rows": 32, "as_decoded_alone": 32, "lower_index": 32}

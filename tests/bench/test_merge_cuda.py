@@ -5,18 +5,15 @@ pytest tests/bench/test_merge_cuda.py
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import LENT_HOME
+from tests.helpers import LENT_HOME, load_module
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("merge_cuda", ROOT / "benchmarks" / "merge_cuda.py")
-merge_cuda = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(merge_cuda)
+merge_cuda = load_module(ROOT / "benchmarks" / "merge_cuda.py")
 
 PROFILE = f"""# h200: written by `specdec bench device`
 name: h200

@@ -18,7 +18,7 @@ from specdec.core.errors import SpecdecError
 from specdec.core.units import Budget
 from specdec.trace.format import load_trace, save_trace
 from specdec.trace.prompts import load_prompts
-from tests.helpers import random_checkpoint
+from tests.helpers import load_module, random_checkpoint
 
 PROMPTS = 3
 TOKENS = 6
@@ -328,16 +328,6 @@ class Throwaway(Probe):
         fig, ax = plt.subplots()
         return ProbeOutput(rows, write_report(opts.out, cls.name, rows, md, fig))
 """
-
-
-def load_module(path):
-    """Import a module file from outside the package (its probes register themselves)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
