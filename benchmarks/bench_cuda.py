@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check offsets models exact overhead attention_speed profile reads batches span pinned big
-           scale spec auto drafters lookahead shm where repeat forced ties
+           scale spec auto drafters lookahead shm where repeat forced ties first_tokens
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -91,11 +91,21 @@ Nothing here is a timed test.
                against the same row decoded alone ([1, V], plain decoding's pick) and against
                the lower index of the two (mlx-lm's rule): a tie-break that depends on the rows
                in a call would part a verify from plain greedy where logits tie
+    first_tokens
+               each decode token's wall time in fresh processes at full budget on the Qwen3 and
+               MiniMax shapes `models` made (--tokens, --pairs rounds, the order rotating):
+               ours (its pass records, the loop the CLI runs, --warm), ours inside a stream of
+               its own as mlx-lm's `generate_step` decodes (`generation_stream`; ours runs on
+               the default stream), and mlx-lm's (`generate_step`, the time between its
+               yields): the first HELD_TOKENS tokens' mean against the rest's on each side,
+               whether either pays in its first tokens a one-off cost that a short run's tok/s
+               carries
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -511,8 +521,8 @@ def attention_speed(args) -> dict:
             "off_over_on": [off / on for on, off in zip(rates["1"], rates["0"], strict=True)]}  # fmt: skip
 
 
-def _so_far(args, out: dict, through: str) -> None:
-    save(Path(args.out), "overhead", {"session": args.session, "partial": through, **out},
+def _so_far(args, out: dict, through: str, step: str = "overhead") -> None:
+    save(Path(args.out), step, {"session": args.session, "partial": through, **out},
          args.step_t0, done=False)  # fmt: skip
 
 
@@ -1126,6 +1136,65 @@ def ties(args, vocabs=TIE_VOCABS, rows: int = 8, trials: int = 16) -> dict:
                             for c in out.values())}  # fmt: skip
 
 
+WALL_SIDES = ("ours", "ours_stream", "mlx_lm")  # first_tokens: the order of the first round
+
+
+def first_tokens(args) -> dict:
+    from specdec.decode.loop import HELD_TOKENS
+
+    out: dict = {"tokens": args.tokens, "first": HELD_TOKENS, "prompt": PROMPT}
+    for key in ("qwen3", "minimax"):
+        src, runs = str(Path(args.shm) / key), []
+        for i in range(args.pairs):
+            for side in WALL_SIDES[i % 3 :] + WALL_SIDES[: i % 3]:
+                runs.append(in_child("token_walls", [src, args.tokens, side], {}))
+        out[key] = {"runs": runs} | {
+            side: {
+                part: float(np.median([r[part] for r in runs if r["side"] == side]))
+                for part in ("first_ms", "rest_ms", "tokens_per_s")
+            }
+            for side in WALL_SIDES
+        }
+        _so_far(args, out, key, "first_tokens")
+    return out
+
+
+def token_walls(src: str, tokens: int, side: str) -> dict:
+    """One fresh process's decode at full budget (`first_tokens`): each token's wall ms after
+    the first, the first HELD_TOKENS tokens' mean and the rest's, and tok/s as each side's
+    summary counts it."""
+    from specdec.decode.loop import HELD_TOKENS, DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load, resolve
+
+    if side != "mlx_lm":
+        sm = load(src, budget="100%", warm=True, io="buffered")
+        own = mx.stream(mx.new_stream(mx.default_device())) if side == "ours_stream" else None
+        with own or contextlib.nullcontext():
+            res = generate(sm, sm.encode(PROMPT), "none", DecodeConfig(max_tokens=tokens),
+                           stop_at_eos=False)  # fmt: skip
+        walls = [1e3 * r.wall_s for r in res.records]
+    else:
+        from mlx_lm import load as mlx_load
+        from mlx_lm.generate import generate_step
+
+        from specdec.checkpoint.backend import fit_for_backends
+
+        model, tokenizer = mlx_load(str(resolve(src)))
+        fit_for_backends(model)
+        at = [time.perf_counter() for _ in generate_step(
+            mx.array(tokenizer.encode(PROMPT)), model, max_tokens=tokens)]  # fmt: skip
+        walls = list(1e3 * np.diff(at))  # between yields after the first: decode tokens
+    first, rest = walls[:HELD_TOKENS], walls[HELD_TOKENS:]
+    return {
+        "side": side,
+        "walls_ms": walls,
+        "first_ms": sum(first) / len(first),
+        "rest_ms": sum(rest) / len(rest),
+        "tokens_per_s": 1e3 * len(walls) / sum(walls),
+    }
+
+
 def in_child(func: str, argv: list, env: dict[str, str]) -> dict:
     """This module's `func(*argv)` (JSON arguments, a dict back) in a child process with `env`
     added to this one's."""
@@ -1163,6 +1232,7 @@ STEPS = {
     "repeat": repeat,
     "forced": forced,
     "ties": ties,
+    "first_tokens": first_tokens,
 }
 
 

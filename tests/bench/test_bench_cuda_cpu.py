@@ -1,4 +1,4 @@
-"""benchmarks/bench_cuda.py's `repeat`, `forced`, `attention_speed` and `ties` steps run through
+"""benchmarks/bench_cuda.py's `repeat`, `forced`, `attention_speed`, `ties` and `first_tokens` steps run through
 on this CPU, the bundled model standing in for the 16-layer pack and the 2-layer MiniMax shape: a
 mistake in a step costs the lent GPU's minutes (30 a session) only where it is found there. On one
 CPU a run repeats itself bit for bit, so `repeat` and `forced` report no departure here; the CPU
@@ -91,6 +91,28 @@ def test_attention_speed_below_256_keys_is_refused_before_any_step(tmp_path):
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert got.returncode == 2 and "--tokens >= 512 (got 200)" in got.stderr, got.stderr
     assert not (tmp_path / "out" / "attention_speed.json").exists()
+
+
+def test_first_tokens_times_each_token_on_both_sides_in_alternating_fresh_processes(tmp_path):
+    shm, out = tmp_path / "shm", tmp_path / "out"
+    for key in ("qwen3", "minimax"):  # the bundled model standing in for both shapes
+        shutil.copytree(resolve_model("tiny"), shm / key)
+    cmd = [sys.executable, str(BENCH), "--shm", str(shm), "--disk", str(tmp_path / "disk"),
+           "--out", str(out), "--tokens", "20", "--pairs", "2", "first_tokens"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    res = json.loads((out / "first_tokens.json").read_text())
+    assert "error" not in res, res.get("traceback")
+    for key in ("qwen3", "minimax"):
+        runs = res[key]["runs"]
+        sides = [r["side"] for r in runs]
+        assert sides == ["ours", "ours_stream", "mlx_lm", "ours_stream", "mlx_lm", "ours"]
+        for r in runs:
+            walls = r["walls_ms"]
+            assert len(walls) == 19, "every decode token after the first, on either side"
+            assert r["first_ms"] == sum(walls[:16]) / 16 and r["rest_ms"] == sum(walls[16:]) / 3
+        ours = [r["rest_ms"] for r in runs if r["side"] == "ours"]
+        assert res[key]["ours"]["rest_ms"] == sum(ours) / 2  # the median of two
 
 
 def _mlx_default_env() -> dict[str, str]:
