@@ -17,8 +17,10 @@ Plain greedy decoding (no drafter, γ = 1, temperature 0) is pipelined as mlx-lm
 `generate_step` is: token t+1's forward is built and started from token t's lazy argmax before t
 is read, whenever that forward can need no read (every MoE layer wholly resident, so no layer
 syncs on its router); its cache steps run deferred, after t's, so records stay per token. The
-first decode forward starts before the prefill's clock stops, as generate_step starts token 2
-before it yields token 1: decode speed counts from the same point as mlx-lm's.
+prompt's last token is picked as a decode step picks (`greedy_next`), and the first decode
+forward starts before the prefill's clock stops, as generate_step samples token 1 on the device
+and starts token 2 before it yields token 1: decode speed counts from the same point as
+mlx-lm's, each side's first use of its decode kernels in its prefill.
 """
 
 from __future__ import annotations
@@ -103,24 +105,21 @@ HELD_TOKENS = 16  # pipelined greedy decoding: tokens whose deferred steps run t
 HELD_CALLS = Deferred.BOUND // 2  # ... and at most this many calls, with the next token's
 
 
-def prefill(st: DecodeState, want_hidden: bool) -> np.ndarray:
-    """The prompt fed as mlx-lm's `generate_step` feeds it; returns the last position's
-    log-probabilities (state.log_probs).
+def prefill_head(st: DecodeState, want_hidden: bool) -> list[mx.array | None]:
+    """The prompt fed as mlx-lm's `generate_step` feeds it, all but its last token: in chunks
+    of PREFILL_STEP (the last token then goes alone, as the first pass's pick); each chunk's MTP
+    state.
 
-    All but the last token go in chunks of PREFILL_STEP, then the last token alone. A CPU-tuned
-    BLAS (OpenBLAS) sums in an order that depends on a call's row count, so one call over the
-    whole prompt leaves other bits in the KV cache and greedy tokens can part from mlx-lm's on
-    some CPUs (seen on an Intel Xeon: token 24 of 40, resident model alone, no streaming).
-    """
+    A CPU-tuned BLAS (OpenBLAS) sums in an order that depends on a call's row count, so one call
+    over the whole prompt leaves other bits in the KV cache and greedy tokens can part from
+    mlx-lm's on some CPUs (seen on an Intel Xeon: token 24 of 40, resident model alone, no
+    streaming)."""
     hidden = []
     head = st.tokens[:-1]
     for i in range(0, len(head), PREFILL_STEP):
         feed(st, head[i : i + PREFILL_STEP], want_hidden)
         hidden.append(st.hidden)
-    lp = forward(st, st.tokens[-1:], want_hidden)  # [1, V]
-    if want_hidden and hidden:
-        st.hidden = mx.concatenate([*hidden, st.hidden], axis=1)  # [1, P, H]
-    return lp
+    return hidden
 
 
 @contextlib.contextmanager
@@ -212,13 +211,13 @@ class Decode:
         streamer = self.sm.streamer
         t0 = time.perf_counter()
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
+        pipelined = self.gamma == 1 and cfg.temp == 0 and drafter.name == "none"
         with streamer.serving(PREFILL):
-            lp = prefill(st, drafter.needs_hidden)
-            y = judge([], None, lp, cfg.temp, st.rng).tokens[0]
+            y = self._first_pick() if pipelined else self._first_judged()
         st.tokens.append(y)
         drafter.start(st)
         streamer.drain()
-        if self.gamma == 1 and cfg.temp == 0 and drafter.name == "none":
+        if pipelined:
             # mlx-lm's generate_step starts token 2's forward before it yields token 1, so its
             # decode time (after token 1) leaves out building that first decode graph (and,
             # in a fresh process, compiling its kernels): ours counts the same way
@@ -234,6 +233,29 @@ class Decode:
         watch = streamer.log.watching(self.tap) if self.tap else contextlib.nullcontext()
         with watch:
             yield from self._spec_passes(y)
+
+    def _first_judged(self) -> int:
+        """The prompt fed; the token after it judged as a verify pass's (`_verify`: greedy
+        picks on the device, the kernels a verify adds first used here, in the prefill)."""
+        st, want_hidden = self.st, self.drafter.needs_hidden
+        hidden = prefill_head(st, want_hidden)
+        verdict = self._verify(st.tokens[-1:], [], None)
+        if want_hidden and hidden:
+            st.hidden = mx.concatenate([*hidden, st.hidden], axis=1)  # [1, P, H]
+        return verdict.tokens[0]
+
+    def _first_pick(self) -> int:
+        """The prompt fed; the token after it picked as a plain greedy decode step picks
+        (`greedy_next`: the same rule on the device), so the kernels a decode step adds to the
+        forward (the argmax and its log-probability, the routing's join) are first used here,
+        in the prefill, as generate_step's are in its first token: measured on an H100, a fresh
+        process's first decode token took 15-23 ms where they were first used in it (4.1 s on
+        a fresh machine) against mlx-lm's 1-2 ms (docs/results/cuda.md)."""
+        prefill_head(self.st, False)
+        nxt, top = greedy_next(self.st, mx.array([self.st.tokens[-1:]]))
+        y = nxt.item()
+        check_finite(top.item())
+        return y
 
     def _spec_passes(self, y: int) -> Iterator[PassRecord]:
         """Draft, verify, judge; one record per pass."""

@@ -87,7 +87,8 @@ def test_verify_picks_where_the_logits_are_as_the_host_judge_picks():
 def test_a_greedy_verify_brings_only_its_picks_to_the_host(monkeypatch):
     # each verify pass reads its γ picks and their log-probabilities through to_host's small
     # read (a managed allocation and a copy per np.array on CUDA: specdec/core/accelerator.py),
-    # two reads a pass, never a row of the vocabulary
+    # two reads a pass, never a row of the vocabulary; so does the prefill's pick of the token
+    # after the prompt (judged as a one-position verify: loop.py `_first_judged`)
     reads, inner = [], state_module.to_host
 
     def to_host(a):
@@ -101,7 +102,7 @@ def test_a_greedy_verify_brings_only_its_picks_to_the_host(monkeypatch):
                        stop_at_eos=False)  # fmt: skip
     finally:
         sm.close()
-    widths = [r.drafted + 1 for r in res.records]
+    widths = [1] + [r.drafted + 1 for r in res.records]  # the prefill's pick first
     assert reads == [w for w in widths for _ in range(2)], (reads, widths)
 
 

@@ -1,7 +1,8 @@
 """The prefill feeds the prompt as mlx-lm's `generate_step` does (chunks of PREFILL_STEP, then
 the last token alone) and evaluates what mlx-lm's evaluates between chunks: the KV cache, not
-the LM head over the prompt's head positions (specdec/decode/loop.py `prefill`, state.py
-`feed`). Greedy tokens after a prompt of several chunks equal mlx-lm's.
+the LM head over the prompt's head positions (specdec/decode/loop.py `prefill_head`, state.py
+`feed`). Greedy tokens after a prompt of several chunks equal mlx-lm's, the last prompt token
+picked as a decode step picks (plain decoding) and as a verify pass judges (speculative).
 
 Run: `pytest tests/decode/test_prefill.py`.
 """
@@ -17,7 +18,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.checkpoint.bundled import resolve_model
 from specdec.decode import loop
-from specdec.decode.loop import DecodeConfig, prefill
+from specdec.decode.loop import DecodeConfig, prefill_head
 from specdec.decode.run import generate
 from specdec.decode.state import DecodeState
 from specdec.stream.loader import load
@@ -51,13 +52,13 @@ def test_prefill_evaluates_the_cache_not_the_head(tiny, monkeypatch):
     st = DecodeState(tiny, make_prompt_cache(tiny.model), list(prompt), len(prompt), 0.0,
                      np.random.default_rng(0))  # fmt: skip
     monkeypatch.setattr(mx, "eval", spy)
-    last = prefill(st, want_hidden=False)
+    prefill_head(st, want_hidden=False)
     monkeypatch.setattr(mx, "eval", real)
-    vocab = last.shape[-1]
-    assert last.shape == (1, vocab) and np.isfinite(last).all()
+    vocab = tiny.model.args.vocab_size
     assert shapes, "the head's chunks are evaluated (the cache), not left lazy"
     assert all(s[-1] != vocab for s in shapes), f"logits [.., {vocab}] evaluated: {shapes}"
-    assert all(c.offset == len(prompt) for c in st.cache if hasattr(c, "offset"))
+    # three chunks of STEP and the head's last one: all but the prompt's last token
+    assert all(c.offset == len(prompt) - 1 for c in st.cache if hasattr(c, "offset"))
 
 
 def test_greedy_after_a_prompt_of_several_chunks_equals_mlx_lm(tiny, monkeypatch):
@@ -65,6 +66,8 @@ def test_greedy_after_a_prompt_of_several_chunks_equals_mlx_lm(tiny, monkeypatch
     prompt = _prompt(tiny)
     tiny.reset_cache()
     ours = generate(tiny, prompt, "none", DecodeConfig(1, 24), stop_at_eos=False).tokens
+    tiny.reset_cache()
+    drafted = generate(tiny, prompt, "lookup", DecodeConfig(3, 24), stop_at_eos=False).tokens
     model, _ = mlx_load(str(resolve_model("tiny")))
     ref = mlx_lm_greedy(model, prompt, 24, prefill_step_size=STEP)
-    assert ours == ref
+    assert ours == ref and drafted == ref
