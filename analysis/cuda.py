@@ -10,6 +10,7 @@
     python -m analysis.cuda span         # the read bench's test file against the pack's own blocks
     python -m analysis.cuda forced       # one fixed sequence's logits run against run, bit for bit;
                                          # the attention alone, cuDNN's on and off
+    python -m analysis.cuda first_tokens # each decode token's time in fresh processes, full budget
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -1073,6 +1074,31 @@ def ties_table() -> str:
     return md_table(heads, body)
 
 
+def first_tokens_table() -> str:
+    """bench_cuda.py `first_tokens`: each decode token's wall time at full budget in fresh
+    processes, ours, ours in a stream of its own (as mlx-lm's generate_step decodes) and mlx-lm's;
+    per side the medians over its processes of the first tokens' mean (the first held batch on
+    ours), the rest's mean and tok/s, and the rest against mlx-lm's."""
+    body = []
+    for sess, path in _session_results("first_tokens.json"):
+        data = json.loads(path.read_text())
+        for shape in ("qwen3", "minimax"):
+            if shape not in data:
+                continue
+            peer = data[shape]["mlx_lm"]["rest_ms"]
+            for side, label in (("ours", "ours"), ("ours_stream", "ours, own stream"),
+                                ("mlx_lm", "mlx-lm")):  # fmt: skip
+                m = data[shape][side]
+                n = sum(r["side"] == side for r in data[shape]["runs"])
+                body.append([sess, _card(data), shape, label, n, data["first"],
+                             f"{m['first_ms']:.2f}", f"{m['rest_ms']:.2f}",
+                             f"{m['first_ms'] / m['rest_ms']:.2f}", f"{peer / m['rest_ms']:.2f}x",
+                             f"{m['tokens_per_s']:.0f}"])  # fmt: skip
+    heads = ["session", "card", "shape", "side", "processes", "first tokens", "first: ms a token",
+             "rest: ms a token", "first / rest", "rest: mlx-lm / it", "tok/s"]  # fmt: skip
+    return md_table(heads, body)
+
+
 TABLES = {
     "scale": scale_table,
     "spec": spec_table,
@@ -1084,6 +1110,7 @@ TABLES = {
     "forced": forced_table,
     "attention_speed": attention_speed_table,
     "ties": ties_table,
+    "first_tokens": first_tokens_table,
     "offsets": offsets_table,
     "batches": batches_table,
     "span": span_table,
