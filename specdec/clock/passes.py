@@ -28,6 +28,7 @@ Tests: `pytest tests/clock/test_clock_model.py`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from specdec.clock.roofline import (
     Forward,
     ModeledTime,
     ReadStep,
+    compute_parts,
     forward_time,
     measured_time,
     reads_time,
@@ -128,12 +130,15 @@ class PassClock:
         return []
 
     def _verify(self, drafted: int, context: int, steps: Sequence) -> Forward:
-        """The main model's forward over `drafted` + 1 positions with `steps`' reads (a verify,
-        or a rollback's re-feed), position by position in the decode form."""
+        """The main model's forward over `drafted` + 1 positions with logged `steps`' unions and
+        reads (a verify, or a rollback's re-feed)."""
+        return self._main(drafted + 1, context, layer_unions(steps), read_steps(steps))
+
+    def _main(self, positions: int, context: int, unions: dict, reads: tuple) -> Forward:
+        """The main model's forward over `positions` with `unions` per layer and `reads`
+        (ReadSteps), position by position in the decode form."""
         each = self.verify_form == "decode"
-        unions = layer_unions(steps)
-        return Forward(drafted + 1, context, self.main_layers, unions, read_steps(steps),
-                       positionwise=each)  # fmt: skip
+        return Forward(positions, context, self.main_layers, unions, reads, positionwise=each)
 
     def modeled(
         self,
@@ -219,13 +224,14 @@ class PassClock:
         average 0.15 ms)."""
         misses = np.asarray(misses, np.float64)
         total = float(misses.sum())
+        unions = dict(zip(layers, np.asarray(union, np.float64).tolist(), strict=True))
+        # the forwards of m and m + 1 reads compute alike: their parts priced once
+        parts = compute_parts(profile, self.shape, self._main(gamma, context, unions, ()))
 
         def verify_s(reads: float) -> float:
             spread = misses * (reads / total) if total > 0 else misses  # [L] summing to reads
-            steps = expected_steps(layers, union, spread, block_bytes)
-            return forward_time(
-                profile, self.shape, self._verify(gamma - 1, context, steps)
-            ).total_s
+            fwd = self._main(gamma, context, unions, expected_reads(layers, spread, block_bytes))
+            return forward_time(profile, self.shape, fwd, parts).total_s
 
         out = whole_reads_mean(verify_s, total)
         n = gamma - 1
@@ -244,12 +250,15 @@ class PassClock:
                 times[u, reads] = forwards_time(profile, self.draft_forwards(1, context, (step,)))
             return times[u, reads].total_s
 
-        per = [
-            np.broadcast_to(np.asarray(x, np.float64), (n,)) for x in (draft_union, draft_misses)
-        ]
-        for u, m in zip(*per, strict=True):
-            out += whole_reads_mean(functools.partial(draft_s, float(u)), float(m))
+        for u, m in zip(_per_draft(draft_union, n), _per_draft(draft_misses, n), strict=True):
+            out += whole_reads_mean(functools.partial(draft_s, u), m)
         return out
+
+
+def _per_draft(x: float | np.ndarray, n: int) -> list[float]:
+    """[n] one value per draft: `x` for each, or `x`'s own (an [n] array)."""
+    a = np.asarray(x, np.float64)
+    return [float(a)] * n if a.ndim == 0 else np.broadcast_to(a, (n,)).tolist()
 
 
 def draft_parts(steps: Sequence, calls: int) -> list[tuple]:
@@ -272,7 +281,7 @@ def forwards_time(profile: DeviceProfile, forwards: Sequence) -> ModeledTime:
 def whole_reads_mean(seconds: Callable[[float], float], mean: float) -> float:
     """The expected seconds of a forward whose reads are whole and `mean` on average: m + f
     (0 <= f < 1) costed as m reads with weight 1 − f and m + 1 with weight f."""
-    whole = np.floor(mean + 1e-9)
+    whole = float(math.floor(mean + 1e-9))
     frac = mean - whole
     if frac < 1e-9:
         return seconds(whole)
@@ -289,13 +298,20 @@ class StepCounts:
     bytes_read: int
 
 
-def expected_steps(layers, union, misses, block_bytes) -> list[StepCounts]:
-    """Per-layer steps of expected unions and misses ([L] each, floats). Reads come whole: the
-    misses are rounded cumulatively over the layers, so their sum is kept (0.3 per layer over
-    10 layers is 3 reads, not 0)."""
-    whole = np.diff(np.round(np.cumsum(np.asarray(misses, np.float64))), prepend=0.0)  # [L]
-    sizes = np.broadcast_to(np.asarray(block_bytes, np.float64), (len(whole),))
-    return [
-        StepCounts(layer, float(u), int(n), int(n * b))
-        for layer, u, n, b in zip(layers, union, whole, sizes, strict=True)
-    ]
+def expected_reads(layers, misses: np.ndarray, block_bytes) -> tuple[ReadStep, ...]:
+    """Per-layer reads of expected misses ([L] floats; `block_bytes` one per layer or one for
+    all). Reads come whole: the misses are rounded cumulatively over the layers, so their sum
+    is kept (0.3 per layer over 10 layers is 3 reads, not 0). A layer rounded to none gets no
+    step: the clock reads a layer without steps as one that misses nothing (it syncs). Plain
+    Python over the layers: numpy's calls cost more than the arithmetic on L values (cumsum's
+    running sum and round-half-even are the same operations, so the same reads)."""
+    size = np.asarray(block_bytes, np.float64)
+    sizes = size.tolist() if size.ndim else [float(size)] * len(layers)
+    out, issued, running = [], 0, 0.0  # reads so far; the misses' running sum
+    for layer, m, b in zip(layers, misses.tolist(), sizes, strict=True):
+        running += m
+        n = round(running) - issued
+        issued += n
+        if n:
+            out.append(ReadStep(layer, n, int(n * b)))
+    return tuple(out)

@@ -41,16 +41,20 @@ Tests: `pytest tests/clock/test_clock_model.py`.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from specdec.clock.profiles import DeviceProfile
 from specdec.clock.shapes import Cost, ModelShape
 
 
-@dataclass(frozen=True)
-class ReadStep:
-    """One cache step's reads (a `LayerStep`'s fields the clock needs)."""
+class ReadStep(NamedTuple):
+    """One cache step's reads (a `LayerStep`'s fields the clock needs). A typed tuple, not a
+    frozen dataclass: `--gamma auto` prices passes not yet run with a step per MoE layer, 62 a
+    forward and several forwards a pass, where a frozen dataclass's __init__ costs 3x a
+    tuple's."""
 
     layer: int
     misses: int
@@ -91,22 +95,32 @@ class ModeledTime:
         self.reads += other.reads
 
 
-def roof(profile: DeviceProfile, c: Cost) -> float:
-    """Roofline seconds of one part: the slower of its bytes and its FLOPs."""
-    return max(c.bytes / (profile.mem_gbps * 1e9), c.flops / (profile.peak_tflops * 1e12))
+def roof(profile: DeviceProfile, c: Cost):
+    """Roofline seconds of one part: the slower of its bytes and its FLOPs (an array of them
+    where `c.bytes` is one: a part per element)."""
+    memory = c.bytes / (profile.mem_gbps * 1e9)
+    compute = c.flops / (profile.peak_tflops * 1e12)
+    return np.maximum(memory, compute) if isinstance(memory, np.ndarray) else max(memory, compute)
 
 
 def _reads_by_layer(steps: tuple[ReadStep, ...]) -> tuple[dict, dict]:
-    """Demand reads per layer [(misses, bytes)], and prefetches per issuing layer."""
-    demand: dict[int, list[ReadStep]] = {}
+    """Per layer [demand blocks, bytes, whether its router syncs] summed over its steps in the
+    order issued, and per issuing layer its prefetches [ReadStep]."""
+    demand: dict[int, list] = {}
     issued: dict[int, list[ReadStep]] = {}
     last = None
     for s in steps:
         if s.prefetched:
             issued.setdefault(last, []).append(s)
+            continue
+        last = s.layer
+        own = demand.get(last)
+        if own is None:
+            demand[last] = [s.misses, s.bytes_read, s.synced]
         else:
-            demand.setdefault(s.layer, []).append(s)
-            last = s.layer
+            own[0] += s.misses
+            own[1] += s.bytes_read
+            own[2] = own[2] or s.synced
     return demand, issued
 
 
@@ -114,69 +128,102 @@ def _batch(profile: DeviceProfile, n: int, nbytes: float) -> float:
     return profile.read_time(n, nbytes / n) if n else 0.0
 
 
-def forward_time(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> ModeledTime:
-    """Modeled seconds of one forward on `profile` (see the module docstring for the timeline)."""
-    out = ModeledTime()
+_NO_READS = (0, 0, True)  # a layer without steps: no reads, and its router syncs
+
+
+@dataclass(frozen=True)
+class Compute:
+    """What a forward computes, whatever it reads (`compute_parts`): its layers' parts."""
+
+    each: bool  # position by position (the decode form), each position its own calls
+    attention: float  # every layer's attention, alike
+    further: float  # per MoE layer: the further positions' calls
+    unions: list  # [layers] each layer's union (0: not routed)
+    mlps: list[float]  # [layers] each layer's MLP
+
+
+def compute_parts(profile: DeviceProfile, shape: ModelShape, fwd: Forward) -> Compute:
+    """`fwd`'s Compute on `profile`: what `forward_time` adds its reads to. Priced once for
+    forwards alike but for their reads (`--gamma auto`'s expected pass, two whole read counts)."""
+    T = fwd.positions
+    each = fwd.positionwise and T > 1 and not profile.batched_verify
+    further = profile.position_s * (T - 1) if each else 0.0
+    unions = [fwd.unions.get(layer, 0) for layer in fwd.layers]
+    mlps = _mlps(profile, shape, fwd.layers, unions, T, each)
+    return Compute(each, _attention(profile, shape, T, fwd.context, each), further, unions, mlps)
+
+
+def forward_time(
+    profile: DeviceProfile, shape: ModelShape, fwd: Forward, parts: Compute | None = None
+) -> ModeledTime:
+    """Modeled seconds of one forward on `profile` (see the module docstring for the timeline);
+    `parts`: its `compute_parts`, where already priced."""
+    # ModeledTime's fields, in locals: the loop below runs once per layer, 62 a forward and
+    # several forwards a pass where `--gamma auto` prices its candidates
+    compute_s = sync_s = read_s = bytes_read = 0.0
+    reads = 0
     t = disk = 0.0  # device clock; when the disk is next free
     ready: dict[int, float] = {}  # layer -> when its prefetched blocks have landed
     prefetched_for: dict[int, tuple[int, float]] = {}  # layer -> (blocks, bytes) prefetched
     demand, issued = _reads_by_layer(fwd.steps)
-    T = fwd.positions
-    each = fwd.positionwise and T > 1 and not profile.batched_verify
-    attention = _attention(profile, shape, T, fwd.context, each)  # every layer's alike
-    further = profile.position_s * (T - 1) if each else 0.0  # per MoE layer
-    # a layer's MLP time depends on its kind and union only, a read batch's on its blocks and
-    # bytes, a landing's likewise: each priced once per forward (its layers mostly share them;
-    # `--gamma auto` prices several forwards a pass, 62 layers each)
-    mlps: dict[tuple[bool, float], float] = {}
-    batch = functools.cache(functools.partial(_batch, profile))
-    land_time = functools.cache(profile.land_time)
-    for layer in fwd.layers:
+    parts = parts or compute_parts(profile, shape, fwd)
+    T, each, attention, further = fwd.positions, parts.each, parts.attention, parts.further
+    router_s, miss_call_s = profile.router_sync_s, profile.miss_call_s
+    overlap, moe = profile.overlap_reads, shape.moe_layers
+    # a read batch's time depends on its blocks and bytes, a landing's likewise: each priced
+    # once per forward (its layers mostly share them)
+    batches: dict[tuple[int, float], float] = {}
+    landings: dict[tuple[float, int], float] = {}
+    for layer, union, mlp in zip(fwd.layers, parts.unions, parts.mlps, strict=True):
         t += attention
-        out.compute_s += attention
-        union = fwd.unions.get(layer, 0)
-        routed = layer in shape.moe_layers
-        mlp = mlps.get((routed, union))
-        if mlp is None:
-            mlp = mlps[routed, union] = _mlp(profile, shape, layer, T, union, each)
-        out.compute_s += mlp
-        if not routed:
+        compute_s += attention
+        compute_s += mlp
+        if layer not in moe:
             t += mlp
             continue
-        steps = demand.get(layer, ())
-        if not steps or any(s.synced for s in steps):  # a wholly resident layer skips the sync
-            t += profile.router_sync_s
-            out.sync_s += profile.router_sync_s
+        misses, nbytes, synced = demand.get(layer, _NO_READS)
+        if synced:  # a wholly resident layer skips the sync
+            t += router_s
+            sync_s += router_s
         t += further
-        out.sync_s += further
-        misses = sum(s.misses for s in steps)
-        nbytes = sum(s.bytes_read for s in steps)
+        sync_s += further
         done = t
         if misses:  # issued after the call's host path of a miss (`miss_call_s`)
-            t += profile.miss_call_s
-            out.sync_s += profile.miss_call_s
-            done = max(t, disk) + batch(misses, nbytes)
+            t += miss_call_s
+            sync_s += miss_call_s
+            batch = batches.get((misses, nbytes))
+            if batch is None:
+                batch = batches[misses, nbytes] = _batch(profile, misses, nbytes)
+            done = max(t, disk) + batch
             disk = done
-        done = max(done, ready.pop(layer, 0.0))
-        ahead = issued.get(layer, ())
-        for p in ahead:  # lookahead reads start once this layer's have landed
-            disk = max(done, disk) + batch(p.prefetched, p.bytes_read)
-            ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
-            blocks, nb = prefetched_for.get(p.layer, (0, 0.0))
-            prefetched_for[p.layer] = (blocks + p.prefetched, nb + p.bytes_read)
-        out.bytes_read += nbytes + sum(p.bytes_read for p in ahead)
-        out.reads += misses + sum(p.prefetched for p in ahead)
-        hidden = mlp * (union - misses) / union if profile.overlap_reads and union else 0.0
+        ahead_blocks = ahead_bytes = blocks = 0
+        early = 0.0
+        if issued:  # a forward with lookahead reads (none: nothing prefetched, nothing ready)
+            if layer in ready:
+                done = max(done, ready.pop(layer))
+            for p in issued.get(layer, ()):  # they start once this layer's reads have landed
+                disk = max(done, disk) + _batch(profile, p.prefetched, p.bytes_read)
+                ready[p.layer] = max(ready.get(p.layer, 0.0), disk)
+                before, nb = prefetched_for.get(p.layer, (0, 0.0))
+                prefetched_for[p.layer] = (before + p.prefetched, nb + p.bytes_read)
+                ahead_blocks += p.prefetched
+                ahead_bytes += p.bytes_read
+            blocks, early = prefetched_for.pop(layer, (0, 0.0))
+        bytes_read += nbytes + ahead_bytes
+        reads += misses + ahead_blocks
+        hidden = mlp * (union - misses) / union if overlap and union else 0.0
         stall = max(0.0, done - t - hidden)  # reads still landing once the overlap is spent
         # the blocks just read (and those prefetched for this layer) reach the accelerator first
-        blocks, early = prefetched_for.pop(layer, (0, 0.0))
-        land = land_time(nbytes + early, misses + blocks)
-        out.read_s += stall + land
+        key = (nbytes + early, misses + blocks)
+        land = landings.get(key)
+        if land is None:
+            land = landings[key] = profile.land_time(*key)
+        read_s += stall + land
         t += stall + land + mlp
     if fwd.head:
         part = shape.head_cost(1 if each else T)
-        out.compute_s += (T if each else 1) * roof(profile, part)
-    return out
+        compute_s += (T if each else 1) * roof(profile, part)
+    return ModeledTime(compute_s, sync_s, read_s, bytes_read, reads)
 
 
 def _attention(profile: DeviceProfile, shape: ModelShape, T: int, context: int, each: bool):
@@ -187,15 +234,25 @@ def _attention(profile: DeviceProfile, shape: ModelShape, T: int, context: int, 
     return sum(roof(profile, shape.attention_cost(1, context + i)) for i in range(T))
 
 
-def _mlp(profile: DeviceProfile, shape: ModelShape, layer: int, T: int, union: int, each: bool):
-    """One layer's MLP over T positions: batched over the `union` routed experts (each read from
-    memory once), or (`each`) T one-position calls, each reading the dense or shared weights and
-    the router again and its own top-k experts (the union is what the disk reads, not what each
-    call computes on)."""
-    if not each:
-        return roof(profile, shape.mlp_cost(layer, T, union))
-    own = min(shape.top_k, union)  # 0: a layer not routed
-    return T * roof(profile, shape.mlp_cost(layer, 1, own))
+def _mlps(
+    profile: DeviceProfile, shape: ModelShape, layers: tuple, unions: list, T: int, each: bool
+) -> list[float]:
+    """[len(layers)] each layer's MLP over T positions, `unions` its routed experts: batched
+    over the union (each read from memory once), or (`each`) T one-position calls, each reading
+    the dense or shared weights and the router again and its own top-k experts (the union is
+    what the disk reads, not what each call computes on). A layer's depends on its kind and
+    union only: the MoE layers' are priced in one array operation (`--gamma auto`'s expected
+    unions are means, mostly distinct), a dense layer's once."""
+    positions = 1 if each else T
+    union = np.asarray(unions, np.float64)  # [len(layers)]
+    moe = roof(
+        profile, shape.moe_mlp_cost(positions, np.minimum(shape.top_k, union) if each else union)
+    )
+    dense = roof(profile, shape.dense_mlp_cost(positions))
+    if each:
+        moe, dense = T * moe, T * dense
+    routed = shape.moe_layers
+    return [m if layer in routed else dense for layer, m in zip(layers, moe.tolist(), strict=True)]
 
 
 def reads_time(profile: DeviceProfile, steps: tuple[ReadStep, ...]) -> ModeledTime:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from specdec.core.errors import SpecdecError
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
@@ -34,7 +36,7 @@ KV_BYTES = 2.0  # KV cache entries in 16-bit, as mlx-lm keeps them for a 16-bit 
 
 @dataclass(frozen=True)
 class Cost:
-    bytes: float
+    bytes: float | np.ndarray  # or [n] parts' alike but for their unions (moe_mlp_cost's)
     flops: float
 
     def __add__(self, other: Cost) -> Cost:
@@ -151,13 +153,20 @@ class ModelShape:
 
     def mlp_cost(self, layer: int, positions: int, union: int) -> Cost:
         """One layer's MLP: dense, or router + shared expert + the `union` routed experts."""
-        bpp = self.bytes_per_param
         if layer not in self.moe_layers:
-            p = self.dense_mlp_params
-            return Cost(p * bpp, 2 * positions * p)
+            return self.dense_mlp_cost(positions)
+        return self.moe_mlp_cost(positions, union)
+
+    def dense_mlp_cost(self, positions: int) -> Cost:
+        p = self.dense_mlp_params
+        return Cost(p * self.bytes_per_param, 2 * positions * p)
+
+    def moe_mlp_cost(self, positions: int, union):
+        """A MoE layer's MLP: router + shared expert + the `union` routed experts (an [n] array of
+        unions gives [n] bytes: one layer's cost per element)."""
         fixed = self.shared_params + self.hidden * self.n_experts  # shared expert(s), router
         return Cost(
-            bytes=fixed * bpp + union * self.expert_block_bytes,
+            bytes=fixed * self.bytes_per_param + union * self.expert_block_bytes,
             flops=2 * positions * (fixed + self.top_k * self.expert_params),
         )
 

@@ -124,6 +124,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -195,6 +196,16 @@ class Candidate:
             "bytes": round(self.bytes),
             "measured": self.measured,
         }
+
+
+class _Worst(NamedTuple):
+    """A pass at its worst alone: what `GammaChooser._worst_room` and `_owed` read of a
+    Candidate, where its expected cost is not needed (`GammaChooser._plain_fits`)."""
+
+    gamma: int
+    worst_bytes: float
+    worst_s: float
+    worst_reads: float
 
 
 @dataclass(frozen=True)
@@ -302,6 +313,8 @@ class GammaChooser:
     _length: int = 0  # passes of the current block (1: an exploration)
     _current: int = 1  # the current block's γ
     _held: Candidate | None = None  # ... as expected at the block's start
+    # (γ, context) -> its Candidate, priced since the last observed pass (`_candidate`)
+    _priced: dict[tuple[int, int], Candidate] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.max_gamma < 1:
@@ -376,7 +389,10 @@ class GammaChooser:
         return out
 
     def _candidate(self, g: int, context: int) -> Candidate:
-        """A pass of γ = g as expected now, and at its worst."""
+        """A pass of γ = g as expected now, and at its worst: priced once per context between
+        two observed passes (what it reads changes only in `observe`)."""
+        if (g, context) in self._priced:
+            return self._priced[g, context]
         union, misses, measured = self._reads(g)
         if not measured:
             misses = misses + self._evictions(union)
@@ -384,7 +400,9 @@ class GammaChooser:
         cost = self.cost(g, context, union, misses, d_union, d_miss)
         nbytes = float(misses @ self.block_bytes) + float(d_miss.sum()) * self.draft_block_bytes
         worst = self._worst(g, context)
-        return Candidate(g, self.expected_tokens(g), cost, nbytes, measured, *worst)
+        c = Candidate(g, self.expected_tokens(g), cost, nbytes, measured, *worst)
+        self._priced[g, context] = c
+        return c
 
     def _draft_reads(self, gamma: int) -> tuple[np.ndarray, np.ndarray]:
         """([γ − 1] union, [γ − 1] misses) expected of each draft of a pass of γ, in order: each
@@ -424,11 +442,19 @@ class GammaChooser:
         token at what it surely costs plain, less the pass at its worst (every non-resident
         expert missing) and the reserve (the run may end right after it, or decode plainly to
         any length). No credit for tokens after the pass: plain's rate is not known."""
-        per_token = np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
+        per_token = self._per_token()
         owed = self._owed(c) if reserve else np.zeros(2)
         spent = self._spent + np.array([c.bytes, c.cost_s]) + owed
-        spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
         expected = (1.0 + GUARD) * (self._plain_total + c.tokens * per_token) - spent
+        return expected, self._worst_room(c, per_token, owed)
+
+    def _per_token(self) -> np.ndarray:
+        """[2] plain's (bytes, seconds) per token: its shadow's reads, its latest modeled pass."""
+        return np.array([float(self._reads(1)[1] @ self.block_bytes), self._plain_s])
+
+    def _worst_room(self, c: Candidate | _Worst, per_token: np.ndarray, owed: np.ndarray):
+        """[2] `room`'s worst: what the bound leaves after a pass of `c` at its worst."""
+        spent_worst = self._spent + np.array([c.worst_bytes, c.worst_s]) + owed
         # the tokens up to the horizon, were they plain, cost the run what they cost plain (every
         # access misses; seconds grow with the context), and the bound is owed only from there
         ahead = BOUND * per_token * max(0, self._horizon - self._tokens - 1)
@@ -436,10 +462,9 @@ class GammaChooser:
         # front, held only where `lru_reserve` is none), else its compute alone (plain may read
         # nothing for it, whatever its mean)
         certain = per_token if self.front else np.array([0.0, self._floor_s])
-        worst = (1.0 + BOUND) * (self._plain_total + certain) + ahead - spent_worst
-        return expected, worst
+        return (1.0 + BOUND) * (self._plain_total + certain) + ahead - spent_worst
 
-    def _owed(self, c: Candidate) -> np.ndarray:
+    def _owed(self, c: Candidate | _Worst) -> np.ndarray:
         """[2] (bytes, seconds) of the reserve after a pass of `c`: `_reserve`'s whole reads, in
         seconds each a plain pass's marginal read, or as one re-sync batch where that is dearer
         (latency and landing: what the run spends if it re-syncs instead)."""
@@ -449,7 +474,7 @@ class GammaChooser:
             seconds = max(seconds, self.resync_s(reads))
         return np.array([reads * float(self.block_bytes.max()), seconds])
 
-    def _reserve(self, c: Candidate) -> float:
+    def _reserve(self, c: Candidate | _Worst) -> float:
         """Whole reads the run may owe beyond plain after a pass of `c`: none where every expert
         of the main layers is resident and no draft layer shares the cache (a cache that holds
         them all never evicts); else the cache's size, or with
@@ -478,7 +503,7 @@ class GammaChooser:
         replay measure it (shadows.divergence) only then."""
         return self.resync and self._evicts(cold)
 
-    def _outgrows(self, c: Candidate) -> bool:
+    def _outgrows(self, c: Candidate | _Worst) -> bool:
         """Whether a pass of `c` can select more experts than the cache holds: its committed
         tokens' experts may then leave the run's cache before it ends while plain's shadow takes
         them in, each widening the divergence beyond one per read (rare: its worst reads alone
@@ -529,7 +554,11 @@ class GammaChooser:
         run ends with it)."""
         if 1 not in self._sums:  # nothing observed yet: the run is still plain's
             return True
-        return bool((self.room(self._candidate(1, context), reserve)[1] >= 0).all())
+        # only the worst room is read: a plain pass's expected cost is not priced for it (a
+        # block's first pass has it already, priced with its candidates)
+        c = self._priced.get((1, context)) or _Worst(1, *self._worst(1, context))
+        owed = self._owed(c) if reserve else np.zeros(2)
+        return bool((self._worst_room(c, self._per_token(), owed) >= 0).all())
 
     def _pick(self, cands: tuple[Candidate, ...]) -> tuple[int, str]:
         """A block's γ: the best admissible, an exploration, or plain (module doc)."""
@@ -575,6 +604,7 @@ class GammaChooser:
     def observe(self, o: Observed) -> None:
         """Learn from a finished pass: acceptance per draft position, the run's and plain's
         totals (the guard), the shadows' passes, the draft phase's reads."""
+        self._priced.clear()
         self.passes += 1
         judged = min(o.accepted + 1, o.gamma - 1)  # drafts after a rejection are never judged
         for j in range(1, judged + 1):

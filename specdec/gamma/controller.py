@@ -68,6 +68,7 @@ class AutoGamma:
             lambda: build_cache(sm.policy, s.cache.n_slots, sm.policy_options, s.key_stride),
             range(2, MAX_GAMMA + 1),
             seed,
+            len(layers),
         )
         # lru_reserve's case is one cache over every expert (not a mixed pack's pools) read only
         # as the router asks (no lookahead)

@@ -151,6 +151,7 @@ def replay_passes(
             lambda: spec.cache(budget_slots, hotlist=hotlist),
             range(2, cap + 1),
             seed,
+            L,
         )
         shadows.preload()
     ends = [*prompt_starts(trace, T).tolist(), T]
@@ -185,7 +186,7 @@ def replay_passes(
                     f"a pass of {n} positions selects {len(ks)} experts at one layer, more than "
                     f"the cache's {cache.max_step}: raise the budget or lower gamma"
                 )
-            missed = len(cache.access(ks.tolist(), counts.tolist()))
+            missed = len(cache.access(ks, counts))
             union[li], misses[li] = len(ks), missed
             steps.append(StepCounts(layers[li], len(ks), missed, int(missed * block[li])))
         cache.tick(n)

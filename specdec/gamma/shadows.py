@@ -1,13 +1,14 @@
 """Counterfactual caches for `--gamma auto`: what plain decoding and each fixed γ would read.
 
-    shadows = Shadows(lambda: build(), gammas=range(2, 9), seed=0)
+    shadows = Shadows(lambda: build(), gammas=range(2, 9), seed=0, layers=L)
     shadows.preload(keys)                       # as the live cache starts
     report = shadows.feed(committed, alphas)    # committed: [n, L, k] cache keys of a pass
     report.plain_misses                         # [n, L] plain decoding's misses per position
     report.passes                               # ShadowPass per lane pass that could now run
 
 Each shadow is a cache of the run's policy and size that sees nothing but the committed tokens'
-routing, replayed as one decoding strategy would have read it:
+routing, replayed as one decoding strategy would have read it (a plain LRU's only counts:
+specdec.cache.counting_lru, its L MoE layers a forward stepped at once where they are many):
 
 - plain (the reference of auto's bytes rule and guard): one position per forward, then tick(1);
 - one lane per candidate γ: passes of γ positions over the committed stream; the pass's
@@ -42,11 +43,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec.cache.batched_lru import BatchedLRU
 from specdec.cache.counting_lru import CountingLRU, counting
 from specdec.cache.expert_cache import ExpertCache, position_chunks
 from specdec.core.errors import SpecdecError
 
 HISTORY = 256  # committed positions a lane's rejected drafts draw their routing from
+SMALL_PASS = 256  # keys in a pass below which `pass_unions` sorts in Python (measured: 4x faster)
 
 
 @dataclass(frozen=True)
@@ -65,46 +68,87 @@ class ShadowReport:
     passes: tuple[ShadowPass, ...]  # lane passes that completed with them
 
 
-def pass_keys(keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def pass_keys(keys: np.ndarray) -> list[tuple[list[int], list[int]]]:
     """Per layer, (distinct sorted keys, positions selecting each) of a pass over positions
-    `keys` [n, L, k] (cache keys)."""
-    n, L, k = keys.shape
-    flat = np.sort(keys.transpose(1, 0, 2).reshape(L, n * k), axis=1)  # [L, n·k]
-    first = np.ones(flat.shape, bool)  # [L, n·k]: a key's first occurrence in its row
-    first[:, 1:] = flat[:, 1:] != flat[:, :-1]
+    `keys` [n, L, k] (cache keys), as the lists a cache step takes."""
+    flat, first = _sorted_rows(keys)
     # every row's distinct keys, row after row, found once for all rows (not once per row: 62
     # layers' worth of small numpy calls cost 12x more); a row always starts with a first
     # occurrence, so a key's count never runs into the next row
     at = np.flatnonzero(first)  # [u]
-    counts = np.diff(at, append=L * n * k)  # [u]
-    values = flat.ravel()[at]  # [u]
-    bounds = np.searchsorted(at, np.arange(L + 1) * (n * k)).tolist()  # row li: [li, li + 1)
-    return [(values[a:b], counts[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    ends = np.empty_like(at)  # [u] where each key's run ends (np.diff's call costs more)
+    ends[:-1] = at[1:]
+    ends[-1] = first.size
+    return list(zip(_by_row(flat.ravel()[at], first), _by_row(ends - at, first), strict=True))
+
+
+def pass_unions(keys: np.ndarray) -> list[tuple[list[int], None]]:
+    """`pass_keys` without the counts, for a cache that orders by recency alone (a counting
+    LRU): per layer (distinct sorted keys, None). A pass of few keys (the bundled model's 4
+    layers) in Python: its sets and sorts cost a fifth of numpy's calls there."""
+    n, L, k = keys.shape
+    if n * L * k <= SMALL_PASS:
+        return [(sorted(set(row)), None) for row in keys.transpose(1, 0, 2).reshape(L, -1).tolist()]
+    flat, first = _sorted_rows(keys)
+    return [(ks, None) for ks in _by_row(flat[first], first)]
+
+
+def _sorted_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([L, n·k] each layer's keys of positions `keys` [n, L, k], sorted; [L, n·k] whether each
+    is its value's first occurrence in its row)."""
+    n, L, k = keys.shape
+    flat = np.sort(keys.transpose(1, 0, 2).reshape(L, n * k), axis=1)  # [L, n·k]
+    first = np.empty(flat.shape, bool)  # [L, n·k]
+    first[:, 0] = True
+    np.not_equal(flat[:, 1:], flat[:, :-1], out=first[:, 1:])
+    return flat, first
+
+
+def _by_row(values: np.ndarray, first: np.ndarray) -> list[list[int]]:
+    """[u] values of the first occurrences `first` [L, n·k] marks, split into their rows."""
+    out = values.tolist()
+    bounds = [0, *np.cumsum(first.sum(1)).tolist()]  # row li: [li, li + 1)
+    return [out[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def access_pass(
-    cache: ExpertCache | CountingLRU, keys: np.ndarray
+    cache: ExpertCache | CountingLRU | BatchedLRU, keys: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """One forward over positions `keys` [n, L, k]: a step per layer over its union (or, where
     the union exceeds a cache step, one per group of positions that fits, as the streamer
     splits it), then tick(n). Returns ([L] union summed over steps, [L] misses)."""
-    union, misses = np.zeros(keys.shape[1]), np.zeros(keys.shape[1])
-    for li, (ks, counts) in enumerate(pass_keys(keys)):
+    n, L, _ = keys.shape
+    if isinstance(cache, BatchedLRU):  # every layer's step at once, where each fits a step
+        flat, first = _sorted_rows(keys)
+        layer, col = first.nonzero()  # [u] each distinct key's layer (ascending), column
+        union = np.bincount(layer, minlength=L)  # [L]
+        if union.max() <= cache.max_step:
+            missed = cache.steps(flat[layer, col], layer, L)  # [u]
+            cache.tick(n)
+            return union.astype(np.float64), np.bincount(layer[missed], minlength=L).astype(
+                np.float64
+            )
+    steps_of = pass_keys if isinstance(cache, ExpertCache) else pass_unions  # counts, or none
+    union, misses = [0] * L, [0] * L  # [L] each
+    for li, (ks, counts) in enumerate(steps_of(keys)):
         if len(ks) <= cache.max_step:
             steps = [(ks, counts)]
         else:
-            steps = [pass_keys(c[:, None])[0] for c in position_chunks(keys[:, li], cache.max_step)]
-        for part, n in steps:
+            steps = [steps_of(c[:, None])[0] for c in position_chunks(keys[:, li], cache.max_step)]
+        for part, part_counts in steps:
             union[li] += len(part)
-            misses[li] += len(cache.access(part.tolist(), n.tolist()))
-    cache.tick(len(keys))
-    return union, misses
+            misses[li] += len(cache.access(part, part_counts))
+    cache.tick(n)
+    return np.array(union, np.float64), np.array(misses, np.float64)
 
 
-def shadow_plain(shadow: ExpertCache | CountingLRU, keys: np.ndarray) -> np.ndarray:
+def shadow_plain(shadow: ExpertCache | CountingLRU | BatchedLRU, keys: np.ndarray) -> np.ndarray:
     """[n, L] misses plain decoding has at each committed position of `keys` [n, L, k] (cache
     keys): each position one forward of one step per layer, then tick(1). Per position, not
     summed: plain's modeled time is a sum over its own one-token passes (reads come whole)."""
+    if isinstance(shadow, BatchedLRU):  # a position's layers at once (its k experts distinct)
+        out = [access_pass(shadow, position[None])[1] for position in keys]  # [L] each
+        return np.array(out).reshape(keys.shape[:2])
     misses = np.zeros(keys.shape[:2])  # [n, L]
     for t, position in enumerate(keys):  # [L, k]
         for li, ks in enumerate(position.tolist()):
@@ -113,7 +157,7 @@ def shadow_plain(shadow: ExpertCache | CountingLRU, keys: np.ndarray) -> np.ndar
     return misses
 
 
-def divergence(run: ExpertCache, plain: ExpertCache | CountingLRU) -> tuple[int, bool]:
+def divergence(run: ExpertCache, plain: ExpertCache | CountingLRU | BatchedLRU) -> tuple[int, bool]:
     """(blocks `plain` holds that `run` lacks, whether both hold the same keys in the same
     order): what re-syncing the run's cache to plain's shadow reads (`ExpertCache.adopt`), and
     whether it is already plain's, so that plain decoding reads alike on both from here on."""
@@ -126,11 +170,18 @@ def divergence(run: ExpertCache, plain: ExpertCache | CountingLRU) -> tuple[int,
 class Shadows:
     """Plain decoding's shadow cache and one lane per candidate γ (module doc)."""
 
-    def __init__(self, make_cache: Callable[[], ExpertCache], gammas: Iterable[int], seed: int):
+    def __init__(
+        self,
+        make_cache: Callable[[], ExpertCache],
+        gammas: Iterable[int],
+        seed: int,
+        layers: int = 1,
+    ):
         # a plain LRU's shadows only count (specdec.cache.counting_lru): the same misses, the
-        # same order, a fraction of the host time a pass of bookkeeping takes
-        self.plain = counting(make_cache())
-        self.lanes = {g: counting(make_cache()) for g in gammas if g > 1}
+        # same order, a fraction of the host time a pass of bookkeeping takes; `layers` (the
+        # MoE layers a position routes) picks how
+        self.plain = counting(make_cache(), layers)
+        self.lanes = {g: counting(make_cache(), layers) for g in gammas if g > 1}
         self._at = dict.fromkeys(self.lanes, 0)  # position of each lane's next pass
         self._keys: list[np.ndarray] = []  # [L, k] per committed position from _base on
         self._base = 0
@@ -138,7 +189,7 @@ class Shadows:
         self._overlap = np.zeros(2)  # experts shared by consecutive committed tokens; pairs
         self._rng = np.random.default_rng([seed, 2])
 
-    def _caches(self) -> list[ExpertCache | CountingLRU]:
+    def _caches(self) -> list[ExpertCache | CountingLRU | BatchedLRU]:
         return [self.plain, *self.lanes.values()]
 
     def preload(self, keys: list[int] | None = None) -> None:
@@ -178,8 +229,9 @@ class Shadows:
         while accepted < n - 1 and self._rng.random() < alphas[accepted]:
             accepted += 1
         start = self._at[g] - self._base
-        window = np.stack(self._keys[start : start + n])  # [n, L, k]
-        rho = self._overlap[0] / max(self._overlap[1], 1.0)
+        window = np.array(self._keys[start : start + n])  # [n, L, k]
+        if accepted + 1 < n:
+            rho = self._overlap[0] / max(self._overlap[1], 1.0)
         for i in range(accepted + 1, n):  # a rejected draft (module doc)
             other = self._past[self._rng.integers(len(self._past))]  # [L, k]
             keep = self._rng.random(other.shape) < rho  # [L, k]

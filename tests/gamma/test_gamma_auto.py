@@ -18,6 +18,8 @@ import time
 import numpy as np
 import pytest
 
+from specdec.cache.batched_lru import BatchedLRU
+from specdec.cache.counting_lru import BATCH_LAYERS
 from specdec.cache.expert_cache import ExpertCache
 from specdec.cache.policies import make_policy
 from specdec.cache.spec import PolicySpec
@@ -407,6 +409,34 @@ def test_lanes_replay_the_committed_stream_in_passes_of_their_gamma():
     assert all(p.union.tolist() == [2 * p.gamma] * 2 == p.misses.tolist() for p in by[4])
 
 
+@pytest.mark.parametrize("slots", [20, 70, 400])
+def test_shadows_of_many_layers_report_what_one_step_at_a_time_reports(slots):
+    # a forward of BATCH_LAYERS layers or more steps them at once (BatchedLRU): plain's misses
+    # per position, every lane pass, the held orders, across a prompt boundary, are the counting
+    # LRU's; 20 slots hold less than one position's experts (a forward outgrows the cache)
+    L, E, k = BATCH_LAYERS, 12, 2
+    rng = np.random.default_rng(slots)
+    keys = rng.random((90, L, E)).argsort(-1)[:, :, :k] + np.arange(L)[None, :, None] * E
+    ours, theirs = (
+        Shadows(lambda: PolicySpec.parse("lru").cache(slots), range(2, 6), 0, layers=layers)
+        for layers in (BATCH_LAYERS, 1)
+    )
+    assert isinstance(ours.plain, BatchedLRU) and not isinstance(theirs.plain, BatchedLRU)
+    alphas = np.array([0.9, 0.7, 0.5, 0.3])
+    for start, end in ((0, 1), (1, 7), (7, 40), (40, 41), (41, 90)):
+        if start == 41:
+            ours.new_sequence(alphas)
+            theirs.new_sequence(alphas)
+        a, b = ours.feed(keys[start:end], alphas), theirs.feed(keys[start:end], alphas)
+        assert a.plain_misses.tolist() == b.plain_misses.tolist()
+        assert [(p.gamma, p.committed, p.union.tolist(), p.misses.tolist()) for p in a.passes] == [
+            (p.gamma, p.committed, p.union.tolist(), p.misses.tolist()) for p in b.passes
+        ]
+        assert [c.held_order() for c in ours._caches()] == [
+            c.held_order() for c in theirs._caches()
+        ]
+
+
 @pytest.mark.parametrize("n, L, E, k", [(1, 4, 32, 4), (3, 4, 8, 4), (8, 62, 256, 8), (5, 3, 4, 2)])
 def test_pass_keys_are_each_layers_distinct_keys_and_their_counts(n, L, E, k):
     """Against np.unique per layer, with keys repeated across positions (a small E) and not."""
@@ -416,7 +446,7 @@ def test_pass_keys_are_each_layers_distinct_keys_and_their_counts(n, L, E, k):
     assert len(got) == L
     for li, (ks, counts) in enumerate(got):
         want, want_counts = np.unique(keys[:, li], return_counts=True)
-        assert ks.tolist() == want.tolist() and counts.tolist() == want_counts.tolist()
+        assert ks == want.tolist() and counts == want_counts.tolist()
 
 
 def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
