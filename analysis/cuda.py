@@ -86,10 +86,12 @@ SESSIONS = {
     # full-budget pairs on both shapes, `attention_speed` alternating (no priced runs: its `auto`
     # did not reach the end of a run before the lease's budget ran out)
     25: ("h100-r21",),
+    # an H100 again, lent late with 523 s left: `first_tokens` alone (no priced runs)
+    26: ("h100-r21",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
-BORROWED = {22, 23, 24, 25}
+BORROWED = {22, 23, 24, 25, 26}
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
@@ -1077,8 +1079,9 @@ def ties_table() -> str:
 def first_tokens_table() -> str:
     """bench_cuda.py `first_tokens`: each decode token's wall time at full budget in fresh
     processes, ours, ours in a stream of its own (as mlx-lm's generate_step decodes) and mlx-lm's;
-    per side the medians over its processes of the first tokens' mean (the first held batch on
-    ours), the rest's mean and tok/s, and the rest against mlx-lm's."""
+    per side the first decode token's time in each process, the medians over its processes of
+    the first tokens' mean (the first held batch on ours), the rest's mean and tok/s, and the
+    rest against mlx-lm's."""
     body = []
     for sess, path in _session_results("first_tokens.json"):
         data = json.loads(path.read_text())
@@ -1089,12 +1092,14 @@ def first_tokens_table() -> str:
             for side, label in (("ours", "ours"), ("ours_stream", "ours, own stream"),
                                 ("mlx_lm", "mlx-lm")):  # fmt: skip
                 m = data[shape][side]
-                n = sum(r["side"] == side for r in data[shape]["runs"])
-                body.append([sess, _card(data), shape, label, n, data["first"],
+                mine = [r["walls_ms"] for r in data[shape]["runs"] if r["side"] == side]
+                lone = ", ".join(f"{w[0]:.1f}" for w in mine)  # the first decode token alone
+                body.append([sess, _card(data), shape, label, len(mine), lone, data["first"],
                              f"{m['first_ms']:.2f}", f"{m['rest_ms']:.2f}",
                              f"{m['first_ms'] / m['rest_ms']:.2f}", f"{peer / m['rest_ms']:.2f}x",
                              f"{m['tokens_per_s']:.0f}"])  # fmt: skip
-    heads = ["session", "card", "shape", "side", "processes", "first tokens", "first: ms a token",
+    heads = ["session", "card", "shape", "side", "processes", "first token, ms (each process)",
+             "first tokens", "first: ms a token",
              "rest: ms a token", "first / rest", "rest: mlx-lm / it", "tok/s"]  # fmt: skip
     return md_table(heads, body)
 

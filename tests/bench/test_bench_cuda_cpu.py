@@ -72,14 +72,9 @@ def test_repeat_and_forced_run_through_and_find_every_run_repeating(tmp_path):
 
 
 def test_attention_speed_runs_mlx_lm_with_each_setting_in_turn(tmp_path):
-    shm, out = tmp_path / "shm", tmp_path / "out"
+    shm = tmp_path / "shm"
     shutil.copytree(resolve_model("tiny"), shm / "minimax")
-    cmd = [sys.executable, str(BENCH), "--shm", str(shm), "--disk", str(tmp_path / "disk"),
-           "--out", str(out), "--tokens", "512", "--pairs", "2", "attention_speed"]  # fmt: skip
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr[-2000:]
-    res = json.loads((out / "attention_speed.json").read_text())
-    assert "error" not in res, res.get("traceback")
+    res = _step(tmp_path, "attention_speed", "--tokens", "512", "--pairs", "2")
     rates = res["tokens_per_s"]
     assert [len(rates["cudnn_sdpa_1"]), len(rates["cudnn_sdpa_0"])] == [2, 2]
     assert all(r > 0 for r in rates["cudnn_sdpa_1"] + rates["cudnn_sdpa_0"])
@@ -94,15 +89,10 @@ def test_attention_speed_below_256_keys_is_refused_before_any_step(tmp_path):
 
 
 def test_first_tokens_times_each_token_on_both_sides_in_alternating_fresh_processes(tmp_path):
-    shm, out = tmp_path / "shm", tmp_path / "out"
+    shm = tmp_path / "shm"
     for key in ("qwen3", "minimax"):  # the bundled model standing in for both shapes
         shutil.copytree(resolve_model("tiny"), shm / key)
-    cmd = [sys.executable, str(BENCH), "--shm", str(shm), "--disk", str(tmp_path / "disk"),
-           "--out", str(out), "--tokens", "20", "--pairs", "2", "first_tokens"]  # fmt: skip
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert got.returncode == 0, got.stderr[-2000:]
-    res = json.loads((out / "first_tokens.json").read_text())
-    assert "error" not in res, res.get("traceback")
+    res = _step(tmp_path, "first_tokens", "--tokens", "20", "--pairs", "2")
     for key in ("qwen3", "minimax"):
         runs = res[key]["runs"]
         sides = [r["side"] for r in runs]
@@ -113,6 +103,18 @@ def test_first_tokens_times_each_token_on_both_sides_in_alternating_fresh_proces
             assert r["first_ms"] == sum(walls[:16]) / 16 and r["rest_ms"] == sum(walls[16:]) / 3
         ours = [r["rest_ms"] for r in runs if r["side"] == "ours"]
         assert res[key]["ours"]["rest_ms"] == sum(ours) / 2  # the median of two
+
+
+def _step(tmp_path: Path, step: str, *args: str) -> dict:
+    """bench_cuda.py's `step` run with tmp_path's shm/ (the models), disk/ and out/: its JSON."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH), "--shm", str(tmp_path / "shm"), "--disk",
+           str(tmp_path / "disk"), "--out", str(out), *args, step]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    res = json.loads((out / f"{step}.json").read_text())
+    assert "error" not in res, res.get("traceback")
+    return res
 
 
 def _mlx_default_env() -> dict[str, str]:

@@ -18,19 +18,22 @@ from specdec.core.errors import BudgetError
 from specdec.gamma.shadows import divergence
 
 
-@pytest.mark.parametrize("slots", [1, 8, 40])
-def test_it_misses_and_orders_as_an_lru_expert_cache_at_every_step(slots):
-    # random steps of 1..slots distinct keys over a pool that makes both hits and evictions
-    # common, a preload first: every step's misses (in order) and the held order after it equal
+def _preloaded(cls, slots: int):
+    """(rng, a counting cache of `cls`, an LRU ExpertCache), both preloaded with the same keys."""
     rng = np.random.default_rng(slots)
-    ours, theirs = (
-        CountingLRU(make_policy("lru", slots)),
-        ExpertCache(slots, make_policy("lru", slots)),
-    )
+    ours, theirs = cls(make_policy("lru", slots)), ExpertCache(slots, make_policy("lru", slots))
     preload = rng.choice(3 * slots, min(slots, 5), replace=False).tolist()
     ours.preload(preload)
     theirs.preload(preload)
     assert ours.held_order() == theirs.held_order()
+    return rng, ours, theirs
+
+
+@pytest.mark.parametrize("slots", [1, 8, 40])
+def test_it_misses_and_orders_as_an_lru_expert_cache_at_every_step(slots):
+    # random steps of 1..slots distinct keys over a pool that makes both hits and evictions
+    # common, a preload first: every step's misses (in order) and the held order after it equal
+    rng, ours, theirs = _preloaded(CountingLRU, slots)
     for step in range(400):
         n = int(rng.integers(1, slots + 1))
         keys = sorted(rng.choice(3 * slots, n, replace=False).tolist())
@@ -65,15 +68,7 @@ def test_a_batched_lru_misses_and_orders_as_an_lru_expert_cache_stepping_one_by_
     # evictions of keys a later step selects, and (small caches) forwards that outgrow the
     # cache common; a preload first: every key's miss and the held order after each forward
     # equal an ExpertCache's taking the steps one after another
-    rng = np.random.default_rng(slots)
-    ours, theirs = (
-        BatchedLRU(make_policy("lru", slots)),
-        ExpertCache(slots, make_policy("lru", slots)),
-    )
-    preload = rng.choice(3 * slots, min(slots, 5), replace=False).tolist()
-    ours.preload(preload)
-    theirs.preload(preload)
-    assert ours.held_order() == theirs.held_order()
+    rng, ours, theirs = _preloaded(BatchedLRU, slots)
     for forward in range(300):
         steps = [
             np.sort(rng.choice(3 * slots + 5, int(rng.integers(1, min(slots, 40) + 1)), False))
