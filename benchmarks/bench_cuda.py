@@ -97,9 +97,10 @@ Nothing here is a timed test.
                ours (its pass records, the loop the CLI runs, --warm), ours inside a stream of
                its own as mlx-lm's `generate_step` decodes (`generation_stream`; ours runs on
                the default stream), and mlx-lm's (`generate_step`, the time between its
-               yields): the first HELD_TOKENS tokens' mean against the rest's on each side,
-               whether either pays in its first tokens a one-off cost that a short run's tok/s
-               carries
+               yields): the first HELD_TOKENS tokens' mean (the first held batch on shapes of
+               up to 32 MoE layers: HELD_CALLS) against the rest's on each side, whether either
+               pays in its first tokens a one-off cost that a short run's tok/s carries;
+               --tokens >= 20
 """
 
 from __future__ import annotations
@@ -1137,6 +1138,7 @@ def ties(args, vocabs=TIE_VOCABS, rows: int = 8, trials: int = 16) -> dict:
 
 
 WALL_SIDES = ("ours", "ours_stream", "mlx_lm")  # first_tokens: the order of the first round
+FIRST_TOKENS = 20  # first_tokens' least --tokens: the prompt's pick, 16 held, 3 after them
 
 
 def first_tokens(args) -> dict:
@@ -1270,6 +1272,10 @@ def main() -> int:
         # refused before any step: a missing profile found after `big` costs minutes of device time
         ap.error(f"the runs of {', '.join(priced)} are priced on {args.profile}, which is absent: "
                  "add the profile step or pass --profile PATH")  # fmt: skip
+    if "first_tokens" in args.steps and args.tokens < FIRST_TOKENS:
+        # its first HELD_TOKENS decode tokens against the rest: a rest of none compares nothing
+        ap.error(f"first_tokens compares the first held batch with the tokens after it: give "
+                 f"--tokens >= {FIRST_TOKENS} (got {args.tokens})")  # fmt: skip
     if "attention_speed" in args.steps and args.tokens < ATTENTION_TOKENS:
         # below 256 keys both settings run MLX's own kernel: the step would compare nothing
         ap.error(f"attention_speed compares cuDNN's attention from 256 keys on: give --tokens "

@@ -17,7 +17,7 @@ Plain greedy decoding (no drafter, γ = 1, temperature 0) is pipelined as mlx-lm
 `generate_step` is: token t+1's forward is built and started from token t's lazy argmax before t
 is read, whenever that forward can need no read (every MoE layer wholly resident, so no layer
 syncs on its router); its cache steps run deferred, after t's, so records stay per token. The
-prompt's last token is picked as a decode step picks (`greedy_next`), and the first decode
+token after the prompt is picked as a decode step picks (`greedy_next`), and the first decode
 forward starts before the prefill's clock stops, as generate_step samples token 1 on the device
 and starts token 2 before it yields token 1: decode speed counts from the same point as
 mlx-lm's, each side's first use of its decode kernels in its prefill.

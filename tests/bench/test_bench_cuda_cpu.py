@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import mlx.core as mx
+import pytest
 
 from specdec.checkpoint.bundled import resolve_model
 from specdec.core.attention import CUDNN_SDPA
@@ -80,12 +81,16 @@ def test_attention_speed_runs_mlx_lm_with_each_setting_in_turn(tmp_path):
     assert all(r > 0 for r in rates["cudnn_sdpa_1"] + rates["cudnn_sdpa_0"])
 
 
-def test_attention_speed_below_256_keys_is_refused_before_any_step(tmp_path):
+@pytest.mark.parametrize(
+    ("step", "tokens", "least"),
+    [("attention_speed", 200, 512), ("first_tokens", 17, 20)],  # below 256 keys; no rest
+)
+def test_a_step_given_too_few_tokens_is_refused_before_any_step(tmp_path, step, tokens, least):
     cmd = [sys.executable, str(BENCH), "--shm", str(tmp_path), "--disk", str(tmp_path),
-           "--out", str(tmp_path / "out"), "--tokens", "200", "attention_speed"]  # fmt: skip
+           "--out", str(tmp_path / "out"), "--tokens", str(tokens), step]  # fmt: skip
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert got.returncode == 2 and "--tokens >= 512 (got 200)" in got.stderr, got.stderr
-    assert not (tmp_path / "out" / "attention_speed.json").exists()
+    assert got.returncode == 2 and f"--tokens >= {least} (got {tokens})" in got.stderr, got.stderr
+    assert not (tmp_path / "out" / f"{step}.json").exists()
 
 
 def test_first_tokens_times_each_token_on_both_sides_in_alternating_fresh_processes(tmp_path):

@@ -1,8 +1,8 @@
 """The prefill feeds the prompt as mlx-lm's `generate_step` does (chunks of PREFILL_STEP, then
 the last token alone) and evaluates what mlx-lm's evaluates between chunks: the KV cache, not
 the LM head over the prompt's head positions (specdec/decode/loop.py `prefill_head`, state.py
-`feed`). Greedy tokens after a prompt of several chunks equal mlx-lm's, the last prompt token
-picked as a decode step picks (plain decoding) and as a verify pass judges (speculative).
+`feed`). Greedy tokens after a prompt of several chunks equal mlx-lm's, the token after the
+prompt picked as a decode step picks (plain decoding) and as a verify pass judges (speculative).
 
 Run: `pytest tests/decode/test_prefill.py`.
 """

@@ -318,7 +318,8 @@ def test_a_decode_token_reads_its_routing_with_one_copy(ckpt, monkeypatch):
         tokens, _, seen, _ = _decode(sm, list(range(40, 56)), n=24)
     finally:
         sm.close()
-    # the prefill's calls one by one (2 forwards: 15 positions, then 1), then a read a token
-    assert reads == [15 * top_k] * layers + [top_k] * layers + [layers * top_k] * 23
+    # the prompt's head's calls one by one (15 positions), then a read a token: its last token
+    # is fed as a decode step (loop.py `_first_pick`), then 23 decode tokens
+    assert reads == [15 * top_k] * layers + [layers * top_k] * 24
     assert len(seen) == (2 + 23) * layers and len(tokens) == 24
     assert sum(reads) == sum(np.size(idx) for _, idx, _ in seen)
