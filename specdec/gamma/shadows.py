@@ -49,7 +49,7 @@ from specdec.cache.expert_cache import ExpertCache, position_chunks
 from specdec.core.errors import SpecdecError
 
 HISTORY = 256  # committed positions a lane's rejected drafts draw their routing from
-SMALL_PASS = 256  # keys in a pass below which `pass_unions` sorts in Python (measured: 4x faster)
+SMALL_PASS = 256  # keys in a pass below which an uncounted `pass_keys` sorts in Python (4x faster)
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,17 @@ class ShadowReport:
     passes: tuple[ShadowPass, ...]  # lane passes that completed with them
 
 
-def pass_keys(keys: np.ndarray) -> list[tuple[list[int], list[int]]]:
+def pass_keys(keys: np.ndarray, counted: bool = True) -> list[tuple[list[int], list[int] | None]]:
     """Per layer, (distinct sorted keys, positions selecting each) of a pass over positions
-    `keys` [n, L, k] (cache keys), as the lists a cache step takes."""
+    `keys` [n, L, k] (cache keys), as the lists a cache step takes; not `counted` (a cache that
+    orders by recency alone: a counting LRU), None for the counts, and a pass of few keys (the
+    bundled model's 4 layers) in Python: its sets and sorts cost a fifth of numpy's calls."""
+    n, L, k = keys.shape
+    if not counted and n * L * k <= SMALL_PASS:
+        return [(sorted(set(row)), None) for row in keys.transpose(1, 0, 2).reshape(L, -1).tolist()]
     flat, first = _sorted_rows(keys)
+    if not counted:
+        return [(ks, None) for ks in _by_row(flat[first], first)]
     # every row's distinct keys, row after row, found once for all rows (not once per row: 62
     # layers' worth of small numpy calls cost 12x more); a row always starts with a first
     # occurrence, so a key's count never runs into the next row
@@ -80,17 +87,6 @@ def pass_keys(keys: np.ndarray) -> list[tuple[list[int], list[int]]]:
     ends[:-1] = at[1:]
     ends[-1] = first.size
     return list(zip(_by_row(flat.ravel()[at], first), _by_row(ends - at, first), strict=True))
-
-
-def pass_unions(keys: np.ndarray) -> list[tuple[list[int], None]]:
-    """`pass_keys` without the counts, for a cache that orders by recency alone (a counting
-    LRU): per layer (distinct sorted keys, None). A pass of few keys (the bundled model's 4
-    layers) in Python: its sets and sorts cost a fifth of numpy's calls there."""
-    n, L, k = keys.shape
-    if n * L * k <= SMALL_PASS:
-        return [(sorted(set(row)), None) for row in keys.transpose(1, 0, 2).reshape(L, -1).tolist()]
-    flat, first = _sorted_rows(keys)
-    return [(ks, None) for ks in _by_row(flat[first], first)]
 
 
 def _sorted_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,13 +124,14 @@ def access_pass(
             return union.astype(np.float64), np.bincount(layer[missed], minlength=L).astype(
                 np.float64
             )
-    steps_of = pass_keys if isinstance(cache, ExpertCache) else pass_unions  # counts, or none
+    counted = isinstance(cache, ExpertCache)  # a counting LRU orders by recency alone
     union, misses = [0] * L, [0] * L  # [L] each
-    for li, (ks, counts) in enumerate(steps_of(keys)):
+    for li, (ks, counts) in enumerate(pass_keys(keys, counted)):
         if len(ks) <= cache.max_step:
             steps = [(ks, counts)]
         else:
-            steps = [steps_of(c[:, None])[0] for c in position_chunks(keys[:, li], cache.max_step)]
+            chunks = position_chunks(keys[:, li], cache.max_step)
+            steps = [pass_keys(c[:, None], counted)[0] for c in chunks]
         for part, part_counts in steps:
             union[li] += len(part)
             misses[li] += len(cache.access(part, part_counts))
@@ -230,8 +227,7 @@ class Shadows:
             accepted += 1
         start = self._at[g] - self._base
         window = np.array(self._keys[start : start + n])  # [n, L, k]
-        if accepted + 1 < n:
-            rho = self._overlap[0] / max(self._overlap[1], 1.0)
+        rho = self._overlap[0] / max(self._overlap[1], 1.0)
         for i in range(accepted + 1, n):  # a rejected draft (module doc)
             other = self._past[self._rng.integers(len(self._past))]  # [L, k]
             keep = self._rng.random(other.shape) < rho  # [L, k]

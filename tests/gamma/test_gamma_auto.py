@@ -439,14 +439,17 @@ def test_shadows_of_many_layers_report_what_one_step_at_a_time_reports(slots):
 
 @pytest.mark.parametrize("n, L, E, k", [(1, 4, 32, 4), (3, 4, 8, 4), (8, 62, 256, 8), (5, 3, 4, 2)])
 def test_pass_keys_are_each_layers_distinct_keys_and_their_counts(n, L, E, k):
-    """Against np.unique per layer, with keys repeated across positions (a small E) and not."""
+    """Against np.unique per layer, with keys repeated across positions (a small E) and not;
+    uncounted (a counting LRU's), the same keys and no counts (the (8, 62) case through numpy,
+    the others through Python's sets)."""
     rng = np.random.default_rng(n * L)
     keys = rng.integers(0, E, (n, L, k)) + np.arange(L)[None, :, None] * E  # [n, L, k]
-    got = pass_keys(keys)
-    assert len(got) == L
-    for li, (ks, counts) in enumerate(got):
+    got, uncounted = pass_keys(keys), pass_keys(keys, counted=False)
+    assert len(got) == len(uncounted) == L
+    for li, ((ks, counts), (bare, none)) in enumerate(zip(got, uncounted, strict=True)):
         want, want_counts = np.unique(keys[:, li], return_counts=True)
         assert ks == want.tolist() and counts == want_counts.tolist()
+        assert bare == want.tolist() and none is None
 
 
 def test_plain_seconds_are_summed_per_token_and_a_pass_is_charged_as_it_ran():
