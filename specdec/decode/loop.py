@@ -98,6 +98,14 @@ def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
     return nxt, top
 
 
+def read_pick(nxt: mx.array, top: mx.array) -> int:
+    """greedy_next's pick on the host, its log-probability checked finite (evaluated with it:
+    one sync)."""
+    y = nxt.item()
+    check_finite(top.item())
+    return y
+
+
 PREFILL, DRAFT, VERIFY = Call("prefill"), Call("draft"), Call("verify")
 ROLLBACK = Call("rollback")  # re-feeding the accepted prefix (decode/rollback.py)
 PREFILL_STEP = 2048  # mlx-lm generate_step's prefill_step_size
@@ -211,13 +219,13 @@ class Decode:
         streamer = self.sm.streamer
         t0 = time.perf_counter()
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
-        pipelined = self.gamma == 1 and cfg.temp == 0 and drafter.name == "none"
+        plain_greedy = self.gamma == 1 and cfg.temp == 0 and drafter.name == "none"
         with streamer.serving(PREFILL):
-            y = self._first_pick() if pipelined else self._first_judged()
+            y = self._first_pick() if plain_greedy else self._first_judged()
         st.tokens.append(y)
         drafter.start(st)
         streamer.drain()
-        if pipelined:
+        if plain_greedy:
             # mlx-lm's generate_step starts token 2's forward before it yields token 1, so its
             # decode time (after token 1) leaves out building that first decode graph (and,
             # in a fresh process, compiling its kernels): ours counts the same way
@@ -252,10 +260,7 @@ class Decode:
         process's first decode token took 15-23 ms where they were first used in it (4.1 s on
         a fresh machine) against mlx-lm's 1-2 ms (docs/results/cuda.md)."""
         prefill_head(self.st, False)
-        nxt, top = greedy_next(self.st, mx.array([self.st.tokens[-1:]]))
-        y = nxt.item()
-        check_finite(top.item())
-        return y
+        return read_pick(*greedy_next(self.st, mx.array([self.st.tokens[-1:]])))
 
     def _spec_passes(self, y: int) -> Iterator[PassRecord]:
         """Draft, verify, judge; one record per pass."""
@@ -379,8 +384,7 @@ class Decode:
             mine = len(streamer.deferred) - sum(h[2] for h in held)
             last = st.n_generated + 1 >= cfg.max_tokens
             started = None if last else self._start_next(nxt)
-            y = nxt.item()  # host sync: token t (t+1 computes meanwhile)
-            check_finite(top.item())  # evaluated with nxt: no second sync
+            y = read_pick(nxt, top)  # host sync: token t (t+1 computes meanwhile)
             st.tokens.append(y)
             n_pass += 1
             if pipelined and len(held) + 1 < most and self._continues(y):
