@@ -111,9 +111,8 @@ class BatchedLRU:
 
     def access(self, ks: list[int], counts: list[int] | None = None) -> list[int]:
         """One step over distinct keys `ks`, as CountingLRU.access: the keys it missed (now
-        held); `counts` ignored (LRU orders by recency only)."""
-        if len(ks) > self.max_step:
-            raise BudgetError(too_wide(len(ks), self.max_step, self.n_slots))
+        held); `counts` ignored (LRU orders by recency only). A step wider than the cache is
+        refused as `steps` refuses one (BudgetError)."""
         keys = np.asarray(ks, np.int64)
         return keys[self.steps(keys, np.zeros(len(keys), np.int64), 1)].tolist()
 

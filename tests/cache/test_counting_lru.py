@@ -47,9 +47,13 @@ def test_it_misses_and_orders_as_an_lru_expert_cache_at_every_step(slots):
     assert divergence(run, ours) == (0, True) == divergence(run, theirs)
 
 
-def test_a_step_wider_than_the_cache_is_refused_as_expert_cache_refuses_it():
+@pytest.mark.parametrize("cls", [CountingLRU, BatchedLRU])
+def test_a_step_wider_than_the_cache_is_refused_as_expert_cache_refuses_it(cls):
+    cache = cls(make_policy("lru", 4))
+    cache.access([9])
     with pytest.raises(BudgetError, match="selects 5 distinct experts but the cache has 4 slots"):
-        CountingLRU(make_policy("lru", 4)).access([1, 2, 3, 4, 5])
+        cache.access([1, 2, 3, 4, 5])
+    assert cache.held_order() == [9], "nothing of the refused step is held"
 
 
 def test_only_a_plain_lru_is_counted():
