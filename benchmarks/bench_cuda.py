@@ -1177,15 +1177,13 @@ def token_walls(src: str, tokens: int, side: str) -> dict:
                            stop_at_eos=False)  # fmt: skip
         walls = [1e3 * r.wall_s for r in res.records]
     else:
-        from mlx_lm import load as mlx_load
         from mlx_lm.generate import generate_step
+        from mlx_lm.utils import load_tokenizer
 
-        from specdec.checkpoint.backend import fit_for_backends
-
-        model, tokenizer = mlx_load(str(resolve(src)))
-        fit_for_backends(model)
-        at = [time.perf_counter() for _ in generate_step(
-            mx.array(tokenizer.encode(PROMPT)), model, max_tokens=tokens)]  # fmt: skip
+        path = resolve(src)
+        model, prompt = resident(path), load_tokenizer(path).encode(PROMPT)
+        at = [time.perf_counter() for _ in generate_step(mx.array(prompt), model,
+                                                         max_tokens=tokens)]  # fmt: skip
         walls = list(1e3 * np.diff(at))  # between yields after the first: decode tokens
     first, rest = walls[:HELD_TOKENS], walls[HELD_TOKENS:]
     return {
