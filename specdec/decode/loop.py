@@ -221,15 +221,17 @@ class Decode:
         streamer.cache.new_sequence()  # a prefill from position 0: hotness restarts (as ds4)
         plain_greedy = self.gamma == 1 and cfg.temp == 0 and drafter.name == "none"
         with streamer.serving(PREFILL):
-            y = self._first_pick() if plain_greedy else self._first_judged()
+            y, picked = self._first_pick() if plain_greedy else (self._first_judged(), None)
         st.tokens.append(y)
         drafter.start(st)
         streamer.drain()
         if plain_greedy:
-            # mlx-lm's generate_step starts token 2's forward before it yields token 1, so its
-            # decode time (after token 1) leaves out building that first decode graph (and,
-            # in a fresh process, compiling its kernels): ours counts the same way
-            started = self._start_next(mx.array([[y]])) if self._continues(y) else None
+            # mlx-lm's generate_step starts token 2's forward on its device pick before it
+            # yields token 1, so its decode time (after token 1) leaves out building that
+            # first decode graph and, in a fresh process, compiling its kernels: ours starts
+            # it the same way, on the pick as every later decode forward is fed (uint32 on the
+            # device, not the host's int32: its own gather kernels)
+            started = self._start_next(picked) if self._continues(y) else None
             self.prefill_s = time.perf_counter() - t0
             yield from self._greedy_passes(started)
             return
@@ -252,15 +254,18 @@ class Decode:
             st.hidden = mx.concatenate([*hidden, st.hidden], axis=1)  # [1, P, H]
         return verdict.tokens[0]
 
-    def _first_pick(self) -> int:
+    def _first_pick(self) -> tuple[int, mx.array]:
         """The prompt fed; the token after it picked as a plain greedy decode step picks
         (`greedy_next`: the same rule on the device), so the kernels a decode step adds to the
         forward (the argmax and its log-probability, the routing's join) are first used here,
-        in the prefill, as generate_step's are in its first token: measured on an H100, a fresh
-        process's first decode token took 15-23 ms where they were first used in it (4.1 s on
-        a fresh machine) against mlx-lm's 1-2 ms (docs/results/cuda.md)."""
+        in the prefill, as generate_step's are in its first token; the pick on the host and on
+        the device [1, 1] (token 2's forward is fed it: `_passes`). Measured on an H100, a
+        fresh process's first decode token took 15-23 ms where what a decode forward uses was
+        first used in it (4.1 s on a fresh machine) against mlx-lm's 1-2 ms
+        (docs/results/cuda.md)."""
         prefill_head(self.st, False)
-        return read_pick(*greedy_next(self.st, mx.array([self.st.tokens[-1:]])))
+        nxt, top = greedy_next(self.st, mx.array([self.st.tokens[-1:]]))
+        return read_pick(nxt, top), nxt
 
     def _spec_passes(self, y: int) -> Iterator[PassRecord]:
         """Draft, verify, judge; one record per pass."""

@@ -71,3 +71,35 @@ def test_greedy_after_a_prompt_of_several_chunks_equals_mlx_lm(tiny, monkeypatch
     model, _ = mlx_load(str(resolve_model("tiny")))
     ref = mlx_lm_greedy(model, prompt, 24, prefill_step_size=STEP)
     assert ours == ref and drafted == ref
+
+
+@pytest.mark.parametrize("budget,warm", [("100%", True), ("25%", False)])
+def test_plain_decode_forwards_are_fed_nothing_the_prefill_was_not(budget, warm, monkeypatch):
+    """Every kind of token input (dtype, positions) a plain greedy decode forward is fed was
+    fed to a forward inside the prefill, as mlx-lm's generate_step feeds it, so no decode token
+    pays the first use of its kernels (on CUDA a fresh process compiles or loads each: the
+    first decode token took 15-17 ms against mlx-lm's ~1 ms where token 2's forward was fed
+    the host's int32 pick and every later one the device's uint32 argmax, docs/results/cuda.md).
+    Full budget pipelines tokens on the device picks; 25% feeds each from the host."""
+    sm = load("tiny", budget=budget, warm=warm, io="buffered")
+    seen, phase = [], ["prefill"]
+    model_call = type(sm.model).__call__
+
+    def spy(self, inputs, *args, **kwargs):
+        seen.append((phase[0], inputs.dtype, inputs.shape[-1]))
+        return model_call(self, inputs, *args, **kwargs)
+
+    def decoding(self, started):
+        phase[0] = "decode"
+        yield from greedy_passes(self, started)
+
+    greedy_passes = loop.Decode._greedy_passes
+    monkeypatch.setattr(type(sm.model), "__call__", spy)
+    monkeypatch.setattr(loop.Decode, "_greedy_passes", decoding)
+    try:
+        generate(sm, sm.encode("def walk(root):"), "none", DecodeConfig(1, 24), stop_at_eos=False)
+    finally:
+        sm.close()
+    fed = {p: {(dtype, n) for q, dtype, n in seen if q == p} for p in ("prefill", "decode")}
+    assert fed["decode"], "decode forwards ran after the prefill"
+    assert fed["decode"] <= fed["prefill"], f"first fed in a decode token: {fed}"
