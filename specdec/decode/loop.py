@@ -230,7 +230,9 @@ class Decode:
             # yields token 1, so its decode time (after token 1) leaves out building that
             # first decode graph and, in a fresh process, compiling its kernels: ours starts
             # it the same way, on the pick as every later decode forward is fed (uint32 on the
-            # device, not the host's int32: its own gather kernels)
+            # device, not the host's int32, whose embedding gather is another kernel: fed the
+            # host's pick, an H100's first decode token took 15.5-16.8 ms against mlx-lm's
+            # ~1 ms, docs/results/cuda.md; the fix not yet measured there)
             started = self._start_next(picked) if self._continues(y) else None
             self.prefill_s = time.perf_counter() - t0
             yield from self._greedy_passes(started)
@@ -256,13 +258,9 @@ class Decode:
 
     def _first_pick(self) -> tuple[int, mx.array]:
         """The prompt fed; the token after it picked as a plain greedy decode step picks
-        (`greedy_next`: the same rule on the device), so the kernels a decode step adds to the
-        forward (the argmax and its log-probability, the routing's join) are first used here,
-        in the prefill, as generate_step's are in its first token; the pick on the host and on
-        the device [1, 1] (token 2's forward is fed it: `_passes`). Measured on an H100, a
-        fresh process's first decode token took 15-23 ms where what a decode forward uses was
-        first used in it (4.1 s on a fresh machine) against mlx-lm's 1-2 ms
-        (docs/results/cuda.md)."""
+        (`greedy_next`: the same rule on the device), as generate_step samples its first token:
+        the pick on the host, and on the device [1, 1], which token 2's forward is fed as every
+        later decode forward is (`_passes`)."""
         prefill_head(self.st, False)
         nxt, top = greedy_next(self.st, mx.array([self.st.tokens[-1:]]))
         return read_pick(nxt, top), nxt
