@@ -33,6 +33,9 @@ Three measurements, all greedy decode of the same prompt:
   lookahead is refused). Each part is its CPU time less the timer's own cost (a thread CPU
   clock read is a system call: 1-4 µs here), calibrated on an empty function before and after
   each decode; `host_cpu_with_timer` keeps the uncorrected sum.
+- `graph_nodes`: the primitives of one decode token's graph, mlx-lm's greedy step on the
+  resident model against ours on the streamed model (every node is launch work where the host
+  bounds the loop), and which primitives ours adds.
 - `loop_us_per_token`: our greedy loop's wall µs a token at full budget by part (the next
   token's forward built and started, the deferred steps, their host reads of each call's
   routing, the records, the rest), beside mlx-lm's and our whole token: where the decode is
@@ -46,12 +49,15 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.models.switch_layers import SwitchGLU
 from mlx_lm.utils import load as mlx_load
 
@@ -62,6 +68,7 @@ from specdec.decode import loop
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import generate
+from specdec.decode.state import DecodeState
 from specdec.stream.loader import StreamedModel, load, resolve
 from specdec.stream.source import ExpertSource
 from specdec.stream.streamed import StreamedSwitchGLU
@@ -364,6 +371,38 @@ def _streamed(
     return res.summary["tokens_per_s"], 1e6 * (time.thread_time() - c) / cfg.max_tokens
 
 
+def _primitives(*outputs: mx.array) -> Counter:
+    """The primitives in the graph of `outputs` (lazy), by name (MLX's dot export)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dot = Path(tmp) / "graph.dot"
+        mx.export_to_dot(str(dot), *outputs)
+        return Counter(re.findall(r'label ="(\w+)", shape=rectangle', dot.read_text()))
+
+
+def graph_nodes(sm: StreamedModel, ref, prompt: list[int]) -> dict:
+    """Primitives in one decode token's graph, built on the prompt and not evaluated: mlx-lm's
+    greedy decode step on the resident model (generate_step's: logits - logsumexp, argmax)
+    against ours on the streamed model at full budget (loop.greedy_graph: the pick, its
+    log-probability, the joined routing). Where the loop is bound by the host, every node is
+    launch work; `extra`: ours less mlx-lm's, by primitive."""
+    head, last = mx.array([prompt[:-1]]), mx.array([[prompt[-1]]], dtype=mx.uint32)
+    cache = make_prompt_cache(ref)
+    ref(head, cache=cache)
+    mx.eval([c.state for c in cache])
+    logits = ref(last, cache=cache)[:, -1, :]
+    theirs = _primitives(mx.argmax(logits - mx.logsumexp(logits, keepdims=True), axis=-1))
+    st = DecodeState(
+        sm, make_prompt_cache(sm.model), list(prompt), len(prompt), 0.0, np.random.default_rng(0)
+    )
+    loop.prefill_head(st, False)
+    with sm.streamer.serving(loop.VERIFY):
+        ours = _primitives(*(a for a in loop.greedy_graph(st, last) if a is not None))
+    sm.streamer.deferred.clear()  # built, never run: no cache step to take
+    sm.streamer.log.drain()
+    extra = {k: ours[k] - theirs[k] for k in sorted(ours | theirs) if ours[k] != theirs[k]}
+    return {"mlx_lm": sum(theirs.values()), "ours": sum(ours.values()), "extra": extra}
+
+
 def host_copy_us(n: int = 200) -> dict:
     """µs to read one small array computed on the device (a MoE call's routing: [1, 1, 8]
     uint32) on the host, one at a time: by `np.array` (on MLX's CUDA backend a move into managed
@@ -404,6 +443,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         layers = len(sm.main_moe_layers)
         loop_parts = _loop_split(sm, prompt, tokens, split_runs)
         split = {"full_budget": _split(sm, prompt, tokens, split_runs)}
+        nodes = graph_nodes(sm, ref, prompt)
         sm.streamer.source.device_tables = False  # the synced path, for comparison
         split["full_budget_synced"] = _split(sm, prompt, tokens, split_runs)
     finally:
@@ -453,6 +493,7 @@ def in_process(model: str, tokens: int, repeats: int, lookahead_budget: str) -> 
         "loop_us_per_token": loop_parts
         | {"mlx_lm_token_wall": 1e6 / r_tps, "ours_token_wall": 1e6 / s_tps},
         "host_copy": host_copy_us(),
+        "graph_nodes": nodes,
     }
 
 

@@ -84,16 +84,22 @@ class DecodeConfig:
         object.__setattr__(self, "gamma", Gamma.parse(self.gamma))
 
 
-def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
-    """The argmax after `token` [1, 1] (lazy, started), as judge's greedy rule picks it, and
-    its log-probability [1] (a NaN logit makes its row NaN, log_probs' logsumexp, so a
-    non-finite one means the logits are not finite, whichever index the argmax took)."""
+def greedy_graph(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array, mx.array | None]:
+    """The argmax after `token` [1, 1] (lazy, not started) [1, 1], as judge's greedy rule picks
+    it, its log-probability [1] (a NaN logit makes its row NaN, log_probs' logsumexp, so a
+    non-finite one means the logits are not finite, whichever index the argmax took), and the
+    forward's calls' routing joined (Deferred.join; None: fewer than two deferred calls)."""
     begin_routing(st, 1)
     deferred = st.sm.streamer.deferred
     since = len(deferred)
     nxt, top = argmax_picks(log_probs(st.sm.model(token, cache=st.cache)))  # [1], [1]
-    nxt = nxt.reshape(1, 1)
-    routing = deferred.join(since)  # its calls' routing, one host read later (catch_up)
+    return nxt.reshape(1, 1), top, deferred.join(since)
+
+
+def greedy_next(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array]:
+    """greedy_graph's pick and log-probability, started; the routing with them, read to the
+    host one read later (Streamer.catch_up)."""
+    nxt, top, routing = greedy_graph(st, token)
     mx.async_eval(nxt, top, *([] if routing is None else [routing]))
     return nxt, top
 
