@@ -380,24 +380,31 @@ def _primitives(*outputs: mx.array) -> Counter:
 
 
 def graph_nodes(sm: StreamedModel, ref, prompt: list[int]) -> dict:
-    """Primitives in one decode token's graph, built on the prompt and not evaluated: mlx-lm's
-    greedy decode step on the resident model (generate_step's: logits - logsumexp, argmax)
-    against ours on the streamed model at full budget (loop.greedy_graph: the pick, its
-    log-probability, the joined routing). Where the loop is bound by the host, every node is
+    """Primitives in one decode token's graph, built after the prompt and not evaluated:
+    mlx-lm's greedy decode step on the resident model against ours on the streamed model at full
+    budget (loop.greedy_graph: the pick [1, 1] the next forward is fed, its log-probability, the
+    joined routing). mlx-lm's step is generate_step's `_step` (a closure, so restated here): fed
+    its last pick [1] as `y[None]`, logits - logsumexp, the greedy sampler's argmax, the
+    log-probabilities squeezed, both started. Where the loop is bound by the host, every node is
     launch work; `extra`: ours less mlx-lm's, by primitive."""
-    head, last = mx.array([prompt[:-1]]), mx.array([[prompt[-1]]], dtype=mx.uint32)
+    # the last pick as each side holds it: mlx-lm's [1] (its step expands it), ours [1, 1] (the
+    # step before reshaped it: that reshape is in each token's graph, as the pick's)
+    last, fed = (mx.array(p, dtype=mx.uint32) for p in ([prompt[-1]], [[prompt[-1]]]))
     cache = make_prompt_cache(ref)
-    ref(head, cache=cache)
+    ref(mx.array([prompt[:-1]]), cache=cache)
     mx.eval([c.state for c in cache])
-    logits = ref(last, cache=cache)[:, -1, :]
-    theirs = _primitives(mx.argmax(logits - mx.logsumexp(logits, keepdims=True), axis=-1))
+    logits = ref(last[None], cache=cache)[:, -1, :]
+    logprobs = logits - mx.logsumexp(logits, keepdims=True)
+    theirs = _primitives(mx.argmax(logprobs, axis=-1), logprobs.squeeze(0))
     st = DecodeState(
         sm, make_prompt_cache(sm.model), list(prompt), len(prompt), 0.0, np.random.default_rng(0)
     )
     loop.prefill_head(st, False)
+    sm.streamer.drain()  # the prefill ran: its deferred cache steps are taken
     with sm.streamer.serving(loop.VERIFY):
-        ours = _primitives(*(a for a in loop.greedy_graph(st, last) if a is not None))
-    sm.streamer.deferred.clear()  # built, never run: no cache step to take
+        built = loop.greedy_graph(st, fed)
+    ours = _primitives(*(a for a in built if a is not None))
+    sm.streamer.deferred.clear()  # the token was built, never run: no cache step to take
     sm.streamer.log.drain()
     extra = {k: ours[k] - theirs[k] for k in sorted(ours | theirs) if ours[k] != theirs[k]}
     return {"mlx_lm": sum(theirs.values()), "ours": sum(ours.values()), "extra": extra}

@@ -85,10 +85,11 @@ class DecodeConfig:
 
 
 def greedy_graph(st: DecodeState, token: mx.array) -> tuple[mx.array, mx.array, mx.array | None]:
-    """The argmax after `token` [1, 1] (lazy, not started) [1, 1], as judge's greedy rule picks
-    it, its log-probability [1] (a NaN logit makes its row NaN, log_probs' logsumexp, so a
-    non-finite one means the logits are not finite, whichever index the argmax took), and the
-    forward's calls' routing joined (Deferred.join; None: fewer than two deferred calls)."""
+    """One decode token's graph after `token` [1, 1], built and not started: the argmax [1, 1]
+    as judge's greedy rule picks it, its log-probability [1] (a NaN logit makes its row NaN,
+    log_probs' logsumexp, so a non-finite one means the logits are not finite, whichever index
+    the argmax took), and the forward's deferred calls' routing joined (Deferred.join; None:
+    fewer than two)."""
     begin_routing(st, 1)
     deferred = st.sm.streamer.deferred
     since = len(deferred)

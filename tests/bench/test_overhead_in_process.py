@@ -39,14 +39,13 @@ def test_in_process_looks_ahead_as_far_as_the_model_allows(tmp_path, monkeypatch
     assert measured + parts["rest_wall"] == pytest.approx(parts["token_wall"])
     assert measured <= parts["token_wall"]
     assert loop.Decode._record is _RECORD  # every wrapped method handed back
-    # the streamed token's graph is mlx-lm's node for node, but for the pick's log-probability
-    # (a take at the pick's expanded index, and its squeeze) and the routing joined for one host read (a reshape a MoE call,
-    # their concatenation; the pick's reshape to [1, 1])
+    # the streamed token's graph is mlx-lm's node for node (its input's expand and its output's
+    # squeeze against our pick's reshape and the take of its log-probability), but for that
+    # take's gather and the routing joined for one host read (a reshape a MoE call, their
+    # concatenation)
     nodes = out["graph_nodes"]
     assert nodes["mlx_lm"] > 20 * layers
-    assert nodes["extra"] == {
-        "Concatenate": 1, "ExpandDims": 1, "GatherAxis": 1, "Reshape": layers + 1, "Squeeze": 1
-    }  # fmt: skip
+    assert nodes["extra"] == {"Concatenate": 1, "GatherAxis": 1, "Reshape": layers + 1}
     assert set(out["host_us_per_moe_layer"]) == {
         "full_budget",
         "full_budget_synced",
