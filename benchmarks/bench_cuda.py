@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cuda.py --shm /dev/shm/sd --disk ~/sd --out DIR STEP [STEP ...]
     steps: check offsets models exact overhead attention_speed profile reads batches span pinned big
-           scale spec auto drafters lookahead shm where repeat forced ties first_tokens
+           scale spec auto drafters lookahead shm where repeat forced ties first_tokens loop_parts
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
@@ -101,6 +101,13 @@ Nothing here is a timed test.
                up to 32 MoE layers: HELD_CALLS) against the rest's on each side, whether either
                pays in its first tokens a one-off cost that a short run's tok/s carries;
                --tokens >= 20
+    loop_parts our greedy loop taken apart against mlx-lm's on the Qwen3 and MiniMax shapes
+               `models` made, full budget --warm, one fresh process a shape (--tokens, --pairs
+               rounds; specdec/bench/loop_parts.py names the variants): wall and main-thread
+               CPU µs a token of each, and a cProfile of ours and of mlx-lm's loop; then on the
+               Qwen3 shape a subset with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0) and with
+               a CUDA graph cache of 4000 (MLX_CUDA_GRAPH_CACHE_SIZE; MLX's is 400): where the
+               host time of a token goes that mlx-lm's loop does not spend; --tokens >= 20
 """
 
 from __future__ import annotations
@@ -1161,6 +1168,33 @@ def first_tokens(args) -> dict:
     return out
 
 
+LOOP_ENVS = ({"MLX_USE_CUDA_GRAPHS": "0"}, {"MLX_CUDA_GRAPH_CACHE_SIZE": "4000"})
+LOOP_SUBSET = ["mlx_lm_resident", "mlx_lm_streamed", "ours", "decode_held_1", "decode_held_64",
+               "bare", "bare_mlx_lm_step"]  # fmt: skip
+
+
+def loop_parts(args) -> dict:
+    from specdec.bench.overhead import PROMPT as LOOP_PROMPT
+
+    out: dict = {"tokens": args.tokens, "rounds": args.pairs, "prompt": LOOP_PROMPT}
+    plan = [(key, {}, None) for key in ("qwen3", "minimax")]
+    plan += [("qwen3", env, LOOP_SUBSET) for env in LOOP_ENVS]  # the GPU's graphs, in turn
+    for key, env, only in plan:
+        name = " ".join([key, *(f"{k}={v}" for k, v in env.items())])
+        out[name] = in_child("loop_parts_child", [str(Path(args.shm) / key), args.tokens,
+                                                  args.pairs, only], env)  # fmt: skip
+        _so_far(args, out, name, "loop_parts")
+    return out
+
+
+def loop_parts_child(src: str, tokens: int, rounds: int, only: list[str] | None) -> dict:
+    """specdec.bench.loop_parts in a fresh process (`in_child`); the profiles with every
+    variant only."""
+    from specdec.bench.loop_parts import loop_parts as parts
+
+    return parts(src, tokens, rounds, only, profiles=only is None)
+
+
 def token_walls(src: str, tokens: int, side: str) -> dict:
     """One fresh process's decode at full budget (`first_tokens`): each token's wall ms after
     the first, the first HELD_TOKENS tokens' mean and the rest's, and tok/s as each side's
@@ -1233,6 +1267,7 @@ STEPS = {
     "forced": forced,
     "ties": ties,
     "first_tokens": first_tokens,
+    "loop_parts": loop_parts,
 }
 
 
@@ -1274,6 +1309,10 @@ def main() -> int:
         # its first HELD_TOKENS decode tokens against the rest: a rest of none compares nothing
         ap.error(f"first_tokens compares the first held batch with the tokens after it: give "
                  f"--tokens >= {FIRST_TOKENS} (got {args.tokens})")  # fmt: skip
+    if "loop_parts" in args.steps and args.tokens < FIRST_TOKENS:
+        # fewer than one held batch and a few tokens after it never reach a batch's end
+        ap.error(f"loop_parts times whole held batches: give --tokens >= {FIRST_TOKENS} "
+                 f"(got {args.tokens})")  # fmt: skip
     if "attention_speed" in args.steps and args.tokens < ATTENTION_TOKENS:
         # below 256 keys both settings run MLX's own kernel: the step would compare nothing
         ap.error(f"attention_speed compares cuDNN's attention from 256 keys on: give --tokens "

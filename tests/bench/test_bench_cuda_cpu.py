@@ -83,7 +83,8 @@ def test_attention_speed_runs_mlx_lm_with_each_setting_in_turn(tmp_path):
 
 @pytest.mark.parametrize(
     ("step", "tokens", "least"),
-    [("attention_speed", 200, 512), ("first_tokens", 17, 20)],  # below 256 keys; no rest
+    # below 256 keys; no rest; no held batch's end
+    [("attention_speed", 200, 512), ("first_tokens", 17, 20), ("loop_parts", 17, 20)],
 )
 def test_a_step_given_too_few_tokens_is_refused_before_any_step(tmp_path, step, tokens, least):
     cmd = [sys.executable, str(BENCH), "--shm", str(tmp_path), "--disk", str(tmp_path),
