@@ -55,7 +55,7 @@ from specdec.decode.run import generate
 from specdec.decode.state import DecodeState, argmax_picks, begin_routing, log_probs
 from specdec.stream.loader import StreamedModel, load, resolve
 
-# a variant decodes n tokens and returns them with when the second token started
+# a variant decodes n tokens: them, and the seconds from the second token's start to the last's
 Variant = Callable[[int], tuple[list[int], float]]
 PROFILED = ("ours", "mlx_lm_streamed")
 TOP_FUNCTIONS = 25
@@ -68,7 +68,7 @@ def _mlx_lm(model, prompt: list[int]) -> Variant:
             if not out:  # token 1 yielded: token 2 started before it (generate_step)
                 t1 = time.perf_counter()
             out.append(int(tok))
-        return out, t1
+        return out, time.perf_counter() - t1
 
     return run
 
@@ -88,14 +88,14 @@ def _dropping_steps(sm: StreamedModel, run: Variant) -> Variant:
 
 def _ours(sm: StreamedModel, prompt: list[int], gc_off: bool = False) -> Variant:
     def run(n: int) -> tuple[list[int], float]:
-        t0 = time.perf_counter()
         if gc_off:
             gc.disable()
         try:
             res = generate(sm, prompt, "none", loop.DecodeConfig(max_tokens=n), stop_at_eos=False)
         finally:
             gc.enable()
-        return res.tokens, t0 + res.prefill_s
+        # its records' time, as its tok/s counts it (not the summary and text built after)
+        return res.tokens, sum(r.wall_s for r in res.records)
 
     return run
 
@@ -113,7 +113,7 @@ def _decode(sm: StreamedModel, prompt: list[int], records: bool = True, held: in
                 pass
         finally:
             loop.HELD_TOKENS = default
-        return d.generated, t0 + d.prefill_s
+        return d.generated, time.perf_counter() - t0 - d.prefill_s
 
     return run
 
@@ -160,9 +160,10 @@ def _bare(sm: StreamedModel, prompt: list[int], mode: str) -> Variant:
                 t1 = time.perf_counter()
             if ahead is not None:
                 nxt, top = ahead
+        wall = time.perf_counter() - t1
         s.deferred.clear()
         s.log.drain()
-        return out, t1
+        return out, wall
 
     return run
 
@@ -171,8 +172,7 @@ def _timed(run: Variant, n: int) -> tuple[list[int], float, float]:
     """Tokens, wall µs a token after the first, main-thread CPU µs a token over the call."""
     gc.collect()  # another variant's garbage is not collected inside this one's time
     c = time.thread_time()
-    tokens, t1 = run(n)
-    wall = time.perf_counter() - t1
+    tokens, wall = run(n)
     return tokens, 1e6 * wall / (n - 1), 1e6 * (time.thread_time() - c) / n
 
 

@@ -43,7 +43,7 @@ def test_a_variant_that_decodes_other_tokens_is_refused(monkeypatch):
     real = lp.variants
 
     def with_a_stray(sm, resident, prompt):
-        stray = lambda n: ([0] * n, time.perf_counter())  # noqa: E731
+        stray = lambda n: ([0] * n, 1.0)  # noqa: E731
         return real(sm, resident, prompt) | {"stray": stray}
 
     monkeypatch.setattr(lp, "variants", with_a_stray)
