@@ -1181,8 +1181,11 @@ def loop_parts(args) -> dict:
     plan += [("qwen3", env, LOOP_SUBSET) for env in LOOP_ENVS]  # the GPU's graphs, in turn
     for key, env, only in plan:
         name = " ".join([key, *(f"{k}={v}" for k, v in env.items())])
-        out[name] = in_child("loop_parts_child", [str(Path(args.shm) / key), args.tokens,
-                                                  args.pairs, only], env)  # fmt: skip
+        argv = [str(Path(args.shm) / key), args.tokens, args.pairs, only]
+        try:  # each child's figures kept as they come: a failure loses only its own
+            out[name] = in_child("loop_parts_child", argv, env)
+        except Exception as e:  # noqa: BLE001 -- a fact to report; the next child still runs
+            out[name] = {"error": repr(e)[:2000], "env": env}
         _so_far(args, out, name, "loop_parts")
     return out
 

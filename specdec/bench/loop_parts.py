@@ -7,10 +7,11 @@
 also with MLX's CUDA graphs off and with a larger CUDA graph cache); nothing here is a timed test.
 Where a decode is bound by the host (MLX's CUDA backend at full budget: docs/results/cuda.md),
 every µs of host work a token costs a µs, and ours spent ~340 µs a token more than the same
-streamed model driven by mlx-lm's own loop. Each variant below drops or swaps one part of ours,
+streamed model driven by mlx-lm's own loop (the twenty-seventh session's H100, Qwen3 shape). Each variant below drops or swaps one part of ours,
 so the differences between them say which part costs what. Full budget `--warm` (every expert
 resident: no read), greedy, one process, the variants in turn, their order reversed every other
-round; each variant's tokens are checked equal to mlx-lm's (the same work timed):
+round; each variant's tokens are checked equal to the first's, mlx-lm's on the resident model
+where it runs (the same work timed):
 
     mlx_lm_resident   mlx-lm's generate_step on the resident model (mlx-lm as is)
     mlx_lm_streamed   generate_step on the streamed model (our deferred host steps dropped)

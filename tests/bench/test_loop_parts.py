@@ -2,7 +2,8 @@
 every variant decodes the same tokens as mlx-lm (the check that makes their times comparable
 refuses one that does not), each timed in every round; and benchmarks/bench_cuda.py's
 `loop_parts` step asks only for variants that exist, in the fresh processes and MLX settings
-its docstring names: a wrong name found on the lent GPU costs its minutes.
+its docstring names (a wrong name found on the lent GPU costs its minutes), and a child that
+fails loses only its own figures.
 
 Run: `pytest tests/bench/test_loop_parts.py`.
 """
@@ -81,3 +82,23 @@ def test_the_step_runs_each_shape_whole_then_the_qwen3_subset_under_each_gpu_set
         "qwen3 MLX_USE_CUDA_GRAPHS=0",
         "qwen3 MLX_CUDA_GRAPH_CACHE_SIZE=4000",
     ]
+
+
+def test_a_child_that_fails_is_reported_and_the_next_still_runs(monkeypatch, tmp_path):
+    bench = load_module(BENCH)
+    seen = []
+
+    def child(f, argv, env):
+        seen.append(env)
+        if env.get("MLX_USE_CUDA_GRAPHS") == "0":
+            raise RuntimeError("loop_parts_child with {...} failed: boom")
+        return {"ours": {}}
+
+    monkeypatch.setattr(bench, "in_child", child)
+    args = argparse.Namespace(shm=str(tmp_path), out=str(tmp_path / "out"), tokens=20, pairs=1,
+                              session=1, step_t0=time.perf_counter())  # fmt: skip
+    (tmp_path / "out").mkdir()
+    out = bench.loop_parts(args)
+    failed = out["qwen3 MLX_USE_CUDA_GRAPHS=0"]
+    assert "boom" in failed["error"] and failed["env"] == {"MLX_USE_CUDA_GRAPHS": "0"}
+    assert len(seen) == 4 and out["qwen3 MLX_CUDA_GRAPH_CACHE_SIZE=4000"] == {"ours": {}}
