@@ -48,12 +48,12 @@ import numpy as np
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from specdec.bench.overhead import PROMPT
+from specdec.bench.overhead import PROMPT, drop_unrun, loop_patched, mlx_lm_step
 from specdec.checkpoint.backend import fit_for_backends
 from specdec.decode import loop
 from specdec.decode.drafters import Drafter
 from specdec.decode.run import generate
-from specdec.decode.state import DecodeState, argmax_picks, begin_routing, log_probs
+from specdec.decode.state import DecodeState
 from specdec.stream.loader import StreamedModel, load, resolve
 
 # a variant decodes n tokens: them, and the seconds from the second token's start to the last's
@@ -81,8 +81,7 @@ def _dropping_steps(sm: StreamedModel, run: Variant) -> Variant:
         try:
             return run(n)
         finally:
-            sm.streamer.deferred.clear()
-            sm.streamer.log.drain()
+            drop_unrun(sm)
 
     return dropped
 
@@ -106,14 +105,10 @@ def _decode(sm: StreamedModel, prompt: list[int], records: bool = True, held: in
         d = loop.Decode(sm, prompt, Drafter(), loop.DecodeConfig(max_tokens=n))
         if not records:
             d._record = lambda *a, **k: sm.streamer.cache.verdict(0)
-        default = loop.HELD_TOKENS
-        loop.HELD_TOKENS = held or default
         t0 = time.perf_counter()
-        try:
+        with loop_patched(held):
             for _ in d.passes():
                 pass
-        finally:
-            loop.HELD_TOKENS = default
         return d.generated, time.perf_counter() - t0 - d.prefill_s
 
     return run
@@ -123,33 +118,33 @@ def _bare(sm: StreamedModel, prompt: list[int], mode: str) -> Variant:
     """greedy_next (or mlx-lm's step) pipelined as generate_step pipelines it: token t+1
     started before token t is read; the deferred host steps dropped, or run each token."""
     s = sm.streamer
+    theirs = mode == "mlx_lm_step"
 
-    def step(st: DecodeState, tok: mx.array) -> tuple[mx.array, mx.array]:  # tok [1, 1]
-        if mode == "mlx_lm_step":
-            logits = sm.model(tok, cache=st.cache)[:, -1, :]  # [1, V]
-            lp = logits - mx.logsumexp(logits, keepdims=True)
-            y = mx.argmax(lp, axis=-1)  # [1]
-            mx.async_eval(y, lp)
-            return y[None], lp
-        if mode == "unjoined":
-            begin_routing(st, 1)
-            nxt, top = argmax_picks(log_probs(sm.model(tok, cache=st.cache)))  # [1], [1]
-            nxt = nxt.reshape(1, 1)
-            mx.async_eval(nxt, top)
-            return nxt, top
+    def step(st: DecodeState, last: mx.array) -> tuple[mx.array, mx.array]:
+        """The next token started after `last`, the pick as each side holds it: mlx-lm's [1]
+        (its step expands it), ours [1, 1]."""
+        if theirs:
+            y, logprobs = mlx_lm_step(sm.model, last, st.cache)
+            mx.async_eval(y, logprobs)
+            return y, logprobs
         with s.serving(loop.VERIFY):
-            return loop.greedy_next(st, tok)
+            return loop.greedy_next(st, last)
 
     def run(n: int) -> tuple[list[int], float]:
+        with loop_patched(joined=mode != "unjoined"):
+            return _run(n)
+
+    def _run(n: int) -> tuple[list[int], float]:
         rng = np.random.default_rng(0)
         st = DecodeState(sm, make_prompt_cache(sm.model), list(prompt), len(prompt), 0.0, rng)
         loop.prefill_head(st, False)
-        nxt, top = step(st, mx.array([prompt[-1:]]))
+        first = mx.array(prompt[-1:])  # [1]
+        nxt, top = step(st, first if theirs else first[None])
         out, t1 = [], 0.0
         for i in range(n):
             mine = len(s.deferred)  # token i's calls; the next token's come after
             ahead = step(st, nxt) if i + 1 < n else None
-            if mode in ("pick_only", "mlx_lm_step"):
+            if mode == "pick_only" or theirs:
                 out.append(nxt.item())
             else:
                 out.append(loop.read_pick(nxt, top))
@@ -162,8 +157,7 @@ def _bare(sm: StreamedModel, prompt: list[int], mode: str) -> Variant:
             if ahead is not None:
                 nxt, top = ahead
         wall = time.perf_counter() - t1
-        s.deferred.clear()
-        s.log.drain()
+        drop_unrun(sm)
         return out, wall
 
     return run

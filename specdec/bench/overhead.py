@@ -44,6 +44,7 @@ Three measurements, all greedy decode of the same prompt:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import statistics
@@ -52,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlx.core as mx
@@ -338,35 +340,55 @@ def _resident(model, prompt: list[int], n: int) -> tuple[float, float]:
     return tps, 1e6 * (time.thread_time() - c) / n
 
 
+def drop_unrun(sm: StreamedModel) -> None:
+    """Drop the deferred calls whose host steps nothing will run (a forward driven outside our
+    loop, or built and never evaluated) and the steps logged since the last drain."""
+    sm.streamer.deferred.clear()
+    sm.streamer.log.drain()
+
+
+def mlx_lm_step(model, last: mx.array, cache: list) -> tuple[mx.array, mx.array]:
+    """mlx-lm's greedy decode step as generate_step's `_step` builds it (a closure, so restated
+    here), lazy: its last pick [1] fed as `last[None]`, logits - logsumexp, the greedy
+    sampler's argmax; the pick [1] and the log-probabilities [V] it yields."""
+    logits = model(last[None], cache=cache)[:, -1, :]  # [1, V]
+    logprobs = logits - mx.logsumexp(logits, keepdims=True)
+    return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+
+@contextlib.contextmanager
+def loop_patched(held: int = 0, joined: bool = True) -> Iterator[None]:
+    """Our loop inside the block with `held` tokens' deferred steps run together (0: as it is,
+    loop.HELD_TOKENS; 1: each token's after it, as before the ninth session) and, with
+    `joined=False`, each MoE call's routing read on its own (one host copy a call, as before
+    the eleventh session; `Deferred.join`)."""
+    default, join = loop.HELD_TOKENS, Deferred.join
+    loop.HELD_TOKENS = held or default
+    if not joined:
+        Deferred.join = lambda self, since: None
+    try:
+        yield
+    finally:
+        loop.HELD_TOKENS, Deferred.join = default, join
+
+
 def _streamed_in_mlx_lm_loop(sm: StreamedModel, prompt: list[int], n: int) -> float:
     """The streamed model driven by mlx-lm's `generate_step` instead of our decode loop:
     tokens/s after the first. Its deferred host steps are dropped (nothing reads them), so
     against `_resident` this is what the streamed forward costs, against `_streamed` what our
     loop (records, cache steps) adds."""
     tps, _ = _resident(sm.model, prompt, n)
-    sm.streamer.deferred.clear()
-    sm.streamer.log.drain()
+    drop_unrun(sm)
     return tps
 
 
 def _streamed(
-    sm: StreamedModel,
-    prompt: list[int],
-    cfg: DecodeConfig,
-    held: int = loop.HELD_TOKENS,
-    joined: bool = True,
+    sm: StreamedModel, prompt: list[int], cfg: DecodeConfig, held: int = 0, joined: bool = True
 ) -> tuple[float, float]:
-    """Ours, the same two figures; `held`: tokens whose deferred steps run together (1: each
-    token's after it, as before the ninth session); `joined=False`: each MoE call's routing
-    read on its own (one host copy a call, as before the eleventh session; `Deferred.join`)."""
+    """Ours, the same two figures; `held` and `joined` as `loop_patched` takes them."""
     c = time.thread_time()
-    default, loop.HELD_TOKENS = loop.HELD_TOKENS, held
-    join, Deferred.join = Deferred.join, (Deferred.join if joined else lambda self, since: None)
-    try:
+    with loop_patched(held, joined):
         res = generate(sm, prompt, "none", cfg, stop_at_eos=False)
-    finally:
-        loop.HELD_TOKENS = default
-        Deferred.join = join
     assert res.summary["misses"] == 0, "the warm cache must hold every expert"
     return res.summary["tokens_per_s"], 1e6 * (time.thread_time() - c) / cfg.max_tokens
 
@@ -383,19 +405,16 @@ def graph_nodes(sm: StreamedModel, ref, prompt: list[int]) -> dict:
     """Primitives in one decode token's graph, built after the prompt and not evaluated:
     mlx-lm's greedy decode step on the resident model against ours on the streamed model at full
     budget (loop.greedy_graph: the pick [1, 1] the next forward is fed, its log-probability, the
-    joined routing). mlx-lm's step is generate_step's `_step` (a closure, so restated here): fed
-    its last pick [1] as `y[None]`, logits - logsumexp, the greedy sampler's argmax, the
-    log-probabilities squeezed, both started. Where the loop is bound by the host, every node is
-    launch work; `extra`: ours less mlx-lm's, by primitive."""
+    joined routing); mlx-lm's as `mlx_lm_step` restates it, both of its outputs started. Where
+    the loop is bound by the host, every node is launch work; `extra`: ours less mlx-lm's, by
+    primitive."""
     # the last pick as each side holds it: mlx-lm's [1] (its step expands it), ours [1, 1] (the
     # step before reshaped it: that reshape is in each token's graph, as the pick's)
     last, fed = (mx.array(p, dtype=mx.uint32) for p in ([prompt[-1]], [[prompt[-1]]]))
     cache = make_prompt_cache(ref)
     ref(mx.array([prompt[:-1]]), cache=cache)
     mx.eval([c.state for c in cache])
-    logits = ref(last[None], cache=cache)[:, -1, :]
-    logprobs = logits - mx.logsumexp(logits, keepdims=True)
-    theirs = _primitives(mx.argmax(logprobs, axis=-1), logprobs.squeeze(0))
+    theirs = _primitives(*mlx_lm_step(ref, last, cache))
     st = DecodeState(
         sm, make_prompt_cache(sm.model), list(prompt), len(prompt), 0.0, np.random.default_rng(0)
     )
@@ -404,8 +423,7 @@ def graph_nodes(sm: StreamedModel, ref, prompt: list[int]) -> dict:
     with sm.streamer.serving(loop.VERIFY):
         built = loop.greedy_graph(st, fed)
     ours = _primitives(*(a for a in built if a is not None))
-    sm.streamer.deferred.clear()  # the token was built, never run: no cache step to take
-    sm.streamer.log.drain()
+    drop_unrun(sm)  # the token was built, never run: no cache step to take
     extra = {k: ours[k] - theirs[k] for k in sorted(ours | theirs) if ours[k] != theirs[k]}
     return {"mlx_lm": sum(theirs.values()), "ours": sum(ours.values()), "extra": extra}
 
