@@ -11,6 +11,7 @@
     python -m analysis.cuda forced       # one fixed sequence's logits run against run, bit for bit;
                                          # the attention alone, cuDNN's on and off
     python -m analysis.cuda first_tokens # each decode token's time in fresh processes, full budget
+    python -m analysis.cuda loop_parts | loop_profile  # our loop part by part beside mlx-lm's
     python -m analysis.cuda figure       # docs/figures/cuda_speedup_vs_acceptance.png
     python -m analysis.cuda landing --write   # h200-landing.yaml: land_gbps from the scale runs
 
@@ -1108,6 +1109,56 @@ def first_tokens_table() -> str:
     return md_table(heads, body)
 
 
+def _loop_runs() -> Iterator[tuple[int, str, str, dict]]:
+    """(session, card, run, its figures) of every `loop_parts` child: "qwen3", "minimax", "qwen3
+    MLX_USE_CUDA_GRAPHS=0", ... (an entry that failed holds its error)."""
+    for sess, path in _session_results("loop_parts.json"):
+        data = json.loads(path.read_text())
+        for run, v in data.items():
+            if isinstance(v, dict) and ("error" in v or "moe_layers" in v):
+                yield sess, _card(data), run, v
+
+
+def loop_parts_table() -> str:
+    """bench_cuda.py `loop_parts`: our decode loop taken apart beside mlx-lm's on one warm
+    full-budget model (specdec.bench.loop_parts names the variants): per variant the median wall
+    µs a token over the rounds (their range), its difference from mlx-lm's loop on the same
+    streamed model, mlx-lm's resident tok/s against it, and the main thread's CPU µs a token."""
+    body = []
+    for sess, card, run, v in _loop_runs():
+        if "error" in v:
+            body.append([sess, card, run, "(failed)", v["error"][:120], "", "", ""])
+            continue
+        streamed = v.get("mlx_lm_streamed", {}).get("wall_median")
+        resident = v.get("mlx_lm_resident", {}).get("wall_median")
+        for variant, m in v.items():
+            if not (isinstance(m, dict) and "wall_median" in m):
+                continue
+            wall = m["wall_median"]
+            body.append([sess, card, run, variant,
+                         f"{wall:.0f} ({min(m['wall_us']):.0f}-{max(m['wall_us']):.0f})",
+                         "" if streamed is None else f"{wall - streamed:+.0f}",
+                         "" if resident is None else f"{resident / wall:.2f}x",
+                         f"{m['cpu_median']:.0f}"])  # fmt: skip
+    heads = ["session", "card", "run", "variant", "wall µs a token (range)",
+             "µs against mlx-lm's loop, streamed", "tok/s against mlx-lm resident",
+             "main-thread CPU µs a token"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def loop_profile_table(top: int = 8) -> str:
+    """`loop_parts`' cProfile of our loop and of mlx-lm's on the same streamed model (every
+    variant's runs only): each side's `top` functions by own time, µs and calls a token."""
+    body = []
+    for sess, card, run, v in _loop_runs():
+        for side, rows in v.get("profiles", {}).items():
+            for r in rows[:top]:
+                body.append([sess, card, run, side, r["function"], f"{r['calls']:.2f}",
+                             f"{r['own_us']:.0f}"])  # fmt: skip
+    heads = ["session", "card", "run", "loop", "function", "calls a token", "own µs a token"]
+    return md_table(heads, body)
+
+
 TABLES = {
     "scale": scale_table,
     "spec": spec_table,
@@ -1120,6 +1171,8 @@ TABLES = {
     "attention_speed": attention_speed_table,
     "ties": ties_table,
     "first_tokens": first_tokens_table,
+    "loop_parts": loop_parts_table,
+    "loop_profile": loop_profile_table,
     "offsets": offsets_table,
     "batches": batches_table,
     "span": span_table,

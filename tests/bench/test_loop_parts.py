@@ -3,7 +3,8 @@ every variant decodes the same tokens as mlx-lm (the check that makes their time
 refuses one that does not), each timed in every round; and benchmarks/bench_cuda.py's
 `loop_parts` step asks only for variants that exist, in the fresh processes and MLX settings
 its docstring names (a wrong name found on the lent GPU costs its minutes), and a child that
-fails loses only its own figures.
+fails loses only its own figures; `python -m analysis.cuda loop_parts | loop_profile` render what
+the step saves, a failed child's error among the rows.
 
 Run: `pytest tests/bench/test_loop_parts.py`.
 """
@@ -11,6 +12,7 @@ Run: `pytest tests/bench/test_loop_parts.py`.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from analysis import cuda
 from specdec.bench import loop_parts as lp
 from specdec.checkpoint.bundled import resolve_model
 from tests.helpers import load_module
@@ -26,7 +29,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cuda.py"
 NAMES = list(lp.variants(SimpleNamespace(streamer=None, model=None), None, []))
 
 
-def test_every_variant_decodes_mlx_lms_tokens_and_is_timed_each_round():
+def test_every_variant_decodes_mlx_lms_tokens_and_is_timed_each_round(monkeypatch, tmp_path):
     res = lp.loop_parts(str(resolve_model("tiny")), tokens=20, rounds=2)
     assert res["moe_layers"] == 4
     for name in NAMES:
@@ -38,6 +41,23 @@ def test_every_variant_decodes_mlx_lms_tokens_and_is_timed_each_round():
     assert any("(greedy_next)" in f for f in ours), ours
     theirs = {r["function"] for r in res["profiles"]["mlx_lm_streamed"]}
     assert any("(generate_step)" in f for f in theirs), theirs
+
+    # the tables the merged step gives: one row a variant, mlx-lm's own loop the baseline
+    failed = {"error": "RuntimeError('loop_parts_child failed: boom')", "env": {}}
+    saved = {"step": "loop_parts", "gpu": "NVIDIA H100 80GB HBM3, 81559 MiB", "tokens": 20,
+             "qwen3": res, "qwen3 MLX_USE_CUDA_GRAPHS=0": failed}  # fmt: skip
+    (tmp_path / "session99").mkdir()
+    (tmp_path / "session99" / "loop_parts.json").write_text(json.dumps(saved))
+    monkeypatch.setattr(cuda, "RESULTS", tmp_path)
+    rows = [r.split(" | ") for r in cuda.loop_parts_table().splitlines()[2:]]
+    assert [r[3] for r in rows] == NAMES + ["(failed)"]
+    mine = {r[3]: r for r in rows if r[2] == "qwen3"}
+    assert mine["mlx_lm_streamed"][5] == "+0" and mine["mlx_lm_resident"][6] == "1.00x"
+    wall = res["ours"]["wall_median"]
+    assert mine["ours"][4].startswith(f"{wall:.0f} (") and mine["ours"][0] == "| 99"
+    assert "boom" in rows[-1][4] and rows[-1][2] == "qwen3 MLX_USE_CUDA_GRAPHS=0"
+    prof = cuda.loop_profile_table(top=3).splitlines()[2:]
+    assert len(prof) == 6 and "(greedy_next)" in "".join(prof[:3])
 
 
 def test_a_variant_that_decodes_other_tokens_is_refused(monkeypatch):
