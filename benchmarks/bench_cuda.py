@@ -107,7 +107,8 @@ Nothing here is a timed test.
                CPU µs a token of each, and a cProfile of ours and of mlx-lm's loop; then on the
                Qwen3 shape a subset with MLX's CUDA graphs off (MLX_USE_CUDA_GRAPHS=0) and with
                a CUDA graph cache of 4000 (MLX_CUDA_GRAPH_CACHE_SIZE; MLX's is 400): where the
-               host time of a token goes that mlx-lm's loop does not spend; --tokens >= 20
+               host time of a token goes that mlx-lm's loop does not spend; --tokens >= 20;
+               --loop-only V,W: those variants on both shapes alone (no profile, no MLX settings)
 """
 
 from __future__ import annotations
@@ -1169,16 +1170,18 @@ def first_tokens(args) -> dict:
 
 
 LOOP_ENVS = ({"MLX_USE_CUDA_GRAPHS": "0"}, {"MLX_CUDA_GRAPH_CACHE_SIZE": "4000"})
-LOOP_SUBSET = ["mlx_lm_resident", "mlx_lm_streamed", "ours", "decode_held_1", "decode_held_64",
-               "bare", "bare_mlx_lm_step"]  # fmt: skip
+LOOP_SUBSET = ["mlx_lm_resident", "mlx_lm_streamed", "ours", "ours_replayed", "decode_held_1",
+               "decode_held_64", "bare", "bare_mlx_lm_step"]  # fmt: skip
 
 
 def loop_parts(args) -> dict:
     from specdec.bench.overhead import PROMPT as LOOP_PROMPT
 
     out: dict = {"tokens": args.tokens, "rounds": args.pairs, "prompt": LOOP_PROMPT}
-    plan = [(key, {}, None) for key in ("qwen3", "minimax")]
-    plan += [("qwen3", env, LOOP_SUBSET) for env in LOOP_ENVS]  # the GPU's graphs, in turn
+    only = args.loop_only.split(",") if args.loop_only else None
+    plan = [(key, {}, only) for key in ("qwen3", "minimax")]
+    if only is None:
+        plan += [("qwen3", env, LOOP_SUBSET) for env in LOOP_ENVS]  # the GPU's graphs, in turn
     for key, env, only in plan:
         name = " ".join([key, *(f"{k}={v}" for k, v in env.items())])
         argv = [str(Path(args.shm) / key), args.tokens, args.pairs, only]
@@ -1299,6 +1302,7 @@ def main() -> int:
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--repeat-budgets", default="100%,9GB", help="repeat: 100%% runs --warm")
     ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
+    ap.add_argument("--loop-only", default="", help="loop_parts: only these variants")
     ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "
                     "step's, DIR/h200.yaml)")  # fmt: skip
     args = ap.parse_args()

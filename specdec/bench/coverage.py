@@ -51,6 +51,8 @@ class FamilyReport:
     self_draft: bool | None = None
     lookahead_worst: float | None = None  # the same with lookahead=1
     trace: bool | None = None
+    # every traced position's experts distinct at every layer (Family.distinct_picks)
+    distinct: bool | None = None
     mtp: bool = False
     can_speculate: bool = True
     restores: bool = False  # γ > 1 by restoring untrimmable state (decode/rollback.py)
@@ -201,6 +203,8 @@ def check_family(family: str, root: Path, bits: int | None = None, tokens: int =
             sm.reset_cache()
             rec = record_trace(sm, [PROMPT], max_tokens=3, distances=(1,))
             r.trace = rec.trace.experts.shape[0] > 0
+            picks = np.sort(rec.trace.experts, axis=-1)  # [T, L, k]
+            r.distinct = bool((np.diff(picks, axis=-1) != 0).all())
             sm.reset_cache()
             if r.can_speculate:
                 plain = plain_greedy(sm, PROMPT, tokens, stop_at_eos=False)

@@ -151,13 +151,19 @@ def _route_klear(block: nn.Module, x: mx.array) -> tuple[mx.array, mx.array]:
 @dataclass(frozen=True)
 class Family:
     """A model family (config.json's `model_type`): its router adapter (None: none written), its
-    MTP layout (a key of specdec.checkpoint.mtp.LAYOUTS; None: no MTP module) and the tiny
-    config.json `make-random` builds it from (None: make-random does not build it)."""
+    MTP layout (a key of specdec.checkpoint.mtp.LAYOUTS; None: no MTP module), the tiny
+    config.json `make-random` builds it from (None: make-random does not build it), and whether
+    one position's experts are always k distinct ones (its router takes the top k of its scores
+    and passes them on as they are: every row below, checked on its tiny checkpoint by
+    tests/checkpoint/test_families.py; not LongCat-Flash's, which maps its zero-computation
+    experts to expert 0): at full budget a plain decode step's cache step is then known without
+    its routing (specdec.stream.streamer, counted steps)."""
 
     name: str
     route: Route | None = None
     mtp: str | None = None
     tiny: dict | None = field(default=None, compare=False, repr=False)
+    distinct_picks: bool = False
 
     def require_route(self, feature: str) -> Route:
         """The route, or a one-line error naming the feature that needs it."""
@@ -171,7 +177,7 @@ class Family:
 
 
 def _row(name: str, route: Route | None, mtp: str | None = None) -> Family:
-    return Family(name, route, mtp, TINY.get(name))
+    return Family(name, route, mtp, TINY.get(name), distinct_picks=True)
 
 
 _gate = _tuple_router("gate")

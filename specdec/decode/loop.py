@@ -16,7 +16,9 @@ the same loop. The prompt's prefill is excluded from every pass record.
 Plain greedy decoding (no drafter, γ = 1, temperature 0) is pipelined as mlx-lm's
 `generate_step` is: token t+1's forward is built and started from token t's lazy argmax before t
 is read, whenever that forward can need no read (every MoE layer wholly resident, so no layer
-syncs on its router); its cache steps run deferred, after t's, so records stay per token. The
+syncs on its router); its cache steps run deferred, after t's, so records stay per token (and
+where every streamed expert is resident they are counted without reading the routing:
+specdec.stream.streamer, counted steps). The
 token after the prompt is picked as a decode step picks (`greedy_next`), and the first decode
 forward starts before the prefill's clock stops, as generate_step samples token 1 on the device
 and starts token 2 before it yields token 1: decode speed counts from the same point as
@@ -118,6 +120,9 @@ ROLLBACK = Call("rollback")  # re-feeding the accepted prefix (decode/rollback.p
 PREFILL_STEP = 2048  # mlx-lm generate_step's prefill_step_size
 HELD_TOKENS = 16  # pipelined greedy decoding: tokens whose deferred steps run together
 HELD_CALLS = Deferred.BOUND // 2  # ... and at most this many calls, with the next token's
+# plain greedy decoding where every expert is resident counts its steps (Streamer.counted);
+# False: replays them from the routing read back (specdec.bench.loop_parts' `ours_replayed`)
+COUNT_STEPS = True
 
 
 def prefill_head(st: DecodeState, want_hidden: bool) -> list[mx.array | None]:
@@ -240,9 +245,11 @@ class Decode:
             # device, not the host's int32, whose embedding gather is another kernel: fed the
             # host's pick, an H100's first decode token took 15.5-16.8 ms against mlx-lm's
             # ~1 ms, docs/results/cuda.md; the fix not yet measured there)
-            started = self._start_next(picked) if self._continues(y) else None
-            self.prefill_s = time.perf_counter() - t0
-            yield from self._greedy_passes(started)
+            # every expert resident: each token's steps counted, not replayed (Streamer.counted)
+            with streamer.counted(self.sm.family.distinct_picks and COUNT_STEPS):
+                started = self._start_next(picked) if self._continues(y) else None
+                self.prefill_s = time.perf_counter() - t0
+                yield from self._greedy_passes(started)
             return
         self.prefill_s = time.perf_counter() - t0
         if self.auto:
@@ -378,7 +385,9 @@ class Decode:
         deep models: HELD_CALLS) run together, inside the last one's time, and their records
         are yielded after: the first host read of a token's routing waits for the forward
         started behind it (on the H200 ~150 µs a token, docs/results/cuda.md), once per batch
-        instead of once per token. Each token keeps its own record and steps."""
+        instead of once per token. Each token keeps its own record and steps. Where every
+        streamed expert is resident too, its steps are counted, not replayed: no routing is
+        joined or read (Streamer.counted; `_passes` sets it)."""
         st, cfg, streamer = self.st, self.cfg, self.sm.streamer
         hold = streamer.source.holds_all
         most = max(1, min(HELD_TOKENS, HELD_CALLS // max(1, len(self.moe_layers))))

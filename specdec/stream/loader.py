@@ -312,6 +312,7 @@ def _load_packed(
         last_layer=order[-1],
         lookahead=Lookahead(lookahead, ahead_of),
         warm=tuple(streamed) if stream.warm else (),
+        streamed=tuple(streamed),
     )
     for lid, site in sites.items():
         check_experts(packed, lid, site.switch, index)

@@ -11,6 +11,15 @@ from calls computed on device slot tables (`Deferred`). Per MoE call it runs the
 observers, one cache step (or one per chunk of positions whose union fits), the per-forward
 tick. `specdec.stream.streamed` holds the MoE block that calls it; its docstring says how a call
 flows.
+
+Counted steps (`Streamer.counted`): where every streamed expert is resident and the cache holds
+them all, nothing is ever read, evicted or admitted again, so a one-position call's step is known
+without its routing: k distinct experts (a family whose router takes the top k of its scores:
+`Family.distinct_picks`), all hits. Plain greedy decoding there defers the call's k instead of its
+routing: no routing is joined on the device or read to the host, and the cache counts the hits
+without telling its policy (whose order can no longer choose anything). Measured on an H100 at full
+budget (`loop_parts`, the thirtieth session, docs/results/cuda.md): the join, the reads and the
+replay were 145-230 µs of a 1.0-1.8 ms token.
 """
 
 from __future__ import annotations
@@ -72,13 +81,15 @@ class JoinedPart:
     shape: tuple[int, ...]  # the call's indices [..., k]
 
 
-Routing = mx.array | JoinedPart  # a call's own device array, or its part of a joined one
+# a call's own device array, its part of a joined one, or (a counted step) its k alone
+Routing = mx.array | JoinedPart | int
 
 
 @dataclass
 class Deferred:
     """Calls computed on a device table whose host part is still to run, in call order:
-    (layer, indices [..., k] on the device, or its part of its forward's joined routing, phase)."""
+    (layer, indices [..., k] on the device, or its part of its forward's joined routing, or a
+    counted call's k: `Streamer.counted`, phase)."""
 
     BOUND = 1024  # past this many a call runs them (model calls with no drain between)
 
@@ -87,7 +98,7 @@ class Deferred:
     def __len__(self) -> int:
         return len(self.calls)
 
-    def add(self, layer: int, indices: mx.array, phase: str) -> None:
+    def add(self, layer: int, indices: mx.array | int, phase: str) -> None:
         self.calls.append((layer, indices, phase))
 
     def take(self, n: int | None = None) -> list[tuple[int, Routing, str]]:
@@ -105,12 +116,13 @@ class Deferred:
         with the forward, it reads to the host with one copy (`Streamer.catch_up`): on the
         H200 a host read of a small device array cost 14-33 µs in a decode, one a MoE call
         ~60 µs of a 1.2-2 ms token at full budget (docs/results/cuda.md)."""
-        calls = self.calls[since:]  # added by this forward: each its own device array
-        if len(calls) < 2:
+        mine = [i for i in range(since, len(self.calls)) if isinstance(self.calls[i][1], mx.array)]
+        if len(mine) < 2:  # added by this forward: each its own device array (or counted)
             return None
-        joined = mx.concatenate([idx.reshape(-1) for _, idx, _ in calls])  # [total]
+        joined = mx.concatenate([self.calls[i][1].reshape(-1) for i in mine])  # [total]
         at = 0
-        for i, (layer, idx, phase) in enumerate(calls, since):
+        for i in mine:
+            layer, idx, phase = self.calls[i]
             self.calls[i] = (layer, JoinedPart(joined, at, tuple(idx.shape)), phase)
             at += idx.size
         return joined
@@ -133,6 +145,8 @@ class Streamer:
     # routing given from outside (`--routing trace:DIR`, decode/trace_routing.py): layer id,
     # the router's idx [..., k] -> the experts to use instead; None: the router's own
     route_override: Callable[[int, np.ndarray], np.ndarray] | None = None
+    streamed: tuple[int, ...] = ()  # the MoE layers this model streams (an MTP layer if loaded)
+    counting: bool = False  # one-position calls on device tables defer their k (`counted`)
 
     # the source's parts, for callers that inspect them (stats, tests, probes)
     index = property(lambda self: self.source.index)
@@ -153,6 +167,27 @@ class Streamer:
     def all_resident(self, layers: list[int]) -> bool:
         """True when a forward over these layers can need no read (nor host sync)."""
         return all(self.source.table(lid) is not None for lid in layers)
+
+    @contextmanager
+    def counted(self, distinct_picks: bool) -> Iterator[bool]:
+        """Inside the block, a one-position call computed on a device table defers its k, not
+        its routing, where its step is known without it (module doc): the family's picks are
+        distinct, every streamed expert is resident and the cache holds them all, and nothing
+        else wants the routing (no observer, no verdict notes, no given routing, no lookahead).
+        Yields whether it counts."""
+        cache = self.source.cache
+        counts = (
+            distinct_picks
+            and self.source.holds_all
+            and self.all_resident(list(self.streamed))
+            and not (self.log.observers or cache.noting or self.lookahead.ahead_of)
+            and self.route_override is None
+        )
+        saved, self.counting = self.counting, counts
+        try:
+            yield counts
+        finally:
+            self.counting = saved
 
     def sync(self, indices: mx.array, ahead: mx.array | None) -> np.ndarray:
         """The router's choice on the host; the lookahead router's is evaluated with it (one
@@ -229,8 +264,19 @@ class Streamer:
         choices: one host copy a joined forward (`Deferred.join`), one a call otherwise."""
         read: dict[int, np.ndarray] = {}  # id of a joined array -> it on the host
         for layer, idx, phase in self.deferred.take(n):
+            if isinstance(idx, int):  # counted: k distinct experts, all hits
+                self._count(layer, idx, phase)
+                continue
             for _ in self.steps(layer, _on_host(idx, read), phase, replay=True):
                 pass
+
+    def _count(self, layer: int, k: int, phase: str) -> None:
+        """A counted call's step (`counted`): the step a replay would log, its k hits counted."""
+        cache = self.source.cache
+        cache.count_hits(k)
+        self.log.add(LayerStep(layer, k, 0, 0, phase, synced=False))
+        if layer == self.last_layer:
+            cache.tick(1)
 
     def drain(self, deferred: int | None = None) -> list[LayerStep]:
         """The steps logged since the last drain (the decode loop calls this once per phase),

@@ -82,7 +82,7 @@ def test_the_step_runs_each_shape_whole_then_the_qwen3_subset_under_each_gpu_set
     calls = []
     monkeypatch.setattr(bench, "in_child", lambda f, argv, env: calls.append((f, argv, env)) or {})
     args = argparse.Namespace(shm=str(tmp_path), out=str(tmp_path / "out"), tokens=256, pairs=5,
-                              session=1, step_t0=time.perf_counter())  # fmt: skip
+                              session=1, step_t0=time.perf_counter(), loop_only="")  # fmt: skip
     (tmp_path / "out").mkdir()
     out = bench.loop_parts(args)
     q3, mm = str(tmp_path / "qwen3"), str(tmp_path / "minimax")
@@ -102,6 +102,13 @@ def test_the_step_runs_each_shape_whole_then_the_qwen3_subset_under_each_gpu_set
         "qwen3 MLX_USE_CUDA_GRAPHS=0",
         "qwen3 MLX_CUDA_GRAPH_CACHE_SIZE=4000",
     ]
+    # --loop-only: those variants on both shapes, nothing else
+    calls.clear()
+    args.loop_only = "ours,ours_replayed"
+    assert list(bench.loop_parts(args))[3:] == ["qwen3", "minimax"]
+    assert calls == [
+        ("loop_parts_child", [d, 256, 5, ["ours", "ours_replayed"]], {}) for d in (q3, mm)
+    ]
 
 
 def test_a_child_that_fails_is_reported_and_the_next_still_runs(monkeypatch, tmp_path):
@@ -116,7 +123,7 @@ def test_a_child_that_fails_is_reported_and_the_next_still_runs(monkeypatch, tmp
 
     monkeypatch.setattr(bench, "in_child", child)
     args = argparse.Namespace(shm=str(tmp_path), out=str(tmp_path / "out"), tokens=20, pairs=1,
-                              session=1, step_t0=time.perf_counter())  # fmt: skip
+                              session=1, step_t0=time.perf_counter(), loop_only="")  # fmt: skip
     (tmp_path / "out").mkdir()
     out = bench.loop_parts(args)
     failed = out["qwen3 MLX_USE_CUDA_GRAPHS=0"]

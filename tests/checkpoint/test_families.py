@@ -65,6 +65,8 @@ def test_family_streams_exactly_and_its_features_work(root, tmp_path, monkeypatc
     assert_greedy_match(r.greedy, r.ref_greedy, r.ref_logits, bits, what)
     assert r.router, f"{what}: {r.notes}"
     assert r.trace
+    # what lets a full-budget decode count its steps (specdec.stream.streamer): seen, not assumed
+    assert r.distinct and ROUTED[family].distinct_picks
     assert_logits_match(r.lookahead_worst, bits, f"{what} lookahead 1")
     # every family, the untrimmable ones (deepseek_v41, the ArraysCache hybrids) by restoring
     assert r.can_speculate, r.notes

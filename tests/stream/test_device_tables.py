@@ -4,11 +4,13 @@ Each case runs the same work twice on a real random checkpoint: with device tabl
 every expert is resident skip the router's host read and run their cache step after the token)
 and with them off (every layer syncs, the reference path). Tokens, logits, the step log, every
 cache counter and the recorder's calls must be equal; and the device run must really have
-skipped the syncs it claims to skip.
+skipped the syncs it claims to skip. Where every expert is resident, plain greedy decoding
+counts its steps instead of replaying them: the same records and counters, no routing read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import mlx.core as mx
@@ -17,6 +19,7 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.core.errors import BudgetError, SpecdecError
+from specdec.decode import loop as loop_module
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import HELD_TOKENS, Decode, DecodeConfig
 from specdec.decode.run import generate
@@ -323,3 +326,65 @@ def test_a_decode_token_reads_its_routing_with_one_copy(ckpt, monkeypatch):
     assert reads == [15 * top_k] * layers + [layers * top_k] * 24
     assert len(seen) == (2 + 23) * layers and len(tokens) == 24
     assert sum(reads) == sum(np.size(idx) for _, idx, _ in seen)
+
+
+def test_full_budget_greedy_counts_its_steps_and_records_what_a_replay_does(ckpt, monkeypatch):
+    """Every expert resident and room for all: a plain greedy token's steps are counted, not
+    replayed (specdec.stream.streamer, counted steps): no routing of a decode token is read,
+    and tokens, records and the cache's counters equal the replay's."""
+    reads, counted = [], []
+    inner_read, inner_count = streamer_module.to_host, Streamer._count
+    monkeypatch.setattr(streamer_module, "to_host", lambda a: reads.append(a.size) or inner_read(a))
+    monkeypatch.setattr(
+        Streamer, "_count", lambda self, *a: counted.append(a) or inner_count(self, *a)
+    )
+    keep = ("tokens", "union", "misses", "accesses", "hits", "reads", "verify_bytes_read")
+    runs = []
+    for count in (True, False):
+        monkeypatch.setattr(loop_module, "COUNT_STEPS", count)
+        reads.clear()
+        sm = load(ckpt, io="buffered", with_mtp=False, budget="100%", warm=True)
+        try:
+            lids, top_k = sm.main_moe_layers, sm.model.args.num_experts_per_tok
+            res = generate(sm, list(range(40, 56)), "none", DecodeConfig(max_tokens=24),
+                           stop_at_eos=False)  # fmt: skip
+            steps = [[getattr(r, k) for k in keep] for r in res.records]
+            runs.append((res.tokens, steps, sm.streamer.cache.stats(), list(reads)))
+        finally:
+            sm.close()
+    (tokens, steps, stats, mine), (ref_tokens, ref_steps, ref_stats, ref_reads) = runs
+    assert (tokens, steps, stats) == (ref_tokens, ref_steps, ref_stats)
+    # the prompt's head's calls, then the first pick's forward: read; the 23 decode tokens: not
+    layers = len(lids)
+    assert mine == [15 * top_k] * layers + [layers * top_k]
+    assert ref_reads == mine + [layers * top_k] * 23
+    assert counted == [(lid, top_k, "verify") for _ in range(23) for lid in lids]
+
+
+def test_steps_are_replayed_wherever_their_routing_is_wanted_or_could_miss(ckpt, monkeypatch):
+    """Counting needs distinct picks, every streamed expert resident with room for all, and no
+    one wanting the routing: an observer, a lookahead or given routing each turn it off."""
+    cases = {"warm": {"budget": "100%", "warm": True}, "not warm": {"budget": "100%"},
+             "below full": {"budget": "50%"}, "lookahead": {"budget": "100%", "warm": True,
+             "lookahead": 1}}  # fmt: skip
+    monkeypatch.setattr(streamer_module.Streamer, "_count", lambda *a: pytest.fail("counted"))
+    for name, kw in cases.items():
+        sm = load(ckpt, io="buffered", with_mtp=False, **kw)
+        try:
+            s = sm.streamer
+            with s.counted(True) as on:
+                assert on is (name == "warm"), name
+            if name != "warm":
+                continue
+            with s.counted(False) as on:  # a family whose picks may repeat (LongCat-Flash's)
+                assert not on
+            with s.log.watching(lambda *a: None), s.counted(True) as on:
+                assert not on
+            s.route_override = lambda layer, idx: idx
+            with s.counted(True) as on:
+                assert not on
+            s.route_override = None
+            sm.family = dataclasses.replace(sm.family, distinct_picks=False)
+            generate(sm, list(range(40, 56)), "none", DecodeConfig(max_tokens=8))  # replayed
+        finally:
+            sm.close()
