@@ -93,10 +93,13 @@ SESSIONS = {
     # tokens at 9 GB with cuDNN's attention off (priced on the twenty-first's), the warm
     # full-budget pairs in one process
     27: ("h100-r21",),
+    # an H100 again, after two sessions without a machine: `loop_parts` (our loop part by part
+    # beside mlx-lm's), `first_tokens` after the second fix, the full-budget pairs (no priced runs)
+    30: ("h100-r21",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
-BORROWED = {22, 23, 24, 25, 26, 27}
+BORROWED = {22, 23, 24, 25, 26, 27, 30}
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
