@@ -173,8 +173,9 @@ class Streamer:
         """Inside the block, a one-position call computed on a device table defers its k, not
         its routing, where its step is known without it (module doc): the family's picks are
         distinct, every streamed expert is resident and the cache holds them all, and nothing
-        else wants the routing (no observer, no verdict notes, no given routing, no lookahead).
-        Yields whether it counts."""
+        else wants the routing (no observer, no verdict notes, no given routing, no lookahead),
+        nor the cache its keys (one cache, not a mixed pack's pools). Yields whether it
+        counts."""
         cache = self.source.cache
         counts = (
             distinct_picks
@@ -182,6 +183,8 @@ class Streamer:
             and self.all_resident(list(self.streamed))
             and not (self.log.observers or cache.noting or self.lookahead.ahead_of)
             and self.route_override is None
+            # a pooled cache (mixed precision) splits its counters by pool: it needs the keys
+            and hasattr(cache, "count_hits")
         )
         saved, self.counting = self.counting, counts
         try:

@@ -139,6 +139,8 @@ def test_greedy_equals_resident_mixed(root, budget, warm, lookahead):
         res = generate(sm, prompt, "none", DecodeConfig(max_tokens=24), stop_at_eos=False)
         if warm:
             assert sm.plan.holds_all and not sm.streamer.reader.stats.reads - sm.plan.n_slots
+            with sm.streamer.counted(True) as counts:  # its pools count hits by key: replayed
+                assert not counts
     finally:
         sm.close()
     ref_logprobs = [np.array(lp.astype(mx.float32)) for _, lp in steps]
