@@ -491,6 +491,8 @@ def overhead(args) -> dict:
 
     out: dict = {"launch_ab": {}}
     for key in ("qwen3", "minimax"):
+        if args.exact_models and key not in args.exact_models.split(","):
+            continue
         src = str(Path(args.shm) / key)
         try:  # each model's figures kept as they come: a failure loses only what is left
             if args.pairs:  # --pairs 0: the warm one-process runs alone
@@ -1301,7 +1303,8 @@ def main() -> int:
                     "the backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip
     ap.add_argument("--session", type=int, default=1, help="the lent machine's session number")
     ap.add_argument("--repeat-budgets", default="100%,9GB", help="repeat: 100%% runs --warm")
-    ap.add_argument("--exact-models", default="", help="exact: only these (tiny,qwen3,...)")
+    ap.add_argument("--exact-models", default="",
+                    help="exact, overhead: only these (tiny,qwen3,...)")  # fmt: skip
     ap.add_argument("--loop-only", default="", help="loop_parts: only these variants")
     ap.add_argument("--profile", help="the profile runs are priced on (default: the profile "
                     "step's, DIR/h200.yaml)")  # fmt: skip

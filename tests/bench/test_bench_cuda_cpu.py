@@ -11,11 +11,13 @@ Run: `pytest tests/bench/test_bench_cuda_cpu.py`.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -148,3 +150,16 @@ def test_ties_hold_here_and_catch_a_pick_of_the_higher_index(monkeypatch):
     monkeypatch.setattr(state, "argmax_picks", by_rows)
     got = ties(None, vocabs=(4099,), trials=4)
     assert not got["all_hold"] and got["cases"]["4099/bfloat16"]["as_decoded_alone"] == 0
+
+
+def test_overhead_runs_only_the_shapes_named(monkeypatch, tmp_path):
+    """`--exact-models minimax overhead`: the MiniMax shape alone (a short lease's choice)."""
+    bench = load_module(BENCH)
+    ran = []
+    monkeypatch.setattr(bench, "launch_ab", lambda src: ran.append(src.name) or {})
+    monkeypatch.setattr("specdec.bench.overhead.in_process", lambda *a: {})
+    monkeypatch.setattr("specdec.bench.overhead.cli_pairs", lambda *a, **k: {})
+    args = argparse.Namespace(shm=str(tmp_path), out=str(tmp_path), pairs=1, session=1,
+                              exact_models="minimax", step_t0=time.perf_counter())  # fmt: skip
+    out = bench.overhead(args)
+    assert ran == ["minimax"] and set(out) == {"launch_ab", "minimax"}
