@@ -180,6 +180,7 @@ class Streamer:
         counts = (
             distinct_picks
             and self.source.holds_all
+            and bool(self.streamed)  # none named: nothing is known resident
             and self.all_resident(list(self.streamed))
             and not (self.log.observers or cache.noting or self.lookahead.ahead_of)
             and self.route_override is None
