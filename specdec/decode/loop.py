@@ -244,7 +244,7 @@ class Decode:
             # it the same way, on the pick as every later decode forward is fed (uint32 on the
             # device, not the host's int32, whose embedding gather is another kernel: fed the
             # host's pick, an H100's first decode token took 15.5-16.8 ms against mlx-lm's
-            # ~1 ms, docs/results/cuda.md; the fix not yet measured there)
+            # ~1 ms; fed the device's, 1.6-2.4 ms in the thirtieth session: docs/results/cuda.md)
             # every expert resident: each token's steps counted, not replayed (Streamer.counted)
             with streamer.counted(self.sm.family.distinct_picks and COUNT_STEPS):
                 started = self._start_next(picked) if self._continues(y) else None

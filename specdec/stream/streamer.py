@@ -19,7 +19,7 @@ without its routing: k distinct experts (a family whose router takes the top k o
 routing: no routing is joined on the device or read to the host, and the cache counts the hits
 without telling its policy (whose order can no longer choose anything). Measured on an H100 at full
 budget (`loop_parts`, the thirtieth session, docs/results/cuda.md): the join, the reads and the
-replay were 145-230 µs of a 1.0-1.8 ms token.
+replay were 145-230 µs of a 1.2-1.8 ms token.
 """
 
 from __future__ import annotations
