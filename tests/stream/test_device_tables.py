@@ -388,3 +388,19 @@ def test_steps_are_replayed_wherever_their_routing_is_wanted_or_could_miss(ckpt,
             generate(sm, list(range(40, 56)), "none", DecodeConfig(max_tokens=8))  # replayed
         finally:
             sm.close()
+
+
+def test_an_observer_that_comes_while_counting_still_sees_every_call(ckpt):
+    """A counted block left open (a decode's generator not closed) counts no call an observer
+    attached since would miss: with one watching, calls defer their routing again."""
+    sm = load(ckpt, io="buffered", with_mtp=False, budget="100%", warm=True)
+    try:
+        s, seen = sm.streamer, []
+        with s.counted(True) as on:
+            assert on
+            with s.log.watching(lambda layer, idx, phase: seen.append(layer)):
+                mx.eval(sm.model(mx.array([[5]]), cache=make_prompt_cache(sm.model)))
+                s.catch_up()
+        assert seen == sm.main_moe_layers
+    finally:
+        sm.close()
