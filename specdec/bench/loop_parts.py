@@ -79,8 +79,8 @@ def _mlx_lm(model, prompt: list[int]) -> Variant:
 
 def _dropping_steps(sm: StreamedModel, run: Variant) -> Variant:
     """`run` on the streamed model outside our loop: its deferred host steps never run, not
-    even past Deferred.BOUND calls (the thirtieth session's H100 ran them there once a run on
-    the 4-layer shape at 256 tokens, 1028 calls, each call's routing read on its own: 2748
+    even past Deferred.BOUND calls (on the thirtieth session's H100 a run of 256 tokens on the
+    4-layer shape, 1028 calls, passed the bound and read each call's routing on its own: 2748
     against 1496 µs a token)."""
 
     def dropped(n: int) -> tuple[list[int], float]:
@@ -95,7 +95,9 @@ def _dropping_steps(sm: StreamedModel, run: Variant) -> Variant:
     return dropped
 
 
-def _ours(sm: StreamedModel, prompt: list[int], gc_off: bool = False, count=True) -> Variant:
+def _ours(
+    sm: StreamedModel, prompt: list[int], gc_off: bool = False, count: bool = True
+) -> Variant:
     def run(n: int) -> tuple[list[int], float]:
         if gc_off:
             gc.disable()
