@@ -5,43 +5,48 @@ replayed (specdec.stream.streamer, counted steps), interleaved, one warm model.
 
 Every streamed expert resident (`--budget 100% --warm`), plain greedy decoding through the loop
 `specdec generate` runs, with its steps counted (loop.COUNT_STEPS, the default) and replayed
-from the routing read back, the order alternating each round after one warm-up round of each.
-Timed per token by wrappers around the two parts counting removes or shrinks: the deferred steps'
-catch-up (the routing's host read and its replay; counted: the counts alone) and the routing's
-join into one array a token (Deferred.join; counted: nothing to join). The tokens of every run are
-checked equal. Also each run's wall µs a token (its records' time), which on a CPU backend is the
-forward's compute and says little about host work; on a GPU host-bound at full budget
-(docs/results/cuda.md) the host µs are the token's. Writes benchmarks/results/host_steps.json.
+from the routing read back (specdec.bench.loop_parts' `ours` and `ours_replayed`), the order
+alternating each round after one warm-up round of each. Timed by wrappers around the two parts
+counting removes or shrinks, over the run's tokens (the prefill's catch-up, the same on both
+sides, among them): the deferred steps' catch-up (the routing's host read and its replay;
+counted: the counts alone) and the routing's join into one array a token (Deferred.join;
+counted: nothing to join). The tokens of every run are checked equal. Also each run's wall µs a
+token after the first (its records' time), which on a CPU backend is the forward's compute and
+says little about host work; on a GPU host-bound at full budget (docs/results/cuda.md) the host
+µs are the token's. Writes benchmarks/results/host_steps.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specdec.bench.loop_parts import variants  # noqa: E402
+from specdec.bench.overhead import PROMPT  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
-from specdec.decode import loop  # noqa: E402
-from specdec.decode.run import generate  # noqa: E402
 from specdec.stream.loader import load  # noqa: E402
 from specdec.stream.streamer import Deferred, Streamer  # noqa: E402
 
-PROMPT = "def f(x):"
 PARTS = {"catch_up": (Streamer, "catch_up"), "join": (Deferred, "join")}
+SIDES = {"counted": "ours", "replayed": "ours_replayed"}  # loop_parts' variants: generate as is
 
 
-def timed_parts() -> dict[str, float]:
-    """Wrap PARTS (for this process) so each call's seconds add into the returned dict."""
+@contextlib.contextmanager
+def timed_parts() -> Iterator[dict[str, float]]:
+    """Inside the block each call of PARTS adds its seconds into the yielded dict."""
     spent = dict.fromkeys(PARTS, 0.0)
+    saved = {key: getattr(cls, name) for key, (cls, name) in PARTS.items()}
     for key, (cls, name) in PARTS.items():
-        inner = getattr(cls, name)
 
-        def wrapped(self, *a, _inner=inner, _key=key, **k):
+        def wrapped(self, *a, _inner=saved[key], _key=key, **k):
             t = time.perf_counter()
             try:
                 return _inner(self, *a, **k)
@@ -49,34 +54,31 @@ def timed_parts() -> dict[str, float]:
                 spent[_key] += time.perf_counter() - t
 
         setattr(cls, name, wrapped)
-    return spent
+    try:
+        yield spent
+    finally:
+        for key, (cls, name) in PARTS.items():
+            setattr(cls, name, saved[key])
 
 
 def run(model: str, tokens: int, rounds: int) -> dict:
-    spent = timed_parts()
     sm = load(model, budget="100%", io="buffered", with_mtp=False, warm=True)
     try:
         prompt = sm.encode(PROMPT)
-        out = {
-            side: {"catch_up_us": [], "join_us": [], "wall_us": []}
-            for side in ("counted", "replayed")
-        }
+        runs = variants(sm, None, prompt)  # no resident model: its variant is not run
+        out = {side: {"catch_up_us": [], "join_us": [], "wall_us": []} for side in SIDES}
         reference = None
         for r in range(rounds + 1):  # round 0 warms both up, untimed
-            for side in ("counted", "replayed") if r % 2 == 0 else ("replayed", "counted"):
-                loop.COUNT_STEPS = side == "counted"
-                for key in spent:
-                    spent[key] = 0.0
-                res = generate(sm, prompt, "none", loop.DecodeConfig(max_tokens=tokens),
-                               stop_at_eos=False)  # fmt: skip
-                reference = reference or res.tokens
-                if res.tokens != reference:
+            for side in list(SIDES) if r % 2 == 0 else reversed(SIDES):
+                with timed_parts() as spent:
+                    got, wall = runs[SIDES[side]](tokens)  # wall: from the second token on
+                reference = reference or got
+                if got != reference:
                     raise AssertionError(f"{side}'s tokens part from the first run's")
                 if r:
                     out[side]["catch_up_us"].append(1e6 * spent["catch_up"] / tokens)
                     out[side]["join_us"].append(1e6 * spent["join"] / tokens)
-                    out[side]["wall_us"].append(1e6 * sum(x.wall_s for x in res.records) / tokens)
-        loop.COUNT_STEPS = True
+                    out[side]["wall_us"].append(1e6 * wall / (tokens - 1))
         for v in out.values():
             v.update({f"{k}_median": statistics.median(x) for k, x in list(v.items())})
         return {"model": model, "moe_layers": len(sm.main_moe_layers), "tokens": tokens,
