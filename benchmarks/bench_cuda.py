@@ -333,12 +333,16 @@ def offsets(args, limits=(2**31, 2**32), qmm_nk=(1536, 3072), mm_nk=(2048, 2048)
 # ---------------------------------------------------------------- models, exact
 
 
+def named(args, key: str) -> bool:
+    """`key` is among the shapes `--exact-models` names (none named: every shape)."""
+    return not args.exact_models or key in args.exact_models.split(",")
+
+
 def small_models(args) -> dict:
     """The shapes `--exact-models` names (default: all) and the one `profile` runs on."""
-    only = set(args.exact_models.split(",")) | {"minimax"} if args.exact_models else set(SMALL)
     out = {}
     for key, (preset, layers, experts) in SMALL.items():
-        if key not in only:
+        if not (named(args, key) or key == "minimax"):
             continue
         src = Path(args.shm) / key
         if not (src / "config.json").exists():
@@ -374,7 +378,7 @@ def exact(args) -> dict:
     n = 16
     models = {"tiny": resolve_model("tiny")} | {key: Path(args.shm) / key for key in SMALL}
     for key, src in models.items():
-        if args.exact_models and key not in args.exact_models.split(","):
+        if not named(args, key):
             continue
         try:
             out[key] = _exact_one(key, src, n)
@@ -491,7 +495,7 @@ def overhead(args) -> dict:
 
     out: dict = {"launch_ab": {}}
     for key in ("qwen3", "minimax"):
-        if args.exact_models and key not in args.exact_models.split(","):
+        if not named(args, key):
             continue
         src = str(Path(args.shm) / key)
         try:  # each model's figures kept as they come: a failure loses only what is left
