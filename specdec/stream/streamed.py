@@ -322,10 +322,7 @@ class StreamedSwitchGLU(nn.Module):
             if s.route_override is not None:  # given routing: known on the host already
                 indices = mx.array(s.routed(h.layer, np.zeros(indices.shape, np.int32)), mx.uint32)
             y = self._on_table(x, indices, table)  # [..., k, H]
-            k = indices.shape[-1]
-            # counted (Streamer.counted), unless an observer came since (a generator left open)
-            counted = s.counting and indices.size == k and not s.log.observers
-            s.deferred.add(h.layer, k if counted else indices, phase)
+            s.deferred.add(h.layer, indices.shape[-1] if s.counts(indices) else indices, phase)
             return self._launch(y)
         s.catch_up()  # deferred steps come first: the cache sees calls in order
         idx = s.routed(h.layer, s.sync(indices, None if ahead is None else ahead[1]))

@@ -193,6 +193,12 @@ class Streamer:
         finally:
             self.counting = saved
 
+    def counts(self, indices: mx.array) -> bool:
+        """Whether a call on a device table defers its k, not its routing [..., k]: inside
+        `counted`, one position, and no observer come since (a decode's generator left open
+        while another run watches)."""
+        return self.counting and indices.size == indices.shape[-1] and not self.log.observers
+
     def sync(self, indices: mx.array, ahead: mx.array | None) -> np.ndarray:
         """The router's choice on the host; the lookahead router's is evaluated with it (one
         evaluation, the one the layer does anyway)."""
