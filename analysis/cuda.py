@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import statistics
 import sys
 from collections.abc import Iterator
@@ -96,10 +97,13 @@ SESSIONS = {
     # an H100 again, after two sessions without a machine: `loop_parts` (our loop part by part
     # beside mlx-lm's), `first_tokens` after the second fix, the full-budget pairs (no priced runs)
     30: ("h100-r21",),
+    # an H100 again: `loop_parts` with counted steps beside replayed ones, the full-budget pairs
+    # twice (4 pairs each: overhead.json, overhead-2.json), `first_tokens` (no priced runs)
+    31: ("h100-r21",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
-BORROWED = {22, 23, 24, 25, 26, 27, 30}
+BORROWED = {22, 23, 24, 25, 26, 27, 30, 31}
 # the figure's runs: the sixth session's whole α grid at 10% and 9 GB (one plain run a budget),
 # the seventh's with plain runs interleaved (9 GB, and one token's experts at α 0.6 / 0.8 / 1.0),
 # the thirteenth's 48-token runs (9 GB, γ = 3 and 4 at α 0.7-1.0, plain interleaved), the
@@ -713,9 +717,16 @@ def offsets_table() -> str:
 
 
 def _session_results(name: str) -> list[tuple[int, Path]]:
-    """(session, path) of every sessionN/`name` a later session's step wrote, by session."""
-    found = ((int(d.name.removeprefix("session")), d / name) for d in RESULTS.glob("session*"))
-    return sorted((sess, path) for sess, path in found if path.exists())
+    """(session, path) of every sessionN/`name` a later session's step wrote, and of its second
+    and later runs in one session (STEP-2.json ...: benchmarks/merge_cuda.py), in order."""
+    stem = Path(name).stem
+    found = [
+        (int(d.name.removeprefix("session")), int(m.group(1) or 1), p)
+        for d in RESULTS.glob("session*")
+        for p in d.glob(f"{stem}*.json")
+        if (m := re.fullmatch(rf"{stem}(?:-(\d+))?\.json", p.name))
+    ]
+    return [(sess, path) for sess, _, path in sorted(found)]
 
 
 def _where_runs() -> Iterator[tuple[int, str, dict]]:

@@ -7,12 +7,14 @@ Each OUT is what one `python benchmarks/bench_cuda.py --out OUT ...` wrote on th
 results/cuda/STEP.json, each marked `"session": N`, with the command and machine under
 `sessions["N"]`, and its records to STEP.jsonl; the profile (OUT/h200.yaml, the name bench_cuda
 gives it on any card) becomes CARD-rN.yaml with that name inside, its details
-profile_details-rN.json; every other step's JSON goes to sessionN/. The home directory becomes
+profile_details-rN.json; every other step's JSON goes to sessionN/ (a second run of a step in one
+session to sessionN/STEP-2.json, and so on: both kept). The home directory becomes
 `~` (results are read on other machines; tests/core/test_results_portable.py). `python -m
 analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its profile.
 
-A step merged before (its command already under `sessions["N"]`) is refused, so running this
-twice does not count the same runs twice; so is a folder holding no bench_cuda.py output.
+A step merged before (a run step's command already under `sessions["N"]`, another step's in a
+sessionN/ file) is refused, so running this twice does not count the same runs twice; so is a
+folder holding no bench_cuda.py output.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) ->
     """Merge every folder of `outs`, all checked before any is written; returns one line per
     file written."""
     _check(outs, session, results)
+    kept = _session_files(outs, session, results)
     done = []
     for out in outs:
         for f in sorted(out.glob("*.json")):
-            done.append(_merge_file(f, session, results))
+            done.append(_merge_file(f, session, results, kept.get(f)))
         profile = out / "h200.yaml"
         if profile.exists():
             name = f"{card}-r{session}"
@@ -73,16 +76,39 @@ def _check(outs: list[Path], session: int, results: Path) -> None:
             seen.add((f.stem, command))
 
 
-def _merge_file(f: Path, session: int, results: Path) -> str:
+def _session_files(outs: list[Path], session: int, results: Path) -> dict[Path, Path]:
+    """Where each non-run step's JSON of `outs` goes: sessionN/STEP.json, or STEP-2.json, -3 ...
+    where a run of the step is there already or comes earlier in `outs` (the thirty-first
+    session ran `overhead` twice: one copy would have overwritten the other). A step whose
+    command one of them holds already is refused: merged before."""
+    folder = results / f"session{session}"
+    commands = {p: json.loads(p.read_text()).get("command") for p in folder.glob("*.json")}
+    kept = {}
+    for out in outs:
+        for f in sorted(out.glob("*.json")):
+            if f.stem in RUN_STEPS or f.stem == "profile_details":
+                continue
+            command = json.loads(home_as_tilde(f.read_text())).get("command")  # as merged
+            runs = [p for p in commands if re.fullmatch(rf"{f.stem}(-\d+)?\.json", p.name)]
+            if command is not None and any(commands[p] == command for p in runs):
+                raise MergeError(f"{f}: already merged (session{session} holds its command)")
+            kept[f] = folder / (f"{f.stem}-{len(runs) + 1}.json" if runs else f.name)
+            commands[kept[f]] = command
+    return kept
+
+
+def _merge_file(f: Path, session: int, results: Path, to: Path | None) -> str:
+    """`f` merged: a run step's runs appended to results/STEP.json, another step's JSON written
+    to `to` (_session_files)."""
     step, text = f.stem, home_as_tilde(f.read_text())
     if step == "profile_details":
         write_atomic(results / f"profile_details-r{session}.json", text)
         return f"{f.parent.name}/{f.name} -> profile_details-r{session}.json"
     data = json.loads(text)
     if step not in RUN_STEPS:
-        (results / f"session{session}").mkdir(parents=True, exist_ok=True)
-        write_atomic(results / f"session{session}" / f.name, json.dumps(data, indent=1) + "\n")
-        return f"{f.parent.name}/{f.name} -> session{session}/{f.name}"
+        to.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(to, json.dumps(data, indent=1) + "\n")
+        return f"{f.parent.name}/{f.name} -> {to.parent.name}/{to.name}"
     main = json.loads((results / f.name).read_text())
     entries = main.setdefault("sessions", {}).setdefault(str(session), [])
     runs = data.get("runs", [])

@@ -89,3 +89,35 @@ def test_nothing_is_written_when_one_folder_cannot_be_merged(tmp_path):
     with pytest.raises(merge_cuda.MergeError, match="no bench_cuda.py results"):
         merge_cuda.merge([good, empty], 19, "h100", res)
     assert {f: f.read_bytes() for f in res.rglob("*") if f.is_file()} == before
+
+
+def test_a_step_run_twice_in_a_session_keeps_both_runs_and_tables_read_both(tmp_path, monkeypatch):
+    res = _results(tmp_path)
+    outs = []
+    for name in ("out1", "out2"):
+        out = tmp_path / name
+        out.mkdir()
+        step = {"step": "first_tokens", "command": f"bench_cuda.py --out ~/{name} first_tokens"}
+        (out / "first_tokens.json").write_text(json.dumps(step))
+        outs.append(out)
+    merge_cuda.merge(outs, 31, "h100", res)
+    kept = {p.name: json.loads(p.read_text())["command"] for p in (res / "session31").iterdir()}
+    assert kept == {
+        "first_tokens.json": "bench_cuda.py --out ~/out1 first_tokens",
+        "first_tokens-2.json": "bench_cuda.py --out ~/out2 first_tokens",
+    }
+    before = {f: f.read_bytes() for f in res.rglob("*") if f.is_file()}
+    with pytest.raises(merge_cuda.MergeError, match="already merged"):
+        merge_cuda.merge(outs[1:], 31, "h100", res)
+    assert {f: f.read_bytes() for f in res.rglob("*") if f.is_file()} == before
+
+    # analysis.cuda reads both, in order, and no other step's file that shares the prefix
+    from analysis import cuda
+
+    (res / "session31" / "first_tokens_extra.json").write_text("{}")
+    (res / "session30").mkdir()
+    (res / "session30" / "first_tokens.json").write_text("{}")
+    monkeypatch.setattr(cuda, "RESULTS", res)
+    found = [(s, p.name) for s, p in cuda._session_results("first_tokens.json")]
+    assert found == [(30, "first_tokens.json"), (31, "first_tokens.json"),
+                     (31, "first_tokens-2.json")]  # fmt: skip
