@@ -118,7 +118,8 @@ def _ours(
 def _own_stream(run: Variant) -> Variant:
     """`run` on a stream of its own, as mlx-lm's generate_step runs its steps (on its
     generation_stream); ours run on the default stream. The thirtieth session's first_tokens
-    found ours faster on one (0.95 against 1.30 ms a token, MiniMax shape, 2 processes)."""
+    found ours faster on one (0.95 against 1.30 ms a token, MiniMax shape, 2 processes); the
+    thirty-first's rounds here found noise both ways (docs/results/cuda.md)."""
     stream = mx.new_stream(mx.default_device())
 
     def on(n: int) -> tuple[list[int], float]:
