@@ -724,7 +724,7 @@ def _session_results(name: str) -> list[tuple[int, Path]]:
         (int(d.name.removeprefix("session")), int(m.group(1) or 1), p)
         for d in RESULTS.glob("session*")
         for p in d.glob(f"{stem}*.json")
-        if (m := re.fullmatch(rf"{stem}(?:-(\d+))?\.json", p.name))
+        if (m := re.fullmatch(rf"{re.escape(stem)}(?:-(\d+))?\.json", p.name))
     ]
     return [(sess, path) for sess, _, path in sorted(found)]
 

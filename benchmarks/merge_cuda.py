@@ -89,12 +89,20 @@ def _session_files(outs: list[Path], session: int, results: Path) -> dict[Path, 
             if f.stem in RUN_STEPS or f.stem == "profile_details":
                 continue
             command = json.loads(home_as_tilde(f.read_text())).get("command")  # as merged
-            runs = [p for p in commands if re.fullmatch(rf"{f.stem}(-\d+)?\.json", p.name)]
+            runs = {p: n for p in commands if (n := _run_number(f.stem, p.name))}
             if command is not None and any(commands[p] == command for p in runs):
                 raise MergeError(f"{f}: already merged (session{session} holds its command)")
-            kept[f] = folder / (f"{f.stem}-{len(runs) + 1}.json" if runs else f.name)
+            after = max(runs.values(), default=0)  # past the last, even where one was removed
+            kept[f] = folder / (f"{f.stem}-{after + 1}.json" if after else f.name)
             commands[kept[f]] = command
     return kept
+
+
+def _run_number(step: str, name: str) -> int:
+    """Which run of `step` the session file `name` holds: STEP.json 1, STEP-2.json 2 ...; 0: it
+    is another step's."""
+    m = re.fullmatch(rf"{re.escape(step)}(?:-(\d+))?\.json", name)
+    return 0 if m is None else int(m.group(1) or 1)
 
 
 def _merge_file(f: Path, session: int, results: Path, to: Path | None) -> str:

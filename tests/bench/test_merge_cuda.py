@@ -110,6 +110,18 @@ def test_a_step_run_twice_in_a_session_keeps_both_runs_and_tables_read_both(tmp_
     with pytest.raises(merge_cuda.MergeError, match="already merged"):
         merge_cuda.merge(outs[1:], 31, "h100", res)
     assert {f: f.read_bytes() for f in res.rglob("*") if f.is_file()} == before
+    # a third run goes past the last one kept, where an earlier one was renamed or removed
+    (res / "session31" / "first_tokens-2.json").rename(res / "session31" / "first_tokens-3.json")
+    third = tmp_path / "out3"
+    third.mkdir()
+    (third / "first_tokens.json").write_text(json.dumps({"command": "bench_cuda.py --out 3"}))
+    merge_cuda.merge([third], 31, "h100", res)
+    assert sorted(p.name for p in (res / "session31").iterdir()) == [
+        "first_tokens-3.json", "first_tokens-4.json", "first_tokens.json"
+    ]  # fmt: skip
+    assert json.loads((res / "session31" / "first_tokens-3.json").read_text())["command"] == (
+        "bench_cuda.py --out ~/out2 first_tokens"
+    )
 
     # analysis.cuda reads both, in order, and no other step's file that shares the prefix
     from analysis import cuda
@@ -120,4 +132,4 @@ def test_a_step_run_twice_in_a_session_keeps_both_runs_and_tables_read_both(tmp_
     monkeypatch.setattr(cuda, "RESULTS", res)
     found = [(s, p.name) for s, p in cuda._session_results("first_tokens.json")]
     assert found == [(30, "first_tokens.json"), (31, "first_tokens.json"),
-                     (31, "first_tokens-2.json")]  # fmt: skip
+                     (31, "first_tokens-3.json"), (31, "first_tokens-4.json")]  # fmt: skip
