@@ -311,7 +311,7 @@ def _load_packed(
         ExpertSource(index, arena, reader, cache, key_stride, holds_all=plan.holds_all),
         last_layer=order[-1],
         lookahead=Lookahead(lookahead, ahead_of),
-        warm=tuple(streamed) if stream.warm else (),
+        warm=stream.warm,
         streamed=tuple(streamed),
     )
     for lid, site in sites.items():

@@ -25,7 +25,7 @@ replay were 145-230 µs of a 1.2-1.8 ms token.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -138,9 +138,9 @@ class Streamer:
     lookahead: Lookahead = field(default_factory=Lookahead)
     log: StepLog = field(default_factory=StepLog)
     deferred: Deferred = field(default_factory=Deferred)
-    # MoE layers whose every expert preload reads (--warm; the budget must hold them all):
-    # the layers this model streams, so an MTP layer not loaded is not read
-    warm: tuple[int, ...] = ()
+    # preload reads every expert of the `streamed` layers (--warm; the budget must hold them
+    # all), so an MTP layer not loaded is not read
+    warm: bool = False
     current: Call = VERIFY  # how the forward now running is served (`serving`)
     # routing given from outside (`--routing trace:DIR`, decode/trace_routing.py): layer id,
     # the router's idx [..., k] -> the experts to use instead; None: the router's own
@@ -164,7 +164,7 @@ class Streamer:
         finally:
             self.current = saved
 
-    def all_resident(self, layers: list[int]) -> bool:
+    def all_resident(self, layers: Iterable[int]) -> bool:
         """True when a forward over these layers can need no read (nor host sync)."""
         return all(self.source.table(lid) is not None for lid in layers)
 
@@ -181,7 +181,7 @@ class Streamer:
             distinct_picks
             and self.source.holds_all
             and bool(self.streamed)  # none named: nothing is known resident
-            and self.all_resident(list(self.streamed))
+            and self.all_resident(self.streamed)
             and not (self.log.observers or cache.noting or self.lookahead.ahead_of)
             and self.route_override is None
             # a pooled cache (mixed precision) splits its counters by pool: it needs the keys
@@ -297,7 +297,7 @@ class Streamer:
 
     def preload(self) -> None:
         """Read the policy's preload set, and with --warm every expert of the streamed layers."""
-        self.source.preload(self.warm)
+        self.source.preload(self.streamed if self.warm else ())
 
 
 def choice(ahead: mx.array) -> list[int]:
