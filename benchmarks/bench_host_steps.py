@@ -7,7 +7,8 @@ Every streamed expert resident (`--budget 100% --warm`), plain greedy decoding t
 `specdec generate` runs, with its steps counted (loop.COUNT_STEPS, the default) and replayed
 from the routing read back (specdec.bench.loop_parts' `ours` and `ours_replayed`), the order
 alternating each round after one warm-up round of each. Timed by wrappers around the two parts
-counting removes or shrinks, over the run's tokens (the prefill's catch-up, the same on both
+counting removes or shrinks (specdec.bench.overhead's HostSplit, as the `overhead` step's loop
+parts are timed), over the run's tokens (the prefill's catch-up, the same on both
 sides, among them): the deferred steps' catch-up (the routing's host read and its replay;
 counted: the counts alone) and the routing's join into one array a token (Deferred.join;
 counted: nothing to join). The tokens of every run are checked equal. Also each run's wall µs a
@@ -19,46 +20,21 @@ says little about host work; on a GPU host-bound at full budget (docs/results/cu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdec.bench.loop_parts import variants  # noqa: E402
-from specdec.bench.overhead import PROMPT  # noqa: E402
+from specdec.bench.overhead import PROMPT, HostSplit  # noqa: E402
 from specdec.core.machine import machine_info, write_result  # noqa: E402
 from specdec.stream.loader import load  # noqa: E402
 from specdec.stream.streamer import Deferred, Streamer  # noqa: E402
 
-PARTS = {"catch_up": (Streamer, "catch_up"), "join": (Deferred, "join")}
+PARTS = {"catch_up": (Streamer, "catch_up"), "join": (Deferred, "join")}  # timed by HostSplit
 SIDES = {"counted": "ours", "replayed": "ours_replayed"}  # loop_parts' variants: generate as is
-
-
-@contextlib.contextmanager
-def timed_parts() -> Iterator[dict[str, float]]:
-    """Inside the block each call of PARTS adds its seconds into the yielded dict."""
-    spent = dict.fromkeys(PARTS, 0.0)
-    saved = {key: getattr(cls, name) for key, (cls, name) in PARTS.items()}
-    for key, (cls, name) in PARTS.items():
-
-        def wrapped(self, *a, _inner=saved[key], _key=key, **k):
-            t = time.perf_counter()
-            try:
-                return _inner(self, *a, **k)
-            finally:
-                spent[_key] += time.perf_counter() - t
-
-        setattr(cls, name, wrapped)
-    try:
-        yield spent
-    finally:
-        for key, (cls, name) in PARTS.items():
-            setattr(cls, name, saved[key])
 
 
 def run(model: str, tokens: int, rounds: int) -> dict:
@@ -70,8 +46,14 @@ def run(model: str, tokens: int, rounds: int) -> dict:
         reference = None
         for r in range(rounds + 1):  # round 0 warms both up, untimed
             for side in list(SIDES) if r % 2 == 0 else reversed(SIDES):
-                with timed_parts() as spent:
+                split = HostSplit()  # overhead's timers: wall per part (each side pays them)
+                for part, (cls, name) in PARTS.items():
+                    split.wrap(cls, name, part)
+                try:
                     got, wall = runs[SIDES[side]](tokens)  # wall: from the second token on
+                finally:
+                    split.restore()
+                spent = split.wall
                 reference = reference or got
                 if got != reference:
                     raise AssertionError(f"{side}'s tokens part from the first run's")
