@@ -235,6 +235,34 @@ def variants(sm: StreamedModel, resident, prompt: list[int]) -> dict[str, Varian
     }
 
 
+def interleaved(runs: dict[str, Variant], tokens: int, rounds: int) -> dict[str, dict]:
+    """Each of `runs` once to compile and warm, then `rounds` rounds of `tokens` tokens, the
+    order reversed every other round; every run's tokens checked equal to the first's (the same
+    work in every variant and round): per variant wall and main-thread CPU µs a token each round
+    (`_timed`) and their medians."""
+    reference = None
+
+    def check(name: str, got: list[int]) -> None:
+        nonlocal reference
+        reference = reference or got
+        if got != reference:
+            raise AssertionError(f"loop_parts: {name}'s tokens part from the first variant's")
+
+    for name, run in runs.items():
+        check(name, run(tokens)[0])
+    out = {name: {"wall_us": [], "cpu_us": []} for name in runs}
+    for r in range(rounds):
+        for name in list(runs) if r % 2 == 0 else reversed(runs):
+            got, wall, cpu = _timed(runs[name], tokens)
+            check(name, got)
+            out[name]["wall_us"].append(wall)
+            out[name]["cpu_us"].append(cpu)
+    for v in out.values():
+        v["wall_median"] = statistics.median(v["wall_us"])
+        v["cpu_median"] = statistics.median(v["cpu_us"])
+    return out
+
+
 def loop_parts(
     model: str, tokens: int, rounds: int, only: list[str] | None = None, profiles: bool = True
 ) -> dict:
@@ -253,21 +281,7 @@ def loop_parts(
             if unknown:
                 raise ValueError(f"no loop_parts variant {unknown}: choose from {sorted(runs)}")
             runs = {k: v for k, v in runs.items() if k in only}
-        reference = None
-        for name, run in runs.items():  # compile, warm; and the same work in every variant
-            got, _ = run(tokens)
-            reference = reference or got
-            if got != reference:
-                raise AssertionError(f"loop_parts: {name}'s tokens part from the first variant's")
-        out = {name: {"wall_us": [], "cpu_us": []} for name in runs}
-        for r in range(rounds):
-            for name in list(runs) if r % 2 == 0 else reversed(runs):
-                _, wall, cpu = _timed(runs[name], tokens)
-                out[name]["wall_us"].append(wall)
-                out[name]["cpu_us"].append(cpu)
-        for v in out.values():
-            v["wall_median"] = statistics.median(v["wall_us"])
-            v["cpu_median"] = statistics.median(v["cpu_us"])
+        out = interleaved(runs, tokens, rounds)
         if profiles:
             out["profiles"] = {p: _profile(runs[p], tokens) for p in PROFILED if p in runs}
         out["moe_layers"] = len(sm.main_moe_layers)
