@@ -269,16 +269,29 @@ def _no_reads(r: PassRecord) -> PassRecord:
 
 
 def spec_rows(steps: tuple[str, ...] = ("spec", "drafters", "auto")) -> list[dict]:
-    """Every speculative run of `steps` with the plain runs of its step, budget and routing on
-    either side of it: the last before it (its `plain`: the reference of its tokens and bytes)
-    and the first after it, where the step interleaves plain runs (from the sixth session: one
-    before each group and one after the last); before that, one plain run opened each budget."""
+    """Every speculative run of `steps` with the plain runs it is measured against: a run in
+    lockstep (`bench_cuda.py --lockstep`, from the thirty-second session) against its own pair's
+    plain run, with `grid`: which of its session's lockstep grids at that budget; any other against the plain runs of its step, budget and routing on either side
+    of it: the last before it (its `plain`: the reference of its tokens and bytes) and the first
+    after it, where the step interleaves plain runs (from the sixth session: one before each
+    group and one after the last); before that, one plain run opened each budget."""
     out = []
     for step in steps:
         last: dict = {}  # (session, budget, routing) -> its latest plain run
         waiting: dict = {}  # the same -> its runs since then, waiting for the next plain run
+        pairs: dict = {}  # (session, budget, routing, lockstep pair) -> the pair's plain run
+        grids: dict = {}  # (session, budget, routing) -> lockstep grids so far (pair 0 opens one)
         for row in runs(step):
             key = (row.get("session", 1), row["budget"], row["routing"])
+            if "lockstep" in row:
+                pair = (key, row["lockstep"])
+                if row["drafter"] == "none":
+                    pairs[pair] = row
+                    grids[key] = grids.get(key, 0) + (row["lockstep"] == 0)
+                else:
+                    plain = pairs[pair]
+                    out.append({**row, "plain": plain, "plains": [plain], "grid": grids[key]})
+                continue
             if row["drafter"] != "none":
                 if key in last:
                     out.append({**row, "plain": last[key], "plains": [last[key]]})
@@ -360,24 +373,26 @@ def _oracle_grid(sessions: tuple[int, ...] | None = None) -> list[dict]:
 
 
 def break_even_text(profs: dict, sessions: tuple[int, ...] | None = None) -> str:
-    """Measured and modeled break-even α per γ (oracle runs), where the speed-up crosses 1;
-    misaddressed runs left out."""
+    """Measured and modeled break-even α per γ (oracle runs), where the speed-up crosses 1, per
+    session (each lockstep grid apart; other runs of a session pooled); misaddressed runs left
+    out."""
     lines = []
     by: dict = {}
     for row in _oracle_grid(sessions):
         alpha = float(row["drafter"].split(":")[1])
-        by.setdefault((row.get("session", 1), row["budget"], row["gamma"]), []).append(
+        how = f" (lockstep grid {row['grid']})" if "lockstep" in row else ""
+        by.setdefault((row.get("session", 1), how, row["budget"], row["gamma"]), []).append(
             (alpha, *_speedups(row, profs), own(row))
         )
-    for (sess, budget, gamma), pts in sorted(
-        by.items(), key=lambda kv: (kv[0][0], kv[0][1], int(kv[0][2]))
+    for (sess, how, budget, gamma), pts in sorted(
+        by.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], int(kv[0][3]))
     ):
         pts.sort()
         meas = _crossing([(a, m) for a, m, _, _ in pts])
         mod = _crossing([(a, d[prof]) for a, _, d, prof in pts])
         lo, hi = pts[0][0], pts[-1][0]
         lines.append(
-            f"- session {sess}, {budget}, γ = {gamma}: measured break-even α "
+            f"- session {sess}{how}, {budget}, γ = {gamma}: measured break-even α "
             f"{_crossing_text(meas, lo, hi)}; "
             f"modeled ({pts[0][3]}) {_crossing_text(mod, lo, hi)}"
         )

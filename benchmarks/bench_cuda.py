@@ -53,7 +53,11 @@ Nothing here is a timed test.
     scale      budgets from one token's experts to 9 GB, page cache bypassed (O_DIRECT), routing
                by the model's router and by the trace: tok/s, time blocked on reads, GB/s
     spec       oracle α 0.5-1.0 × γ 1/2/3/4/8 at three budgets, trace routing: measured seconds,
-               a plain run before each α's runs and after the last (speed-ups against those)
+               a plain run before each α's runs and after the last (speed-ups against those);
+               with --lockstep, each run in lockstep with a plain run of its own, a pass of
+               each in turn on two loaded models (specdec/bench/lockstep.py: the disk's drift
+               over minutes moved one grid's runs by up to 0.28x against the plain runs
+               around them)
     auto       --gamma auto at --auto-alphas, beside the fixed γ of --auto-gammas between the same
                plain runs
     drafters   self and lookup at the same budgets
@@ -777,10 +781,9 @@ def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> l
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
     from specdec.stream.loader import load
-    from specdec.trace.format import load_trace
 
     prof = get_profile(args.profile)
-    trace = load_trace(Path(args.disk) / "minimax.trace")
+    trace = _trace(args)
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
     groups: dict = {}
     for budget, drafter, gamma, routing, lookahead in plan:
@@ -803,21 +806,78 @@ def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> l
                                stop_at_eos=False, routing=given, reference=reference)  # fmt: skip
                 if drafter == "none" and gamma == 1:
                     reference = res.tokens
-                s = res.summary
-                row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma),
-                       "routing": routing, "lookahead": lookahead,
-                       "session": args.session, "read_beside_gbps": beside,
-                       "tokens": res.tokens}  # fmt: skip
-                rows.append(row)
-                sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
-                                       "records": [r.__dict__ for r in res.records]},
-                                      default=str) + "\n")  # fmt: skip
-                sink.flush()
-                print(f"  {name} {budget} {routing} {drafter} γ={gamma} la={lookahead}: "
-                      f"{s.get('tokens_per_s') or 0:.2f} tok/s, "
-                      f"model {s.get('modeled_tokens_per_s/h200') or 0:.2f}", flush=True)  # fmt: skip
+                _keep(args, rows, sink, name, res, drafter, gamma, budget, beside,
+                      routing=routing, lookahead=lookahead)  # fmt: skip
         finally:
             sm.close()
+    sink.close()
+    return rows
+
+
+def _trace(args):
+    from specdec.trace.format import load_trace
+
+    return load_trace(Path(args.disk) / "minimax.trace")
+
+
+def _keep(args, rows: list, sink, name: str, res, drafter: str, gamma, budget: str,
+          beside: float, **where) -> None:  # fmt: skip
+    """A run's row (its summary; `where`: its routing, lookahead and lockstep pair) kept in
+    `rows`, its records written to `sink` (one JSONL line a run, in the rows' order), a line of
+    it printed; `beside`: read_beside's GB/s before it."""
+    s = res.summary
+    row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma), **where,
+           "session": args.session, "read_beside_gbps": beside, "tokens": res.tokens}  # fmt: skip
+    rows.append(row)
+    sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
+                           "records": [r.__dict__ for r in res.records]}, default=str) + "\n")  # fmt: skip
+    sink.flush()
+    print(f"  {name} {row['budget']} {row['routing']} {drafter} γ={gamma} "
+          f"la={row['lookahead']}{' lockstep ' + str(row['lockstep']) if 'lockstep' in row else ''}: "
+          f"{s.get('tokens_per_s') or 0:.2f} tok/s, "
+          f"model {s.get('modeled_tokens_per_s/h200') or 0:.2f}", flush=True)  # fmt: skip
+
+
+def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dict]:
+    """--lockstep: at each speculation budget, trace routing, each (drafter, γ) of `runs` in
+    lockstep with a plain run of its own (specdec.bench.lockstep), on two models loaded at the
+    budget, the plain side's model alternating between the pairs; the oracle's reference is an
+    untimed plain run first. Rows in pairs, plain then speculative, both with `lockstep`: the
+    pair's number; each pair's `read_beside_gbps` read on the speculative side's model."""
+    from specdec.bench.lockstep import Side, lockstep
+    from specdec.clock.profiles import get_profile
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.stream.loader import load
+
+    prof, trace = get_profile(args.profile), _trace(args)
+    rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
+    plain = DecodeConfig(1, args.tokens)
+    for budget in args.spec_budgets.split(","):
+        if time.perf_counter() > args.deadline_at:
+            break
+        models = []
+        try:
+            models += [load(packed, budget=budget, io=args.io, with_mtp=False) for _ in "ab"]
+            prompt = models[0].encode(PROMPT)
+            for sm in models:
+                warm_up(sm, prompt, runs, trace)
+            ref = generate(models[0], prompt, "none", plain, stop_at_eos=False, routing=trace)
+            for k, (drafter, gamma) in enumerate(runs):
+                if time.perf_counter() > args.deadline_at:
+                    break
+                a, b = models if k % 2 == 0 else models[::-1]
+                beside = read_beside(b)  # the disk's rate this minute; the caches reset next
+                for sm in models:
+                    sm.reset_cache()
+                sides = [Side(a, "none", plain), Side(b, drafter, DecodeConfig(gamma, args.tokens))]
+                done = lockstep(sides, prompt, (prof,), trace, ref.tokens)
+                for res, d, g in zip(done, ("none", drafter), (1, gamma), strict=True):
+                    _keep(args, rows, sink, name, res, d, g, budget, beside,
+                          routing="trace", lookahead=0, lockstep=k)  # fmt: skip
+        finally:
+            for sm in models:
+                sm.close()
     sink.close()
     return rows
 
@@ -833,6 +893,9 @@ def _against_plain(name: str, args, groups: list[list[tuple]]) -> dict:
     runs and one after the last (the first is the oracle's reference): each run's speed-up is
     taken against the plain runs on either side of its group, a minute or less apart, so the
     disk's drift (±20% over minutes on the H200's) moves both sides of the ratio alike."""
+    if args.lockstep:
+        runs = [run for group in groups for run in group]
+        return {"runs": _lockstep_runs(args, Path(args.disk) / "mm16.packed", runs, name)}
     plan = []
     for b in args.spec_budgets.split(","):
         for group in groups:
@@ -1302,6 +1365,9 @@ def main() -> int:
     ap.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="spec: draft lengths")
     ap.add_argument("--auto-alphas", default="0.5,0.7,0.9", help="auto: oracle α")
     ap.add_argument("--auto-gammas", default="", help="auto: fixed γ run beside it")
+    ap.add_argument("--lockstep", action="store_true",
+                    help="spec, auto, drafters: each run in lockstep with a plain run of its own "
+                         "(specdec.bench.lockstep), not between plain runs")  # fmt: skip
     ap.add_argument("--io", choices=("direct", "pinned"),
                     help="scale, spec, auto, drafters, lookahead, where: the read path (default: "
                     "the backend's, specdec.store.reader.default_io: pinned on CUDA)")  # fmt: skip

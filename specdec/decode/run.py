@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,45 +113,37 @@ def generate(
     reference: the plain greedy continuation a drafter needs (the oracle), when the caller has
     it already (a sweep runs it once); None: a plain run first.
     """
-    streamer = sm.streamer
-    seed = (cfg or DecodeConfig()).seed
-    streamer.route_override = TraceRouting.for_model(routing, sm, seed) if routing else None
-    try:
+    with routed(sm, routing, (cfg or DecodeConfig()).seed):
         return _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos,
                          on_pass, append, routing, reference, on_tokens)  # fmt: skip
+
+
+@contextlib.contextmanager
+def routed(sm: StreamedModel, routing: Trace | None, seed: int) -> Iterator[None]:
+    """Inside the block every MoE layer of `sm` takes `routing`'s experts instead of its
+    router's (specdec.decode.trace_routing); None: the router's own."""
+    streamer = sm.streamer
+    streamer.route_override = TraceRouting.for_model(routing, sm, seed) if routing else None
+    try:
+        yield
     finally:
         streamer.route_override = None
 
 
-def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_pass, append,
-              routing, reference, on_tokens) -> GenerationResult:  # fmt: skip
-    cfg = cfg or DecodeConfig()
-    spec = DrafterSpec.parse(drafter) if isinstance(drafter, str) else drafter
+def start(sm: StreamedModel, prompt: list[int], spec: DrafterSpec, cfg: DecodeConfig,
+          profiles: tuple[DeviceProfile, ...], eos: frozenset[int],
+          reference: list[int] | None) -> Decode:  # fmt: skip
+    """The run's Decode, not started: the drafter built (the oracle's reference a plain run
+    first where not given)."""
     check_context(sm, len(prompt), cfg.max_tokens)
-    eos = eos_ids(sm) if stop_at_eos else frozenset()
-    writer = RecordWriter(records_path, append) if records_path else None
-    # a run that fails before its first record leaves no records file behind (RecordWriter)
-    with writer or contextlib.nullcontext():
-        if spec.needs_reference and reference is None:
-            reference = plain_greedy(sm, prompt, cfg.max_tokens, stop_at_eos)
-        draft = spec.build(sm, reference, cfg.seed)
-        run = Decode(sm, prompt, draft, cfg, profiles, eos)
-        records: list[PassRecord] = []
-        tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
-        shown = 0  # tokens given to on_tokens
-        watch = sm.streamer.log.watching(tap) if tap else contextlib.nullcontext()
-        with watch:
-            for rec in run.passes():
-                if tap:
-                    rec.routing = tap.take_verify_rows()
-                records.append(rec)
-                if writer:
-                    writer.write(rec)
-                if on_pass:
-                    on_pass(rec)
-                if on_tokens:
-                    on_tokens(run.generated_since(shown))
-                    shown = run.n_generated
+    if spec.needs_reference and reference is None:
+        reference = plain_greedy(sm, prompt, cfg.max_tokens, bool(eos))
+    return Decode(sm, prompt, spec.build(sm, reference, cfg.seed), cfg, profiles, eos)
+
+
+def result(sm: StreamedModel, run: Decode, records: list[PassRecord], spec: DrafterSpec,
+           profiles: tuple[DeviceProfile, ...], routing: Trace | None) -> GenerationResult:  # fmt: skip
+    """A finished run's tokens, text, records and summary (what `specdec generate` prints)."""
     summary = summarize(records, [p.name for p in profiles])
     summary["drafter"] = str(spec)
     # which model ran, whatever its name: a path of the same name is not the bundled model
@@ -169,3 +161,31 @@ def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_
     summary["routing"] = "model" if routing is None else f"trace:{routing.model or 'given'}"
     text = sm.tokenizer.decode(run.generated)
     return GenerationResult(list(run.generated), text, records, summary, run.prefill_s)
+
+
+def _generate(sm, prompt, drafter, cfg, profiles, records_path, stop_at_eos, on_pass, append,
+              routing, reference, on_tokens) -> GenerationResult:  # fmt: skip
+    cfg = cfg or DecodeConfig()
+    spec = DrafterSpec.parse(drafter) if isinstance(drafter, str) else drafter
+    eos = eos_ids(sm) if stop_at_eos else frozenset()
+    writer = RecordWriter(records_path, append) if records_path else None
+    # a run that fails before its first record leaves no records file behind (RecordWriter)
+    with writer or contextlib.nullcontext():
+        run = start(sm, prompt, spec, cfg, profiles, eos, reference)
+        records: list[PassRecord] = []
+        tap = RoutingRecorder() if records_path else None  # routing per pass, for the records
+        shown = 0  # tokens given to on_tokens
+        watch = sm.streamer.log.watching(tap) if tap else contextlib.nullcontext()
+        with watch:
+            for rec in run.passes():
+                if tap:
+                    rec.routing = tap.take_verify_rows()
+                records.append(rec)
+                if writer:
+                    writer.write(rec)
+                if on_pass:
+                    on_pass(rec)
+                if on_tokens:
+                    on_tokens(run.generated_since(shown))
+                    shown = run.n_generated
+    return result(sm, run, records, spec, profiles, routing)

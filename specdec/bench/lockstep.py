@@ -1,0 +1,89 @@
+"""Decodes run in lockstep, each on a loaded model of its own: a speculative run and the plain
+run it is measured against take turns a pass at a time, so the disk's drift moves both sides
+of a measured speed-up alike.
+
+    from specdec.bench.lockstep import Side, lockstep
+    plain, spec = lockstep([Side(sm_a, "none", DecodeConfig(1, 48)),
+                            Side(sm_b, "oracle:0.9", DecodeConfig(4, 48))],
+                           prompt, reference=tokens)
+
+`python benchmarks/bench_cuda.py ... --lockstep spec` measures the break-even α this way on a
+GPU. Runs one after the other, a minute apart, see a disk whose rate drifts ±20% over minutes
+(the H100's and H200's virtual disks, docs/results/cuda.md): the same speculative run, measured
+twice in one session against the plain runs either side of it, read 1.09x and 0.96x. In
+lockstep each side's passes are interleaved with the other's at the granularity of a pass (a
+fraction of a second where reads dominate), so what the disk does in a minute it does to both.
+
+Each turn goes to the side with the fewest tokens committed (ties to the earlier side), for one
+pass: no side is ever more than one pass ahead of another. A pass's record times it alone (its
+clock runs from its start to its end, decode/loop.py), and no side leaves work running past its
+pass's end, with one exception refused here: plain greedy decoding where the cache holds every
+expert starts token t+1's forward before it yields t, which would compute during the other
+side's turn. Every side runs the same prompt and routing; the caches are each side's own, so a
+side's hits are what its own run earned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from specdec.clock.profiles import DeviceProfile
+from specdec.core.errors import SpecdecError
+from specdec.decode.drafters import DrafterSpec
+from specdec.decode.loop import DecodeConfig
+from specdec.decode.records import PassRecord
+from specdec.decode.run import GenerationResult, eos_ids, result, routed, start
+from specdec.stream.loader import StreamedModel
+from specdec.trace.format import Trace
+
+
+@dataclass(frozen=True)
+class Side:
+    sm: StreamedModel  # a model no other side decodes on (its cache is this side's)
+    drafter: DrafterSpec | str
+    cfg: DecodeConfig
+
+
+def lockstep(
+    sides: list[Side],
+    prompt: list[int],
+    profiles: tuple[DeviceProfile, ...] = (),
+    routing: Trace | None = None,
+    reference: list[int] | None = None,
+    stop_at_eos: bool = False,
+) -> list[GenerationResult]:
+    """Each side's run, their passes interleaved (module doc); as `generate` would return them.
+    `reference`: the plain greedy continuation a drafter needs (the oracle); None: a plain run
+    on that side's model first, before any side starts."""
+    models = [id(s.sm) for s in sides]
+    if len(set(models)) < len(models):
+        raise SpecdecError("lockstep: two sides share a loaded model: load one per side")
+    for i, s in enumerate(sides):
+        if s.sm.streamer.source.holds_all:
+            raise SpecdecError(
+                f"lockstep: side {i}'s budget holds every expert, where plain greedy decoding "
+                "computes the next token during the other side's turn: compare whole runs there"
+            )
+    specs = [DrafterSpec.parse(s.drafter) if isinstance(s.drafter, str) else s.drafter
+             for s in sides]  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for s, spec in zip(sides, specs, strict=True):
+            stack.enter_context(routed(s.sm, routing, s.cfg.seed))
+            eos = eos_ids(s.sm) if stop_at_eos else frozenset()
+            runs.append(start(s.sm, prompt, spec, s.cfg, profiles, eos, reference))
+        passes = [run.passes() for run in runs]
+        records: list[list[PassRecord]] = [[] for _ in sides]
+        live = list(range(len(sides)))
+        while live:
+            i = min(live, key=lambda j: runs[j].n_generated)  # the first of the fewest
+            rec = next(passes[i], None)
+            if rec is None:
+                live.remove(i)
+            else:
+                records[i].append(rec)
+    return [
+        result(s.sm, run, recs, spec, profiles, routing)
+        for s, run, recs, spec in zip(sides, runs, records, specs, strict=True)
+    ]

@@ -1,0 +1,132 @@
+"""specdec.bench.lockstep and `bench_cuda.py --lockstep spec`, on the bundled model on this CPU:
+the sides take turns a pass at a time (never more than a pass apart), every side's tokens are
+plain greedy's, and the analysis measures each speculative run against its own pair's plain run.
+
+Run: `pytest tests/bench/test_lockstep.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis import cuda
+from specdec.bench.lockstep import Side, lockstep
+from specdec.checkpoint.bundled import resolve_model
+from specdec.core.errors import SpecdecError
+from specdec.decode.loop import Decode, DecodeConfig
+from specdec.decode.run import generate
+from specdec.stream.loader import load
+from specdec.trace.format import save_trace
+from specdec.trace.synthetic import synthetic_trace
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cuda.py"
+PROFILE = Path(__file__).resolve().parents[2] / "benchmarks/results/cuda/h100-r21.yaml"
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def models():
+    pair = [load(resolve_model("tiny"), budget="50%") for _ in "ab"]
+    yield pair
+    for sm in pair:
+        sm.close()
+
+
+def test_sides_take_turns_a_pass_at_a_time_and_decode_as_plain_greedy(models, monkeypatch):
+    a, b = models
+    trace = synthetic_trace(256, n_layers=4, n_experts=32, top_k=4, seed=3)
+    prompt = a.encode("The cache holds")
+    plain = generate(a, prompt, "none", DecodeConfig(1, TOKENS), stop_at_eos=False, routing=trace)
+    a.reset_cache()
+    turns: list[tuple[int, int]] = []  # (side, tokens committed after its pass)
+    passes = Decode.passes
+
+    def spied(run):
+        for rec in passes(run):
+            turns.append((0 if run.sm is a else 1, run.n_generated))
+            yield rec
+
+    monkeypatch.setattr(Decode, "passes", spied)
+    sides = [
+        Side(a, "none", DecodeConfig(1, TOKENS)),
+        Side(b, "oracle:0.7", DecodeConfig(3, TOKENS)),
+    ]
+    got = lockstep(sides, prompt, routing=trace, reference=plain.tokens)
+    assert [r.tokens for r in got] == [plain.tokens, plain.tokens]
+    assert [sum(r.committed for r in res.records) for res in got] == [TOKENS - 1] * 2
+    spec = got[1].records
+    assert {r.gamma for r in spec} == {3} and 0 < sum(r.accepted for r in spec) < sum(
+        r.drafted for r in spec
+    )  # the oracle both kept and rejected drafts
+    assert got[0].summary["routing"] == got[1].summary["routing"] == "trace:synthetic"
+    done = [0, 0]
+    for side, n in turns:  # each turn went to the side behind (or level: the first side)
+        behind = done[side] < done[1 - side] or (done[side] == done[1 - side] and side == 0)
+        assert behind or done[1 - side] >= TOKENS, turns
+        done[side] = n
+    switches = sum(x[0] != y[0] for x, y in zip(turns, turns[1:], strict=False))
+    assert switches >= len(spec), turns  # interleaved, not one run after the other
+
+
+def test_a_shared_model_or_a_budget_holding_every_expert_is_refused(models):
+    a, _ = models
+    prompt = a.encode("x")
+    with pytest.raises(SpecdecError, match="two sides share a loaded model"):
+        lockstep([Side(a, "none", DecodeConfig(1, 4))] * 2, prompt)
+    full = load(resolve_model("tiny"), budget="100%")
+    try:
+        with pytest.raises(SpecdecError, match="side 1's budget holds every expert"):
+            lockstep([Side(a, "none", DecodeConfig(1, 4)), Side(full, "none", DecodeConfig(1, 4))],
+                     prompt)  # fmt: skip
+    finally:
+        full.close()
+
+
+def test_bench_cuda_spec_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, monkeypatch):
+    disk, out = tmp_path / "disk", tmp_path / "out"
+    disk.mkdir()
+    pack = [sys.executable, "-m", "specdec", "pack", str(resolve_model("tiny")),
+            str(disk / "mm16.packed")]  # fmt: skip
+    subprocess.run(pack, check=True, capture_output=True, timeout=120)
+    save_trace(synthetic_trace(256, n_layers=4, n_experts=32, top_k=4), disk / "minimax.trace")
+    cmd = [sys.executable, str(BENCH), "--disk", str(disk), "--out", str(out), "--session", "99",
+           "--profile", str(PROFILE), "--tokens", "16", "--spec-budgets", "50%",
+           "--alphas", "1.0,0.6", "--gammas", "2,3", "--lockstep", "spec"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr[-2000:]
+    result = json.loads((out / "spec.json").read_text())
+    assert "error" not in result, result.get("traceback")
+    rows = result["runs"]
+    assert [(r["drafter"], r["gamma"], r["lockstep"]) for r in rows] == [
+        (d, g, k)
+        for k, (drafter, gamma) in enumerate(
+            [("oracle:1", "2"), ("oracle:1", "3"), ("oracle:0.6", "2"), ("oracle:0.6", "3")]
+        )
+        for d, g in (("none", "1"), (drafter, gamma))
+    ]
+    assert len({tuple(r["tokens"]) for r in rows}) == 1  # every run plain greedy's tokens
+    assert len((out / "spec.jsonl").read_text().splitlines()) == len(rows)
+    shutil.copy(PROFILE, out / PROFILE.name)
+    for step in ("drafters", "auto"):  # the break-even reads every speculative step's runs
+        (out / f"{step}.json").write_text('{"runs": []}')
+        (out / f"{step}.jsonl").write_text("")
+    monkeypatch.setattr(cuda, "RESULTS", out)
+    monkeypatch.setattr(cuda, "SESSIONS", {99: (PROFILE.stem,)})
+    cuda.runs.cache_clear()
+    try:
+        kept, paired = cuda.runs("spec"), cuda.spec_rows(("spec",))
+        assert [(r["lockstep"], r["grid"]) for r in paired] == [(k, 1) for k in range(4)]
+        for k, r in enumerate(paired):  # its own pair's plain run, and no other
+            assert r["plain"] is kept[2 * k] and r["plains"] == [kept[2 * k]]
+        lines = cuda.break_even_text(cuda.profiles(), (99,)).splitlines()
+        assert [line.split(":")[0] for line in lines] == [
+            f"- session 99 (lockstep grid 1), 50%, γ = {g}" for g in (2, 3)
+        ]
+    finally:
+        cuda.runs.cache_clear()
