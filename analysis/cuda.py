@@ -2,6 +2,7 @@
 
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
+    python -m analysis.cuda lockstep     # the runs in lockstep with their own plain runs
     python -m analysis.cuda model        # modeled vs measured time per token, every run
     python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | host_reads | shm | reads
     python -m analysis.cuda pinned       # --io pinned against --io direct (reads, landing, decode)
@@ -42,7 +43,7 @@ from pathlib import Path
 from analysis._runs import md_table
 from specdec.checkpoint.presets import like_config
 from specdec.clock.passes import PassClock
-from specdec.clock.profiles import load_profile
+from specdec.clock.profiles import load_profile, non_decreasing
 from specdec.clock.shapes import ModelShape
 from specdec.decode.records import PassRecord
 from specdec.decode.run import first_departure
@@ -100,6 +101,10 @@ SESSIONS = {
     # an H100 again: `loop_parts` with counted steps beside replayed ones, the full-budget pairs
     # twice (4 pairs each: overhead.json, overhead-2.json), `first_tokens` (no priced runs)
     31: ("h100-r21",),
+    # an H100 again, its own profile: the 9 GB grid in lockstep (specdec.bench.lockstep) three
+    # times (the third at α 0.85-1.0 by 0.05), the 10% grid in lockstep once, the 9 GB grid
+    # between plain runs twice, interleaved with them; the full-budget pairs
+    32: ("h100-r32",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -357,6 +362,81 @@ def spec_table(sessions: tuple[int, ...] | None = None) -> str:
     heads = ["budget", "drafter", "γ", "acceptance", "tok/s", "speed-up, measured", "modeled",
              "profile", "bytes/token vs plain", "tokens vs plain"]  # fmt: skip
     return md_table(heads, body) + "\n" + break_even_text(profs, sessions)
+
+
+def lockstep_table() -> str:
+    """The runs in lockstep (`bench_cuda.py --lockstep`), pair by pair: each side's tok/s, the
+    read GB/s each side's reads reached (bytes over the time a read was in flight) and its
+    misses a MoE layer a pass; then how far apart a session's runs of one (budget, α, γ) land,
+    in lockstep and between plain runs, and the model's speed-up error on the lockstep runs on
+    the profile's read curve and on the same curve made non-decreasing (as `specdec bench device`
+    writes it since: clock.profiles.non_decreasing)."""
+    profs = profiles()
+    body, errs = [], {"curve": [], "curve made non-decreasing": []}
+    crossings: dict = {}  # (session, grid, budget, γ) -> [(α, measured, modeled non-decreasing)]
+    for row in spec_rows():
+        if "lockstep" not in row:
+            continue
+        plain, prof = row["plain"], profs[own(row)]
+        sides = [(_read_gbps(r["records"]), _misses_a_layer(r)) for r in (plain, row)]
+        body.append([
+            row.get("session", 1), row["grid"], row["budget"], row["drafter"], row["gamma"],
+            _f(measured_tps(plain)), _f(measured_tps(row)), f"{measured_speedup(row):.2f}x",
+            f"{sides[0][0]:.2f} / {sides[1][0]:.2f}", f"{sides[1][0] / sides[0][0]:.2f}",
+            f"{sides[0][1]:.1f} / {sides[1][1]:.1f}",
+        ])  # fmt: skip
+        flat = replace(prof, read_curve=non_decreasing(prof.read_curve))
+        for name, pr in zip(errs, (prof, flat), strict=True):
+            modeled = modeled_tps(row, pr) / modeled_tps(plain, pr)
+            errs[name].append(modeled / measured_speedup(row) - 1)
+        if row["drafter"].startswith("oracle:"):
+            key = (row.get("session", 1), row["grid"], row["budget"], row["gamma"])
+            alpha = float(row["drafter"].split(":")[1])
+            crossings.setdefault(key, []).append((alpha, measured_speedup(row), modeled))
+    heads = ["session", "grid", "budget", "drafter", "γ", "plain tok/s", "tok/s",
+             "speed-up", "read GB/s plain / spec", "spec / plain", "misses a layer a pass"]  # fmt: skip
+    lines = [
+        f"- the model's speed-up against the measured, {len(v)} runs, on the profile's read "
+        f"{name}: median {statistics.median(v):+.1%}, worst {max(v, key=abs):+.1%}"
+        for name, v in errs.items()
+        if v
+    ]
+    for (sess, grid, budget, gamma), pts in sorted(crossings.items()):
+        pts.sort()
+        lo, hi = pts[0][0], pts[-1][0]
+        meas, mod = (_crossing([(a, p[i]) for a, *p in pts]) for i in (0, 1))
+        lines.append(
+            f"- session {sess} grid {grid}, {budget}, γ = {gamma}: break-even α measured "
+            f"{_crossing_text(meas, lo, hi)}, modeled on the curve made non-decreasing "
+            f"{_crossing_text(mod, lo, hi)}"
+        )
+    return md_table(heads, body) + "\n" + "\n".join(lines + _spreads()) + "\n"
+
+
+def _misses_a_layer(row: dict) -> float:
+    recs = row["records"]
+    return sum(r.reads for r in recs) / len(recs) / LAYERS
+
+
+def _spreads() -> list[str]:
+    """Per session that ran a (budget, α, γ) more than once: the widest spread of its measured
+    speed-ups, in lockstep and between plain runs."""
+    by: dict = {}
+    for row in _oracle_grid():
+        how = "in lockstep" if "lockstep" in row else "between plain runs"
+        key = (row.get("session", 1), how, row["budget"], row["drafter"], row["gamma"])
+        by.setdefault(key, []).append(measured_speedup(row))
+    widest: dict = {}
+    for (sess, how, *run), ups in by.items():
+        if len(ups) > 1 and sess in {s for s, h, *_ in by if h == "in lockstep"}:
+            spread = max(ups) - min(ups)
+            if spread >= widest.get((sess, how), (0.0,))[0]:
+                widest[(sess, how)] = (spread, run, len(ups))
+    return [
+        f"- session {sess}, {how}: one (budget, α, γ) measured {n} times lands up to "
+        f"{spread:.2f} apart ({run[0]} {run[1]} γ = {run[2]})"
+        for (sess, how), (spread, run, n) in sorted(widest.items())
+    ]
 
 
 def _oracle_grid(sessions: tuple[int, ...] | None = None) -> list[dict]:
@@ -1191,6 +1271,7 @@ def loop_profile_table(top: int = 8) -> str:
 TABLES = {
     "scale": scale_table,
     "spec": spec_table,
+    "lockstep": lockstep_table,
     "model": model_table,
     "split": split_table,
     "auto": auto_table,

@@ -10,7 +10,8 @@ machine, named in the profile's `sources`, none of them from the runs the profil
                       slots the GPU has just computed on, as a decode's are) at the model's
                       block size, one point per reads in flight (--threads); from a test file
                       written first, or with --read-pack from the modeled model's own pack,
-                      read in place
+                      read in place; a point below one with fewer reads in flight pooled with
+                      it (clock.profiles.non_decreasing: the medians are noise there)
     read_latency_s    O_DIRECT 4 KiB reads one at a time from the same file: the per-read cost
     peak_tflops       a 16-bit dense matmul (4096³), the accelerator's compute ceiling here
     mem_gbps          the expert kernel: the switch module's three projections of one layer by
@@ -61,7 +62,7 @@ import mlx.core as mx
 import numpy as np
 
 from specdec.bench.read import TOUCHED, bench_read
-from specdec.clock.profiles import DeviceProfile, capped_latency
+from specdec.clock.profiles import DeviceProfile, capped_latency, non_decreasing
 from specdec.core.accelerator import on_cuda
 from specdec.core.machine import machine_info
 from specdec.store.reader import ExpertReader, default_io, page_cache_io
@@ -421,6 +422,14 @@ def _miss_source(mc: dict) -> str:
     )
 
 
+def _pooled_source(medians: tuple, curve: tuple) -> str:
+    """What the curve's source adds where a point was pooled (clock.profiles.non_decreasing)."""
+    if medians == curve:
+        return ""
+    raw = ", ".join(f"{n:g}: {g:.3g}" for n, g in medians)
+    return f"; medians by reads in flight {raw}, pooled where one read slower than one before it"
+
+
 def _position_source(lc: dict) -> str:
     widths = ", ".join(
         f"{r['positions']}: {r['beyond_compute_s'] * 1e3:.2f}" for r in lc["verify"]
@@ -468,9 +477,10 @@ def device_profile(
     reads = bench_read(directory, block_bytes, file_bytes, threads, rounds=READ_ROUNDS,
                        run_bytes=READ_RUN_BYTES, paths=(path,), pack=read_pack)  # fmt: skip
     lat = read_latency(directory)
-    curve = tuple(
+    medians = tuple(
         (float(p["threads"]), float(p["gbps"])) for p in reads["paths"] if not p["page_cache"]
     )
+    curve = non_decreasing(medians)
     provisional = DeviceProfile(
         name, mem_gbps=kern["gbps"], peak_tflops=mm["tflops"], router_sync_s=0.0,
         read_curve=curve, read_block_bytes=float(reads["block_bytes"]), read_latency_s=0.0,
@@ -508,7 +518,7 @@ def device_profile(
             "(each position as one-token calls)",
             "read_curve": f"read bench, {path}, {reads['block_bytes']}-byte blocks, "
             f"threads {list(threads)}, {READ_RUN_BYTES >> 20} MiB a point, median of "
-            f"{READ_ROUNDS} rounds, {reads['source']}",
+            f"{READ_ROUNDS} rounds, {reads['source']}" + _pooled_source(medians, curve),
             "read_latency_s": f"O_DIRECT 4 KiB random reads one at a time: median "
             f"{lat['median_s'] * 1e6:.0f} µs (capped below a block's time at each point)",
             "reads_in_flight": "this harness's ExpertReader: 8 threads",

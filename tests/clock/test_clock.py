@@ -33,6 +33,27 @@ def curve_profile(**kw) -> DeviceProfile:
     return DeviceProfile("t", **(base | kw))
 
 
+def test_a_read_curve_made_non_decreasing_pools_each_point_below_an_earlier_one():
+    from specdec.bench.device import _pooled_source
+    from specdec.clock.profiles import non_decreasing
+
+    rising = ((1.0, 1.75), (2.0, 1.94), (4.0, 2.0), (8.0, 2.02))
+    assert non_decreasing(rising) == rising  # nothing to pool
+    assert _pooled_source(rising, non_decreasing(rising)) == ""
+    # the thirty-second session's medians: every later point below the one at 2 in flight
+    r32 = ((1.0, 2.172), (2.0, 2.418), (4.0, 2.239), (8.0, 2.025), (16.0, 1.842))
+    got = non_decreasing(r32)
+    assert [n for n, _ in got] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert [g for _, g in got] == pytest.approx([sum(g for _, g in r32) / 5] * 5)
+    # a dip pooled with the point before it, and a later rise kept
+    dip = non_decreasing(((1, 2.0), (2, 3.0), (4, 2.5), (8, 3.5)))
+    assert [n for n, _ in dip] == [1, 2, 4, 8]
+    assert [g for _, g in dip] == pytest.approx([2.0, 2.75, 2.75, 3.5])
+    assert "medians by reads in flight 1: 2, 2: 3, 4: 2.5, 8: 3.5" in _pooled_source(
+        ((1, 2.0), (2, 3.0), (4, 2.5), (8, 3.5)), dip
+    )
+
+
 def test_read_curve_interpolates_and_clamps():
     p = curve_profile(read_curve=[[4, 2.0], [1, 1.0]])  # any order, lists as YAML gives them
     assert p.read_curve == ((1.0, 1.0), (4.0, 2.0))

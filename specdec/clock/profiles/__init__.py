@@ -72,6 +72,23 @@ def interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
     return points[-1][1]
 
 
+def non_decreasing(curve: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    """A read curve [(reads in flight, GB/s)] with no point below one at fewer reads in flight:
+    adjacent points that do are pooled into their mean (pool-adjacent-violators, each point
+    weighted alike). A read bench's medians swing ±10% point to point on a drifting disk (the
+    H100s' and H200s' virtual disks), and a point that reads slower with more reads in flight
+    priced a speculative pass's larger batches slower per byte than plain decoding's; runs in
+    lockstep (specdec.bench.lockstep) read at the same GB/s with 2 and 9 misses a layer
+    (docs/results/cuda.md, the thirty-second session)."""
+    pools: list[tuple[float, list[float]]] = []  # (GB/s, the points' reads in flight)
+    for n, g in curve:
+        pools.append((g, [n]))
+        while len(pools) > 1 and pools[-2][0] > pools[-1][0]:
+            (gb, nb), (ga, na) = pools.pop(), pools.pop()
+            pools.append(((ga * len(na) + gb * len(nb)) / (len(na) + len(nb)), na + nb))
+    return tuple((n, g) for g, ns in pools for n in ns)
+
+
 def capped_latency(latency_s: float, curve, block_bytes: float) -> float:
     """`latency_s`, lowered below 90% of a block's time at every curve point: a profile's latency
     cannot exceed what one read took (DeviceProfile checks it), and on a fast or noisy small-block
