@@ -274,12 +274,13 @@ def _no_reads(r: PassRecord) -> PassRecord:
 
 
 def spec_rows(steps: tuple[str, ...] = ("spec", "drafters", "auto")) -> list[dict]:
-    """Every speculative run of `steps` with the plain runs it is measured against: a run in
-    lockstep (`bench_cuda.py --lockstep`, from the thirty-second session) against its own pair's
-    plain run, with `grid`: which of its session's lockstep grids at that budget; any other against the plain runs of its step, budget and routing on either side
-    of it: the last before it (its `plain`: the reference of its tokens and bytes) and the first
-    after it, where the step interleaves plain runs (from the sixth session: one before each
-    group and one after the last); before that, one plain run opened each budget."""
+    """Every speculative run of `steps` with the plain runs it is measured against. A run in
+    lockstep (`bench_cuda.py --lockstep`, from the thirty-second session): its own pair's plain
+    run, and `grid`, which of its session's lockstep grids at that budget it is in. Any other:
+    the plain runs of its step, budget and routing on either side of it, the last before it
+    (its `plain`: the reference of its tokens and bytes) and the first after it, where the step
+    interleaves plain runs (from the sixth session: one before each group and one after the
+    last); before that, one plain run opened each budget."""
     out = []
     for step in steps:
         last: dict = {}  # (session, budget, routing) -> its latest plain run
@@ -373,6 +374,7 @@ def lockstep_table() -> str:
     writes it since: clock.profiles.non_decreasing)."""
     profs = profiles()
     body, errs = [], {"curve": [], "curve made non-decreasing": []}
+    per_token: dict = {name: [] for name in errs}  # modeled time / measured - 1, both sides
     crossings: dict = {}  # (session, grid, budget, γ) -> [(α, measured, modeled non-decreasing)]
     for row in spec_rows():
         if "lockstep" not in row:
@@ -386,19 +388,29 @@ def lockstep_table() -> str:
             f"{sides[0][1]:.1f} / {sides[1][1]:.1f}",
         ])  # fmt: skip
         flat = replace(prof, read_curve=non_decreasing(prof.read_curve))
+        modeled = {}
         for name, pr in zip(errs, (prof, flat), strict=True):
-            modeled = modeled_tps(row, pr) / modeled_tps(plain, pr)
-            errs[name].append(modeled / measured_speedup(row) - 1)
+            modeled[name] = modeled_tps(row, pr) / modeled_tps(plain, pr)
+            errs[name].append(modeled[name] / measured_speedup(row) - 1)
+            per_token[name] += [device_tps(r) / modeled_tps(r, pr) - 1 for r in (plain, row)]
         if row["drafter"].startswith("oracle:"):
             key = (row.get("session", 1), row["grid"], row["budget"], row["gamma"])
             alpha = float(row["drafter"].split(":")[1])
-            crossings.setdefault(key, []).append((alpha, measured_speedup(row), modeled))
+            crossings.setdefault(key, []).append(
+                (alpha, measured_speedup(row), modeled["curve made non-decreasing"])
+            )
     heads = ["session", "grid", "budget", "drafter", "γ", "plain tok/s", "tok/s",
              "speed-up", "read GB/s plain / spec", "spec / plain", "misses a layer a pass"]  # fmt: skip
     lines = [
         f"- the model's speed-up against the measured, {len(v)} runs, on the profile's read "
         f"{name}: median {statistics.median(v):+.1%}, worst {max(v, key=abs):+.1%}"
         for name, v in errs.items()
+        if v
+    ] + [
+        f"- the model's time per token against the measured, {len(v)} runs (both sides), on "
+        f"the profile's read {name}: median {statistics.median(v):+.1%}, worst "
+        f"{max(v, key=abs):+.1%}"
+        for name, v in per_token.items()
         if v
     ]
     for (sess, grid, budget, gamma), pts in sorted(crossings.items()):
@@ -414,6 +426,7 @@ def lockstep_table() -> str:
 
 
 def _misses_a_layer(row: dict) -> float:
+    """Blocks a run read a pass, over the 16-layer model's MoE layers."""
     recs = row["records"]
     return sum(r.reads for r in recs) / len(recs) / LAYERS
 
@@ -427,8 +440,9 @@ def _spreads() -> list[str]:
         key = (row.get("session", 1), how, row["budget"], row["drafter"], row["gamma"])
         by.setdefault(key, []).append(measured_speedup(row))
     widest: dict = {}
+    lockstep_sessions = {sess for sess, how, *_ in by if how == "in lockstep"}
     for (sess, how, *run), ups in by.items():
-        if len(ups) > 1 and sess in {s for s, h, *_ in by if h == "in lockstep"}:
+        if len(ups) > 1 and sess in lockstep_sessions:
             spread = max(ups) - min(ups)
             if spread >= widest.get((sess, how), (0.0,))[0]:
                 widest[(sess, how)] = (spread, run, len(ups))

@@ -20,7 +20,11 @@ clock runs from its start to its end, decode/loop.py), and no side leaves work r
 pass's end, with one exception refused here: plain greedy decoding where the cache holds every
 expert starts token t+1's forward before it yields t, which would compute during the other
 side's turn. Every side runs the same prompt and routing; the caches are each side's own, so a
-side's hits are what its own run earned.
+side's hits are what its own run earned. Each side's decode keeps the heap alive at its start
+out of the collector's passes until it ends (decode/loop.py `_heap_frozen`, which the first side
+to end undoes for all): with the fewest going first, a side is asked past its last pass only
+once every side has committed its last token (without a stop at EOS), so every pass is timed
+with the heap frozen.
 """
 
 from __future__ import annotations
