@@ -24,6 +24,7 @@ from specdec.decode.run import generate
 from specdec.stream.loader import load
 from specdec.trace.format import save_trace
 from specdec.trace.synthetic import synthetic_trace
+from tests.helpers import load_module
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_cuda.py"
 PROFILE = Path(__file__).resolve().parents[2] / "benchmarks/results/cuda/h100-r21.yaml"
@@ -88,21 +89,24 @@ def test_a_shared_model_or_a_budget_holding_every_expert_is_refused(models):
         full.close()
 
 
-def test_bench_cuda_spec_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, monkeypatch):
-    disk, out = tmp_path / "disk", tmp_path / "out"
+def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, monkeypatch):
+    """`--lockstep spec auto` and plain `spec` in one session, merged as a lent machine's output
+    is: each lockstep run against its pair's plain run alone, the others between plain runs, and
+    each kind's break-even apart."""
+    disk, results = tmp_path / "disk", tmp_path / "results"
     disk.mkdir()
     pack = [sys.executable, "-m", "specdec", "pack", str(resolve_model("tiny")),
             str(disk / "mm16.packed")]  # fmt: skip
     subprocess.run(pack, check=True, capture_output=True, timeout=120)
     save_trace(synthetic_trace(256, n_layers=4, n_experts=32, top_k=4), disk / "minimax.trace")
-    cmd = [sys.executable, str(BENCH), "--disk", str(disk), "--out", str(out), "--session", "99",
-           "--profile", str(PROFILE), "--tokens", "16", "--spec-budgets", "50%",
-           "--alphas", "1.0,0.6", "--gammas", "2,3", "--lockstep", "spec"]  # fmt: skip
-    got = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert got.returncode == 0, got.stderr[-2000:]
-    result = json.loads((out / "spec.json").read_text())
-    assert "error" not in result, result.get("traceback")
-    rows = result["runs"]
+    grid = ["--tokens", "16", "--spec-budgets", "50%", "--alphas", "1.0,0.6", "--gammas", "2,3",
+            "--auto-alphas", "0.9", "--auto-gammas", "2"]  # fmt: skip
+    for out, steps in (("paired", ["--lockstep", "spec", "auto"]), ("between", ["spec"])):
+        cmd = [sys.executable, str(BENCH), "--disk", str(disk), "--out", str(tmp_path / out),
+               "--session", "99", "--profile", str(PROFILE), *grid, *steps]  # fmt: skip
+        got = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert got.returncode == 0, got.stderr[-2000:]
+    rows = json.loads((tmp_path / "paired" / "spec.json").read_text())["runs"]
     assert [(r["drafter"], r["gamma"], r["lockstep"]) for r in rows] == [
         (d, g, k)
         for k, (drafter, gamma) in enumerate(
@@ -110,23 +114,34 @@ def test_bench_cuda_spec_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_p
         )
         for d, g in (("none", "1"), (drafter, gamma))
     ]
-    assert len({tuple(r["tokens"]) for r in rows}) == 1  # every run plain greedy's tokens
-    assert len((out / "spec.jsonl").read_text().splitlines()) == len(rows)
-    shutil.copy(PROFILE, out / PROFILE.name)
-    for step in ("drafters", "auto"):  # the break-even reads every speculative step's runs
-        (out / f"{step}.json").write_text('{"runs": []}')
-        (out / f"{step}.jsonl").write_text("")
-    monkeypatch.setattr(cuda, "RESULTS", out)
+    auto = json.loads((tmp_path / "paired" / "auto.json").read_text())["runs"]
+    assert [(r["drafter"], r["gamma"]) for r in auto] == [
+        ("none", "1"), ("oracle:0.9", "2"), ("none", "1"), ("oracle:0.9", "auto")
+    ]  # fmt: skip
+    assert len({tuple(r["tokens"]) for r in rows + auto}) == 1  # plain greedy's, every run
+
+    results.mkdir()
+    shutil.copy(PROFILE, results / PROFILE.name)
+    for step in ("spec", "drafters", "auto"):
+        (results / f"{step}.json").write_text('{"runs": []}')
+        (results / f"{step}.jsonl").write_text("")
+    merge = load_module(BENCH.parent / "merge_cuda.py").merge
+    merge([tmp_path / "paired", tmp_path / "between"], 99, "h100", results)
+    monkeypatch.setattr(cuda, "RESULTS", results)
     monkeypatch.setattr(cuda, "SESSIONS", {99: (PROFILE.stem,)})
     cuda.runs.cache_clear()
     try:
         kept, paired = cuda.runs("spec"), cuda.spec_rows(("spec",))
-        assert [(r["lockstep"], r["grid"]) for r in paired] == [(k, 1) for k in range(4)]
-        for k, r in enumerate(paired):  # its own pair's plain run, and no other
+        lockstep = [r for r in paired if "lockstep" in r]
+        assert [(r["lockstep"], r["grid"]) for r in lockstep] == [(k, 1) for k in range(4)]
+        for k, r in enumerate(lockstep):  # its own pair's plain run, and no other
             assert r["plain"] is kept[2 * k] and r["plains"] == [kept[2 * k]]
+        between = [r for r in paired if "lockstep" not in r]  # plain, γ 2, γ 3, plain, ...
+        assert [len(r["plains"]) for r in between] == [2] * 4
+        assert between[0]["plains"] == [kept[8], kept[11]]
         lines = cuda.break_even_text(cuda.profiles(), (99,)).splitlines()
         assert [line.split(":")[0] for line in lines] == [
-            f"- session 99 (lockstep grid 1), 50%, γ = {g}" for g in (2, 3)
+            f"- session 99{how}, 50%, γ = {g}" for how in ("", " (lockstep grid 1)") for g in (2, 3)
         ]
     finally:
         cuda.runs.cache_clear()
