@@ -137,6 +137,7 @@ def start(sm: StreamedModel, prompt: list[int], spec: DrafterSpec, cfg: DecodeCo
     first where not given)."""
     check_context(sm, len(prompt), cfg.max_tokens)
     if spec.needs_reference and reference is None:
+        # stopping at EOS where the run does (no EOS ids: nothing to stop at either way)
         reference = plain_greedy(sm, prompt, cfg.max_tokens, bool(eos))
     return Decode(sm, prompt, spec.build(sm, reference, cfg.seed), cfg, profiles, eos)
 
