@@ -45,6 +45,7 @@ from specdec.checkpoint.presets import like_config
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import load_profile, non_decreasing
 from specdec.clock.shapes import ModelShape
+from specdec.costmodel.speedup import measured_break_even
 from specdec.decode.records import PassRecord
 from specdec.decode.run import first_departure
 from specdec.stream.streamed import CUDA_REACH
@@ -416,7 +417,7 @@ def lockstep_table() -> str:
     for (sess, grid, budget, gamma), pts in sorted(crossings.items()):
         pts.sort()
         lo, hi = pts[0][0], pts[-1][0]
-        meas, mod = (_crossing([(a, p[i]) for a, *p in pts]) for i in (0, 1))
+        meas, mod = (measured_break_even([(a, p[i]) for a, *p in pts]) for i in (0, 1))
         lines.append(
             f"- session {sess} grid {grid}, {budget}, γ = {gamma}: break-even α measured "
             f"{_crossing_text(meas, lo, hi)}, modeled on the curve made non-decreasing "
@@ -482,8 +483,8 @@ def break_even_text(profs: dict, sessions: tuple[int, ...] | None = None) -> str
         by.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], int(kv[0][3]))
     ):
         pts.sort()
-        meas = _crossing([(a, m) for a, m, _, _ in pts])
-        mod = _crossing([(a, d[prof]) for a, _, d, prof in pts])
+        meas = measured_break_even([(a, m) for a, m, _, _ in pts])
+        mod = measured_break_even([(a, d[prof]) for a, _, d, prof in pts])
         lo, hi = pts[0][0], pts[-1][0]
         lines.append(
             f"- session {sess}{how}, {budget}, γ = {gamma}: measured break-even α "
@@ -491,20 +492,6 @@ def break_even_text(profs: dict, sessions: tuple[int, ...] | None = None) -> str
             f"modeled ({pts[0][3]}) {_crossing_text(mod, lo, hi)}"
         )
     return "\n".join(lines) + "\n"
-
-
-def _crossing(pts: list[tuple[float, float]]) -> float | None:
-    """The smallest α from which the speed-up stays at or above 1 (interpolated into the last
-    step that crosses it); None where the highest α is still below 1."""
-    if not pts or pts[-1][1] < 1:
-        return None
-    i = len(pts) - 1
-    while i > 0 and pts[i - 1][1] >= 1:
-        i -= 1
-    if i == 0:
-        return pts[0][0]
-    (a0, s0), (a1, s1) = pts[i - 1], pts[i]
-    return a0 + (1 - s0) * (a1 - a0) / (s1 - s0)
 
 
 def _crossing_text(x: float | None, lo: float, hi: float) -> str:

@@ -756,27 +756,11 @@ def read_beside(sm, blocks: int = 96, seed: int = 0) -> float:
     return len(reqs) * index.slot_bytes / (time.perf_counter() - t) / 1e9
 
 
-def warm_up(sm, prompt: list[int], runs: list[tuple], routing) -> None:
-    """Untimed decodes at every γ the runs use, accepting and rejecting: the first call of a
-    shape pays a one-off cost in the process (the seventh session's first speculative run: 3.9 s
-    in its first γ = 2 pass; `where`: 2.4 s of CPU in the first 9-position call), which a timed
-    run must not carry."""
-    from specdec.decode.loop import DecodeConfig
-    from specdec.decode.run import generate
-
-    gammas = sorted({g for d, g in runs if d != "none" and g != "auto"} | {2})
-    n = 2 * gammas[-1] + 2
-    ref = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False, routing=routing)
-    for g in gammas:  # α 0.5: accepted and rejected drafts
-        generate(sm, prompt, "oracle:0.5", DecodeConfig(g, 2 * g + 2), stop_at_eos=False,
-                 routing=routing, reference=ref.tokens)  # fmt: skip
-    sm.reset_cache()
-
-
 def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> list[dict]:
     """Each (budget, drafter, γ, routing, lookahead) in plan, one loaded model per budget and
     routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl.
     `io` None: the backend's; each row's summary records the io it read with."""
+    from specdec.bench.lockstep import warm_up
     from specdec.clock.profiles import get_profile
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
@@ -840,19 +824,16 @@ def _keep(args, rows: list, sink, name: str, res, drafter: str, gamma, budget: s
 
 def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dict]:
     """--lockstep: at each speculation budget, trace routing, each (drafter, γ) of `runs` in
-    lockstep with a plain run of its own (specdec.bench.lockstep), on two models loaded at the
-    budget, the plain side's model alternating between the pairs; the oracle's reference is an
-    untimed plain run first. Rows in pairs, plain then speculative, both with `lockstep`: the
-    pair's number; each pair's `read_beside_gbps` read on the speculative side's model."""
-    from specdec.bench.lockstep import Side, lockstep
+    lockstep with a plain run of its own on two models loaded at the budget
+    (specdec.bench.lockstep `paired_runs`). Rows in pairs, plain then speculative, both with
+    `lockstep`: the pair's number; each pair's `read_beside_gbps` read on the speculative
+    side's model."""
+    from specdec.bench.lockstep import paired_runs
     from specdec.clock.profiles import get_profile
-    from specdec.decode.loop import DecodeConfig
-    from specdec.decode.run import generate
     from specdec.stream.loader import load
 
     prof, trace = get_profile(args.profile), _trace(args)
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
-    plain = DecodeConfig(1, args.tokens)
     for budget in args.spec_budgets.split(","):
         if time.perf_counter() > args.deadline_at:
             break
@@ -860,21 +841,14 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
         try:
             models += [load(packed, budget=budget, io=args.io, with_mtp=False) for _ in "ab"]
             prompt = models[0].encode(PROMPT)
-            for sm in models:
-                warm_up(sm, prompt, runs, trace)
-            ref = generate(models[0], prompt, "none", plain, stop_at_eos=False, routing=trace)
-            for k, (drafter, gamma) in enumerate(runs):
+            pairs = paired_runs(tuple(models), prompt, runs, args.tokens, (prof,), trace,
+                                before=read_beside)  # fmt: skip
+            for pair in pairs:
+                for res, d, g in ((pair.plain, "none", 1), (pair.spec, pair.drafter, pair.gamma)):
+                    _keep(args, rows, sink, name, res, d, g, budget, pair.before,
+                          routing="trace", lookahead=0, lockstep=pair.k)  # fmt: skip
                 if time.perf_counter() > args.deadline_at:
                     break
-                a, b = models if k % 2 == 0 else models[::-1]
-                beside = read_beside(b)  # the disk's rate this minute; the caches reset next
-                for sm in models:
-                    sm.reset_cache()
-                sides = [Side(a, "none", plain), Side(b, drafter, DecodeConfig(gamma, args.tokens))]
-                done = lockstep(sides, prompt, (prof,), trace, ref.tokens)
-                for res, d, g in zip(done, ("none", drafter), (1, gamma), strict=True):
-                    _keep(args, rows, sink, name, res, d, g, budget, beside,
-                          routing="trace", lookahead=0, lockstep=k)  # fmt: skip
         finally:
             for sm in models:
                 sm.close()

@@ -2,13 +2,15 @@
 run it is measured against take turns a pass at a time, so the disk's drift moves both sides
 of a measured speed-up alike.
 
-    from specdec.bench.lockstep import Side, lockstep
+    from specdec.bench.lockstep import Side, lockstep, paired_runs
     plain, spec = lockstep([Side(sm_a, "none", DecodeConfig(1, 48)),
                             Side(sm_b, "oracle:0.9", DecodeConfig(4, 48))],
                            prompt, reference=tokens)
+    for pair in paired_runs((sm_a, sm_b), prompt, [("oracle:0.9", 4), ("self", 3)], 48):
+        pair.plain, pair.spec  # each run beside a plain run of its own
 
-`python benchmarks/bench_cuda.py ... --lockstep spec` measures the break-even α this way on a
-GPU. Runs one after the other, a minute apart, see a disk whose rate drifts ±20% over minutes
+`specdec bench speedup` measures speed-ups and the break-even α this way on any machine
+(specdec/bench/speedup.py); `python benchmarks/bench_cuda.py ... --lockstep spec` on a GPU. Runs one after the other, a minute apart, see a disk whose rate drifts ±20% over minutes
 (the H100's and H200's virtual disks, docs/results/cuda.md): the same speculative run, measured
 twice in one session against the plain runs either side of it, read 1.09x and 0.96x. In
 lockstep each side's passes are interleaved with the other's at the granularity of a pass (a
@@ -30,6 +32,7 @@ with the heap frozen.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from specdec.clock.profiles import DeviceProfile
@@ -37,7 +40,7 @@ from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
-from specdec.decode.run import GenerationResult, eos_ids, result, routed, start
+from specdec.decode.run import GenerationResult, eos_ids, generate, result, routed, start
 from specdec.stream.loader import StreamedModel
 from specdec.trace.format import Trace
 
@@ -91,3 +94,55 @@ def lockstep(
         result(s.sm, run, recs, spec, profiles, routing)
         for s, run, recs, spec in zip(sides, runs, records, specs, strict=True)
     ]
+
+
+@dataclass(frozen=True)
+class Pair:
+    k: int  # the pair's number, in the order of the runs asked for
+    drafter: str
+    gamma: int | str
+    plain: GenerationResult
+    spec: GenerationResult
+    before: object  # what `before` returned on the speculative side's model (None: no `before`)
+
+
+def paired_runs(
+    models: tuple[StreamedModel, StreamedModel],
+    prompt: list[int],
+    runs: list[tuple[str, int | str]],
+    tokens: int,
+    profiles: tuple[DeviceProfile, ...] = (),
+    routing: Trace | None = None,
+    before: Callable[[StreamedModel], object] | None = None,
+) -> Iterator[Pair]:
+    """Each (drafter, γ) of `runs` in lockstep with a plain run of its own on the two models
+    (loaded alike, at a budget that does not hold every expert), the plain side's model
+    alternating pair to pair; both models warmed first at every γ (`warm_up`), the oracle's
+    reference an untimed plain run. `before`: called on the speculative side's model before
+    each pair (bench_cuda reads the disk's rate there); both caches are reset after it."""
+    plain = DecodeConfig(1, tokens)
+    for sm in models:
+        warm_up(sm, prompt, runs, routing)
+    ref = generate(models[0], prompt, "none", plain, stop_at_eos=False, routing=routing)
+    for k, (drafter, gamma) in enumerate(runs):
+        a, b = models if k % 2 == 0 else models[::-1]
+        seen = before(b) if before else None
+        for sm in models:
+            sm.reset_cache()
+        sides = [Side(a, "none", plain), Side(b, drafter, DecodeConfig(gamma, tokens))]
+        done = lockstep(sides, prompt, profiles, routing, ref.tokens)
+        yield Pair(k, drafter, gamma, *done, seen)
+
+
+def warm_up(sm: StreamedModel, prompt: list[int], runs: list[tuple], routing: Trace | None):
+    """Untimed decodes at every γ the runs use, accepting and rejecting: the first call of a
+    shape pays a one-off cost in the process (the seventh H200 session's first speculative run:
+    3.9 s in its first γ = 2 pass; 2.4 s of CPU in a first 9-position call), which a timed run
+    must not carry. The cache is reset after."""
+    gammas = sorted({g for d, g in runs if d != "none" and g != "auto"} | {2})
+    n = 2 * gammas[-1] + 2
+    ref = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False, routing=routing)
+    for g in gammas:  # α 0.5: accepted and rejected drafts
+        generate(sm, prompt, "oracle:0.5", DecodeConfig(g, 2 * g + 2), stop_at_eos=False,
+                 routing=routing, reference=ref.tokens)  # fmt: skip
+    sm.reset_cache()

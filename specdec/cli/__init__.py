@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "specdec.cli.bench",
-        "benchmarks: read paths (`bench read`), host overhead (`bench overhead`)",
+        "benchmarks: read paths (`bench read`), host overhead (`bench overhead`), speed-up in lockstep (`bench speedup`)",
     ),
     "trace": (
         "specdec.cli.trace",

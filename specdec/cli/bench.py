@@ -5,6 +5,9 @@
     specdec bench overhead [--json] streamed decode vs mlx-lm's decode, host µs per MoE layer
                                     (specdec/bench/overhead.py)
     specdec bench device --out F    a device profile from microbenchmarks (specdec/bench/device.py)
+    specdec bench speedup           speculative vs plain decoding in measured seconds, each run
+                                    in lockstep with a plain run of its own; break-even α
+                                    (specdec/bench/speedup.py)
 
 Each bench's command line lives in the cli.py of the part that owns what it measures, named
 as specdec/cli/__init__.py names commands (`specdec.cli.store:read` is `add_read_arguments(parser)` and
@@ -27,6 +30,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "device": (
         "specdec.cli.clock:device",
         "a roofline device profile of this machine from microbenchmarks",
+    ),
+    "speedup": (
+        "specdec.cli.speedup",
+        "speculative vs plain decoding in measured seconds, in lockstep; break-even α",
     ),
 }
 

@@ -78,6 +78,21 @@ def solve_acceptance(gamma: int, tokens: float) -> float | None:
     return float(brentq(lambda a: expected_tokens(a, gamma) - tokens, 0.0, 1.0, xtol=1e-14))
 
 
+def measured_break_even(points: list[tuple[float, float]]) -> float | None:
+    """Break-even from measured (α, speed-up) points sorted by α: the smallest α from which the
+    speed-up stays at or above 1, interpolated linearly into the last step that crosses it; the
+    lowest α where every point is at or above 1; None where the highest α is still below 1."""
+    if not points or points[-1][1] < 1:
+        return None
+    i = len(points) - 1
+    while i > 0 and points[i - 1][1] >= 1:
+        i -= 1
+    if i == 0:
+        return points[0][0]
+    (a0, s0), (a1, s1) = points[i - 1], points[i]
+    return a0 + (1 - s0) * (a1 - a0) / (s1 - s0)
+
+
 def break_even(gamma: int, cost: float, draft_cost: float = 0.0) -> float | None:
     """Acceptance below which γ loses to plain decoding.
 

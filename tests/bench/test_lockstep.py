@@ -1,6 +1,8 @@
-"""specdec.bench.lockstep and `bench_cuda.py --lockstep spec`, on the bundled model on this CPU:
-the sides take turns a pass at a time (never more than a pass apart), every side's tokens are
-plain greedy's, and the analysis measures each speculative run against its own pair's plain run.
+"""specdec.bench.lockstep, `bench_cuda.py --lockstep` and `specdec bench speedup`, on the bundled
+model on this CPU: the sides take turns a pass at a time (never more than a pass apart), every
+side's tokens are plain greedy's, the analysis measures each speculative run against its own
+pair's plain run, and the speedup bench reports each run and the break-even α, refusing bad
+input in one line before it decodes.
 
 Run: `pytest tests/bench/test_lockstep.py`.
 """
@@ -145,3 +147,55 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         ]
     finally:
         cuda.runs.cache_clear()
+
+
+def test_bench_speedup_measures_each_run_beside_plain_and_the_break_even(tmp_path):
+    out = tmp_path / "speedup.json"
+    cmd = [sys.executable, "-m", "specdec", "bench", "speedup", "--model", "tiny", "--budget",
+           "25%", "--tokens", "16", "--drafters", "oracle:1,oracle:0.5", "--gammas", "2",
+           "--profile", "m4-24gb", "--out", str(out), "--json"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    result = json.loads(got.stdout)
+    assert json.loads(out.read_text()) == result  # the file holds what was printed
+    rows = result["rows"]
+    assert [(r["drafter"], r["gamma"]) for r in rows] == [("oracle:1", 2), ("oracle:0.5", 2)]
+    for r in rows:
+        assert r["tokens_equal"] and r["speedup"] == pytest.approx(
+            r["tokens_per_s"] / r["plain_tokens_per_s"]
+        )
+        assert r["modeled_speedup/m4-24gb"] > 0 and r["plain_read_gbps"] > 0
+    assert rows[0]["acceptance"] == 1.0 and rows[1]["acceptance"] < 1.0
+    be = result["break_even"]["2"]
+    assert be["alphas"] == [0.5, 1.0] and {"speedup", "modeled_speedup/m4-24gb"} < set(be)
+    assert result["config"]["budget"] == "25%" and result["seed"] == 0
+    assert not result["ran"]["holds_all_experts"] and "packages" in result["machine"]
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--budget", "100%"], "holds every expert"),
+        (["--gammas", "1"], "give a fixed γ >= 2"),
+        (["--drafters", "none"], "drafter none drafts nothing"),
+        (["--tokens", "1"], "--tokens 1: give at least 2"),
+        (["--drafters", "oracle:2"], "oracle"),
+    ],
+)
+def test_bench_speedup_refuses_bad_input_in_one_line(tmp_path, argv, says):
+    cmd = [sys.executable, "-m", "specdec", "bench", "speedup", "--model", "tiny", "--tokens",
+           "8", "--out", str(tmp_path / "r.json"), *argv]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert got.returncode != 0 and "Traceback" not in got.stderr
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], got.stderr
+    assert not (tmp_path / "r.json").exists()  # nothing written
+
+
+def test_bench_speedup_refuses_an_existing_output_before_decoding(tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("kept")
+    cmd = [sys.executable, "-m", "specdec", "bench", "speedup", "--out", str(out)]
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2 and "exists; choose another output path" in got.stderr
+    assert out.read_text() == "kept"

@@ -241,3 +241,18 @@ def test_draft_cost_enters_every_pass():
     assert m.cost_by_gamma[8] == pytest.approx(35.01 / 8)  # the union part alone
     assert m.alphas[0].speedup_by_gamma[8] == pytest.approx(expected_tokens(0.9, 8) / rows[8].cost)
     assert rows[8].break_even == pytest.approx(solve_acceptance(8, rows[8].cost))
+
+
+def test_measured_break_even_interpolates_the_last_crossing_into_1x():
+    from specdec.costmodel.speedup import measured_break_even
+
+    assert measured_break_even([(0.8, 0.84), (0.9, 1.02), (1.0, 1.04)]) == pytest.approx(
+        0.8 + 0.16 / 0.18 * 0.1
+    )
+    # a dip above the crossing: the α from which the speed-up stays at 1x or more
+    assert measured_break_even([(0.8, 1.01), (0.9, 0.96), (1.0, 1.1)]) == pytest.approx(
+        0.9 + 0.04 / 0.14 * 0.1
+    )
+    assert measured_break_even([(0.8, 1.2), (1.0, 1.3)]) == 0.8  # every α pays: the lowest
+    assert measured_break_even([(0.8, 0.7), (1.0, 0.95)]) is None  # α 1 still loses
+    assert measured_break_even([]) is None

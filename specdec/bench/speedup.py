@@ -1,0 +1,190 @@
+"""`specdec bench speedup`: speculative decoding against plain decoding in measured seconds on
+this machine, and the acceptance at which it breaks even.
+
+    specdec bench speedup --model DIR --budget 25% --drafters oracle:1,oracle:0.9,oracle:0.8 \
+        --gammas 3,4 --tokens 64 [--routing TRACE] [--profile NAME] [--json] [--out FILE]
+
+Each (drafter, γ) runs in lockstep with a plain run of its own (specdec.bench.lockstep): the
+model is loaded twice at the budget (two caches: twice the arena in memory) and the two sides
+take turns a pass at a time, so a disk or a thermal state that drifts over minutes moves both
+sides of a speed-up alike (on the lent H100, three grids measured so landed within 0.05 of each
+other, two between plain runs 0.14 apart: docs/results/cuda.md, the thirty-second session).
+Per run: each side's tok/s (decode: prefill excluded), the speed-up, acceptance, bytes per
+committed token against plain's, the GB/s each side's reads reached, and whether its tokens
+are plain greedy's (they must be). With oracle drafters, the break-even α per γ, where the
+measured speed-up crosses 1 (costmodel.speedup.measured_break_even); with --profile, the device
+model's speed-up and break-even beside. The result records its config, seed, versions and
+machine. A budget that holds every expert is refused: there plain decoding starts the next
+token before it yields one, which lockstep cannot time apart (`specdec bench overhead`
+measures that regime).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specdec.bench.lockstep import Pair, paired_runs
+from specdec.clock.profiles import get_profile
+from specdec.core.errors import SpecdecError
+from specdec.core.machine import machine_info
+from specdec.costmodel.speedup import measured_break_even
+from specdec.decode.drafters import DrafterSpec
+from specdec.decode.records import PassRecord
+from specdec.gamma.spec import Gamma
+from specdec.stream.loader import StreamedModel, load
+from specdec.trace.format import load_trace
+
+SEED = 0  # the decodes' seed (DecodeConfig's default): greedy needs none, the oracle's draws do
+
+
+@dataclass(frozen=True)
+class SpeedupConfig:
+    model: str
+    budget: str
+    drafters: tuple[str, ...]
+    gammas: tuple[int, ...]
+    tokens: int = 64
+    prompt: str = "def fibonacci(n):"
+    routing: str | None = None  # a routing trace every MoE layer follows (None: the router)
+    profile: str | None = None  # a device profile to model each run on beside
+
+    def check(self) -> None:
+        """Refuse a bad config before any model loads (a user error: one line)."""
+        if self.tokens < 2:
+            raise SpecdecError(f"--tokens {self.tokens}: give at least 2")
+        if not self.drafters or not self.gammas:
+            raise SpecdecError("give at least one drafter (--drafters) and one γ (--gammas)")
+        for d in self.drafters:
+            if DrafterSpec.parse(d).name == "none":
+                raise SpecdecError("drafter none drafts nothing: every run is beside plain already")
+        for g in self.gammas:
+            if Gamma.parse(g).fixed in (None, 1):
+                raise SpecdecError(f"γ {g}: give a fixed γ >= 2 (1 is the plain side itself)")
+
+
+def measure_speedup(cfg: SpeedupConfig) -> dict:
+    """Every (drafter, γ) of `cfg` in lockstep beside plain decoding: rows, break-even α per γ,
+    and what produced them."""
+    cfg.check()
+    profiles = (get_profile(cfg.profile),) if cfg.profile else ()
+    routing = load_trace(Path(cfg.routing)) if cfg.routing else None
+    runs = [(d, g) for d in cfg.drafters for g in cfg.gammas]
+    models: list[StreamedModel] = []
+    try:
+        models.append(load(cfg.model, budget=cfg.budget, with_mtp=_mtp(cfg)))
+        if models[0].streamer.source.holds_all:
+            raise SpecdecError(
+                f"--budget {cfg.budget} holds every expert, where plain decoding starts the next "
+                "token before it yields one: give a smaller budget (`specdec bench overhead` "
+                "measures full budget)"
+            )
+        try:
+            models.append(load(cfg.model, budget=cfg.budget, with_mtp=_mtp(cfg)))
+        except SpecdecError as e:
+            raise SpecdecError(f"the second copy (one cache a side): {e}") from None
+        prompt = models[0].encode(cfg.prompt)
+        pairs = paired_runs(tuple(models), prompt, runs, cfg.tokens, profiles, routing)
+        rows = [_row(p, profiles) for p in pairs]
+        sm = models[0]
+        ran = {"model_path": str(sm.source or sm.path), "model_hash": sm.model_hash,
+               "io": sm.streamer.reader.io, **sm.plan.stats()}  # fmt: skip
+    finally:
+        for sm in models:
+            sm.close()
+    return {
+        "config": asdict(cfg),
+        "seed": SEED,
+        "ran": ran,  # the model, its read path and each side's cache, as resolved
+        "rows": rows,
+        "break_even": _break_even(rows, profiles),
+        "machine": machine_info(),
+    }
+
+
+def _mtp(cfg: SpeedupConfig) -> bool:
+    """The MTP layer loaded only where a drafter drafts with it."""
+    return any(DrafterSpec.parse(d).needs_mtp for d in cfg.drafters)
+
+
+def _row(pair: Pair, profiles: tuple) -> dict:
+    plain, spec = pair.plain.summary, pair.spec.summary
+    row = {
+        "drafter": pair.drafter,
+        "gamma": pair.gamma,
+        "acceptance": spec["acceptance"],
+        "plain_tokens_per_s": plain["tokens_per_s"],
+        "tokens_per_s": spec["tokens_per_s"],
+        "speedup": spec["tokens_per_s"] / plain["tokens_per_s"],
+        "bytes_per_token_vs_plain": _ratio(spec["bytes_per_token"], plain["bytes_per_token"]),
+        "plain_read_gbps": plain["miss_gb_per_s"],
+        "read_gbps": spec["miss_gb_per_s"],
+        "tokens_equal": pair.spec.tokens == pair.plain.tokens,
+    }
+    for p in profiles:  # the model on the same records: seconds per token, each side
+        row[f"modeled_speedup/{p.name}"] = _modeled(pair.spec.records, p.name) / _modeled(
+            pair.plain.records, p.name
+        )
+    return row
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None  # a plain run that read nothing: no ratio
+
+
+def _modeled(records: list[PassRecord], profile: str) -> float:
+    """Modeled tokens a second over a run's records."""
+    return sum(r.committed for r in records) / sum(r.modeled_s[profile] for r in records)
+
+
+def _break_even(rows: list[dict], profiles: tuple) -> dict[str, dict]:
+    """Per γ with oracle runs at two acceptances or more: where the measured speed-up (and each
+    profile's modeled one) crosses 1 over the oracle's α; None where α 1 still loses."""
+    out: dict[str, dict] = {}
+    for g in sorted({r["gamma"] for r in rows}):
+        specs = [(DrafterSpec.parse(r["drafter"]), r) for r in rows if r["gamma"] == g]
+        pts = sorted(
+            ((s.options.alpha, r) for s, r in specs if s.name == "oracle"), key=lambda p: p[0]
+        )
+        if len(pts) < 2:
+            continue
+        keys = ["speedup"] + [f"modeled_speedup/{p.name}" for p in profiles]
+        out[str(g)] = {k: measured_break_even([(a, r[k]) for a, r in pts]) for k in keys}
+        out[str(g)]["alphas"] = [a for a, _ in pts]
+    return out
+
+
+def _crossing_text(x: float | None, alphas: list[float]) -> str:
+    if x is None:
+        return f"above {alphas[-1]:g} (below 1x there)"
+    return f"{x:.2f}" + (" or lower (1x or more at every α)" if x == alphas[0] else "")
+
+
+def speedup_lines(result: dict) -> list[str]:
+    """The result as text: one line a run, then the break-even α per γ."""
+    lines = []
+    for r in result["rows"]:
+        modeled = "".join(
+            f", modeled {v:.2f}x ({k.split('/', 1)[1]})"
+            for k, v in r.items()
+            if k.startswith("modeled_speedup/")
+        )
+        acc = "—" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+        b = r["bytes_per_token_vs_plain"]
+        lines.append(
+            f"{r['drafter']} γ={r['gamma']}: acceptance {acc}, {r['tokens_per_s']:.2f} against "
+            f"plain's {r['plain_tokens_per_s']:.2f} tok/s, {r['speedup']:.2f}x{modeled}; "
+            f"bytes/token {'—' if b is None else f'{b:.2f}x'} plain's; "
+            f"tokens {'equal' if r['tokens_equal'] else 'DEPART from'} plain's"
+        )
+    for g, be in result["break_even"].items():
+        text = ", ".join(
+            f"{'measured' if k == 'speedup' else 'modeled (' + k.split('/', 1)[1] + ')'} "
+            + _crossing_text(v, be["alphas"])
+            for k, v in be.items()
+            if k != "alphas"
+        )
+        lines.append(
+            f"break-even α, γ = {g} (oracle α {', '.join(f'{a:g}' for a in be['alphas'])}): {text}"
+        )
+    return lines
