@@ -4,19 +4,22 @@ this machine, and the acceptance at which it breaks even.
     specdec bench speedup --model DIR --budget 25% --drafters oracle:1,oracle:0.9,oracle:0.8 \
         --gammas 3,4 --tokens 64 [--routing TRACE] [--profile NAME] [--json] [--out FILE]
 
-Each (drafter, γ) runs in lockstep with a plain run of its own (specdec.bench.lockstep): the
-model is loaded twice at the budget (two caches: twice the arena in memory) and the two sides
-take turns a pass at a time, so a disk or a thermal state that drifts over minutes moves both
-sides of a speed-up alike (on the lent H100, three grids measured so landed within 0.05 of each
-other, two between plain runs 0.14 apart: docs/results/cuda.md, the thirty-second session).
+Greedy decoding. Each (drafter, γ) runs in lockstep with a plain run of its own
+(specdec.bench.lockstep): the model is loaded twice at the budget (two caches: twice the arena
+in memory) and the two sides take turns a pass at a time, so a disk or a thermal state that
+drifts over minutes moves both sides of a speed-up alike (on the lent H100, three grids measured
+so landed within 0.05 of each other, two between plain runs 0.14 apart: docs/results/cuda.md,
+the thirty-second session).
+
 Per run: each side's tok/s (decode: prefill excluded), the speed-up, acceptance, bytes per
-committed token against plain's, the GB/s each side's reads reached, and whether its tokens
-are plain greedy's (they must be). With oracle drafters, the break-even α per γ, where the
-measured speed-up crosses 1 (costmodel.speedup.measured_break_even); with --profile, the device
-model's speed-up and break-even beside. The result records its config, seed, versions and
-machine. A budget that holds every expert is refused: there plain decoding starts the next
-token before it yields one, which lockstep cannot time apart (`specdec bench overhead`
-measures that regime).
+committed token against plain's, the GB/s each side's reads reached, and whether its tokens are
+plain greedy's (they must be). With oracle drafters at two α or more, the break-even α per γ,
+where the measured speed-up crosses 1 (costmodel.speedup.measured_break_even); with --profile,
+the device model's speed-up and break-even beside. `--gammas auto` runs `--gamma auto` beside
+plain (auto prices its passes on --profile, else the default profile). The result records its
+config, seed, versions and machine. A budget that holds every expert is refused: there plain
+decoding starts the next token before it yields one, which lockstep cannot time apart (`specdec
+bench overhead` measures that regime).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specdec.bench.lockstep import Pair, paired_runs
+from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.machine import machine_info
@@ -43,9 +47,9 @@ class SpeedupConfig:
     model: str
     budget: str
     drafters: tuple[str, ...]
-    gammas: tuple[int, ...]
+    gammas: tuple[int | str, ...]  # fixed γ >= 2, or "auto" (auto's choice against plain)
     tokens: int = 64
-    prompt: str = "def fibonacci(n):"
+    prompt: str = DEFAULT_PROMPT
     routing: str | None = None  # a routing trace every MoE layer follows (None: the router)
     profile: str | None = None  # a device profile to model each run on beside
 
@@ -59,8 +63,8 @@ class SpeedupConfig:
             if DrafterSpec.parse(d).name == "none":
                 raise SpecdecError("drafter none drafts nothing: every run is beside plain already")
         for g in self.gammas:
-            if Gamma.parse(g).fixed in (None, 1):
-                raise SpecdecError(f"γ {g}: give a fixed γ >= 2 (1 is the plain side itself)")
+            if Gamma.parse(g).fixed == 1:
+                raise SpecdecError("γ 1: give γ >= 2 or auto (1 is the plain side itself)")
 
 
 def measure_speedup(cfg: SpeedupConfig) -> dict:
@@ -69,7 +73,7 @@ def measure_speedup(cfg: SpeedupConfig) -> dict:
     cfg.check()
     profiles = (get_profile(cfg.profile),) if cfg.profile else ()
     routing = load_trace(Path(cfg.routing)) if cfg.routing else None
-    runs = [(d, g) for d in cfg.drafters for g in cfg.gammas]
+    runs = [(d, Gamma.parse(g).label) for d in cfg.drafters for g in cfg.gammas]
     models: list[StreamedModel] = []
     try:
         models.append(load(cfg.model, budget=cfg.budget, with_mtp=_mtp(cfg)))
@@ -141,7 +145,7 @@ def _break_even(rows: list[dict], profiles: tuple) -> dict[str, dict]:
     """Per γ with oracle runs at two acceptances or more: where the measured speed-up (and each
     profile's modeled one) crosses 1 over the oracle's α; None where α 1 still loses."""
     out: dict[str, dict] = {}
-    for g in sorted({r["gamma"] for r in rows}):
+    for g in sorted({r["gamma"] for r in rows}, key=str):
         specs = [(DrafterSpec.parse(r["drafter"]), r) for r in rows if r["gamma"] == g]
         pts = sorted(
             ((s.options.alpha, r) for s, r in specs if s.name == "oracle"), key=lambda p: p[0]

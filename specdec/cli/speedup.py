@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="each side's cache (the model loads twice: twice this in memory)")  # fmt: skip
     p.add_argument("--drafters", default="oracle:1,oracle:0.9,oracle:0.8",
                    help="comma-separated drafters; oracle:α at two α or more gives break-even")  # fmt: skip
-    p.add_argument("--gammas", default="3,4", help="comma-separated fixed γ >= 2")
+    p.add_argument("--gammas", default="3,4", help="comma-separated γ >= 2, or auto")
     p.add_argument("--tokens", type=int, default=64, help="tokens decoded per run")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt, as given (no template)")
     p.add_argument("--routing", help="a routing trace every MoE layer follows (a .trace dir)")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         budget=args.budget,
         drafters=tuple(d for d in args.drafters.split(",") if d),
-        gammas=tuple(Gamma.parse(g).fixed or 0 for g in args.gammas.split(",") if g),
+        gammas=tuple(Gamma.parse(g).label for g in args.gammas.split(",") if g),
         tokens=args.tokens,
         prompt=args.prompt,
         routing=args.routing,

@@ -152,20 +152,23 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
 def test_bench_speedup_measures_each_run_beside_plain_and_the_break_even(tmp_path):
     out = tmp_path / "speedup.json"
     cmd = [sys.executable, "-m", "specdec", "bench", "speedup", "--model", "tiny", "--budget",
-           "25%", "--tokens", "16", "--drafters", "oracle:1,oracle:0.5", "--gammas", "2",
+           "25%", "--tokens", "16", "--drafters", "oracle:1,oracle:0.5", "--gammas", "2,auto",
            "--profile", "m4-24gb", "--out", str(out), "--json"]  # fmt: skip
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr[-2000:]
     result = json.loads(got.stdout)
     assert json.loads(out.read_text()) == result  # the file holds what was printed
     rows = result["rows"]
-    assert [(r["drafter"], r["gamma"]) for r in rows] == [("oracle:1", 2), ("oracle:0.5", 2)]
+    assert [(r["drafter"], r["gamma"]) for r in rows] == [
+        ("oracle:1", 2), ("oracle:1", "auto"), ("oracle:0.5", 2), ("oracle:0.5", "auto")
+    ]  # fmt: skip
     for r in rows:
         assert r["tokens_equal"] and r["speedup"] == pytest.approx(
             r["tokens_per_s"] / r["plain_tokens_per_s"]
         )
         assert r["modeled_speedup/m4-24gb"] > 0 and r["plain_read_gbps"] > 0
-    assert rows[0]["acceptance"] == 1.0 and rows[1]["acceptance"] < 1.0
+    assert rows[0]["acceptance"] == 1.0 and rows[2]["acceptance"] < 1.0
+    assert set(result["break_even"]) == {"2", "auto"}
     be = result["break_even"]["2"]
     assert be["alphas"] == [0.5, 1.0] and {"speedup", "modeled_speedup/m4-24gb"} < set(be)
     assert result["config"]["budget"] == "25%" and result["seed"] == 0
@@ -176,7 +179,7 @@ def test_bench_speedup_measures_each_run_beside_plain_and_the_break_even(tmp_pat
     "argv, says",
     [
         (["--budget", "100%"], "holds every expert"),
-        (["--gammas", "1"], "give a fixed γ >= 2"),
+        (["--gammas", "1"], "γ 1: give γ >= 2 or auto"),
         (["--drafters", "none"], "drafter none drafts nothing"),
         (["--tokens", "1"], "--tokens 1: give at least 2"),
         (["--drafters", "oracle:2"], "oracle"),
