@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specdec.bench.speedup import SpeedupConfig, measure_speedup, speedup_lines
-    from specdec.core.files import check_output_file, write_atomic
+    from specdec.core.files import check_output_file
+    from specdec.core.machine import write_result
     from specdec.gamma.spec import Gamma
 
     cfg = SpeedupConfig(
@@ -49,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # before minutes of decoding, not after
         check_output_file(args.out, "specdec bench speedup", flag=None)
     result = measure_speedup(cfg)
-    text = json.dumps(result, indent=1, default=str)
-    if args.out:
-        write_atomic(args.out, text + "\n")
-    print(text if args.json else "\n".join(speedup_lines(result)))
+    if args.out:  # without this machine's paths (the home directory as ~): results travel
+        write_result(args.out, result)
+    print(json.dumps(result, indent=1) if args.json else "\n".join(speedup_lines(result)))
     return 0
