@@ -134,7 +134,7 @@ def paired_runs(
         yield Pair(k, drafter, gamma, *done, seen)
 
 
-def warm_up(sm: StreamedModel, prompt: list[int], runs: list[tuple], routing: Trace | None):
+def warm_up(sm: StreamedModel, prompt: list[int], runs: list[tuple], routing: Trace | None) -> None:
     """Untimed decodes at every γ the runs use, accepting and rejecting: the first call of a
     shape pays a one-off cost in the process (the seventh H200 session's first speculative run:
     3.9 s in its first γ = 2 pass; 2.4 s of CPU in a first 9-position call), which a timed run
