@@ -104,7 +104,8 @@ SESSIONS = {
     31: ("h100-r21",),
     # an H100 again, its own profile: the 9 GB grid in lockstep (specdec.bench.lockstep) three
     # times (the third at α 0.85-1.0 by 0.05), the 10% grid in lockstep once, the 9 GB grid
-    # between plain runs twice, interleaved with them; the full-budget pairs
+    # between plain runs twice, interleaved with them; the full-budget pairs (a second lease:
+    # the MiniMax shape's warm part again, overhead-2.json)
     32: ("h100-r32",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
