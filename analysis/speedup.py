@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from analysis._runs import md_table
-from specdec.bench.speedup import speedup_lines
+from specdec.bench.speedup import break_even_lines
 
 
 def speedup_table(path: Path) -> str:
@@ -30,7 +30,7 @@ def speedup_table(path: Path) -> str:
         ])  # fmt: skip
     heads = ["drafter", "γ", "acceptance", "plain tok/s", "tok/s", "speed-up, measured",
              f"modeled ({profile})", "bytes/token vs plain", "tokens vs plain"]  # fmt: skip
-    breaks = [f"- {line}" for line in speedup_lines(result) if line.startswith("break-even")]
+    breaks = [f"- {line}" for line in break_even_lines(result)]
     return md_table(heads, body) + "\n" + "\n".join(breaks) + "\n"
 
 

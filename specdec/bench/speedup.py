@@ -34,7 +34,6 @@ from specdec.core.errors import SpecdecError
 from specdec.core.machine import machine_info
 from specdec.costmodel.speedup import measured_break_even
 from specdec.decode.drafters import DrafterSpec
-from specdec.decode.records import PassRecord
 from specdec.gamma.spec import Gamma
 from specdec.stream.loader import StreamedModel, load
 from specdec.trace.format import load_trace
@@ -125,20 +124,14 @@ def _row(pair: Pair, profiles: tuple) -> dict:
         "read_gbps": spec["miss_gb_per_s"],
         "tokens_equal": pair.spec.tokens == pair.plain.tokens,
     }
-    for p in profiles:  # the model on the same records: seconds per token, each side
-        row[f"modeled_speedup/{p.name}"] = _modeled(pair.spec.records, p.name) / _modeled(
-            pair.plain.records, p.name
-        )
+    for p in profiles:  # the model on the same records (summarize prices each side)
+        key = f"modeled_tokens_per_s/{p.name}"
+        row[f"modeled_speedup/{p.name}"] = spec[key] / plain[key]
     return row
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None  # a plain run that read nothing: no ratio
-
-
-def _modeled(records: list[PassRecord], profile: str) -> float:
-    """Modeled tokens a second over a run's records."""
-    return sum(r.committed for r in records) / sum(r.modeled_s[profile] for r in records)
 
 
 def _break_even(rows: list[dict], profiles: tuple) -> dict[str, dict]:
@@ -166,6 +159,11 @@ def _crossing_text(x: float | None, alphas: list[float]) -> str:
 
 def speedup_lines(result: dict) -> list[str]:
     """The result as text: one line a run, then the break-even α per γ."""
+    return run_lines(result) + break_even_lines(result)
+
+
+def run_lines(result: dict) -> list[str]:
+    """One line a run: against its plain run, measured and modeled."""
     lines = []
     for r in result["rows"]:
         modeled = "".join(
@@ -181,6 +179,12 @@ def speedup_lines(result: dict) -> list[str]:
             f"bytes/token {'—' if b is None else f'{b:.2f}x'} plain's; "
             f"tokens {'equal' if r['tokens_equal'] else 'DEPART from'} plain's"
         )
+    return lines
+
+
+def break_even_lines(result: dict) -> list[str]:
+    """The break-even α per γ, measured and modeled, over the oracle's α."""
+    lines = []
     for g, be in result["break_even"].items():
         text = ", ".join(
             f"{'measured' if k == 'speedup' else 'modeled (' + k.split('/', 1)[1] + ')'} "
