@@ -45,7 +45,7 @@ from specdec.checkpoint.presets import like_config
 from specdec.clock.passes import PassClock
 from specdec.clock.profiles import load_profile, non_decreasing
 from specdec.clock.shapes import ModelShape
-from specdec.costmodel.speedup import measured_break_even
+from specdec.costmodel.speedup import break_even_words, measured_break_even
 from specdec.decode.records import PassRecord
 from specdec.decode.run import first_departure
 from specdec.stream.streamed import CUDA_REACH
@@ -421,8 +421,8 @@ def lockstep_table() -> str:
         meas, mod = (measured_break_even([(a, p[i]) for a, *p in pts]) for i in (0, 1))
         lines.append(
             f"- session {sess} grid {grid}, {budget}, γ = {gamma}: break-even α measured "
-            f"{_crossing_text(meas, lo, hi)}, modeled on the curve made non-decreasing "
-            f"{_crossing_text(mod, lo, hi)}"
+            f"{break_even_words(meas, lo, hi)}, modeled on the curve made non-decreasing "
+            f"{break_even_words(mod, lo, hi)}"
         )
     return md_table(heads, body) + "\n" + "\n".join(lines + _spreads()) + "\n"
 
@@ -489,16 +489,10 @@ def break_even_text(profs: dict, sessions: tuple[int, ...] | None = None) -> str
         lo, hi = pts[0][0], pts[-1][0]
         lines.append(
             f"- session {sess}{how}, {budget}, γ = {gamma}: measured break-even α "
-            f"{_crossing_text(meas, lo, hi)}; "
-            f"modeled ({pts[0][3]}) {_crossing_text(mod, lo, hi)}"
+            f"{break_even_words(meas, lo, hi)}; "
+            f"modeled ({pts[0][3]}) {break_even_words(mod, lo, hi)}"
         )
     return "\n".join(lines) + "\n"
-
-
-def _crossing_text(x: float | None, lo: float, hi: float) -> str:
-    if x is None:
-        return f"above {hi:g} (below 1x at α {hi:g})"
-    return f"{x:.2f}" + (f" or lower (at or above 1x from α {lo:g})" if x == lo else "")
 
 
 def model_table() -> str:

@@ -32,7 +32,7 @@ from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
 from specdec.core.machine import machine_info
-from specdec.costmodel.speedup import measured_break_even
+from specdec.costmodel.speedup import break_even_words, measured_break_even
 from specdec.decode.drafters import DrafterSpec
 from specdec.gamma.spec import Gamma
 from specdec.stream.loader import StreamedModel, load
@@ -151,12 +151,6 @@ def _break_even(rows: list[dict], profiles: tuple) -> dict[str, dict]:
     return out
 
 
-def _crossing_text(x: float | None, alphas: list[float]) -> str:
-    if x is None:
-        return f"above {alphas[-1]:g} (below 1x there)"
-    return f"{x:.2f}" + (" or lower (1x or more at every α)" if x == alphas[0] else "")
-
-
 def speedup_lines(result: dict) -> list[str]:
     """The result as text: one line a run, then the break-even α per γ."""
     return run_lines(result) + break_even_lines(result)
@@ -188,7 +182,7 @@ def break_even_lines(result: dict) -> list[str]:
     for g, be in result["break_even"].items():
         text = ", ".join(
             f"{'measured' if k == 'speedup' else 'modeled (' + k.split('/', 1)[1] + ')'} "
-            + _crossing_text(v, be["alphas"])
+            + break_even_words(v, be["alphas"][0], be["alphas"][-1])
             for k, v in be.items()
             if k != "alphas"
         )

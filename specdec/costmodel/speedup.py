@@ -93,6 +93,13 @@ def measured_break_even(points: list[tuple[float, float]]) -> float | None:
     return a0 + (1 - s0) * (a1 - a0) / (s1 - s0)
 
 
+def break_even_words(x: float | None, lo: float, hi: float) -> str:
+    """`measured_break_even`'s answer over α from `lo` to `hi`, in words (tables, reports)."""
+    if x is None:
+        return f"above {hi:g} (below 1x at α {hi:g})"
+    return f"{x:.2f}" + (f" or lower (at or above 1x from α {lo:g})" if x == lo else "")
+
+
 def break_even(gamma: int, cost: float, draft_cost: float = 0.0) -> float | None:
     """Acceptance below which γ loses to plain decoding.
 

@@ -256,3 +256,11 @@ def test_measured_break_even_interpolates_the_last_crossing_into_1x():
     assert measured_break_even([(0.8, 1.2), (1.0, 1.3)]) == 0.8  # every α pays: the lowest
     assert measured_break_even([(0.8, 0.7), (1.0, 0.95)]) is None  # α 1 still loses
     assert measured_break_even([]) is None
+
+
+def test_break_even_words_say_which_end_it_fell_at():
+    from specdec.costmodel.speedup import break_even_words
+
+    assert break_even_words(0.873, 0.8, 1.0) == "0.87"
+    assert break_even_words(0.8, 0.8, 1.0) == "0.80 or lower (at or above 1x from α 0.8)"
+    assert break_even_words(None, 0.8, 1.0) == "above 1 (below 1x at α 1)"
