@@ -828,20 +828,17 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
     (specdec.bench.lockstep `paired_runs`). Rows in pairs, plain then speculative, both with
     `lockstep`: the pair's number; each pair's `read_beside_gbps` read on the speculative
     side's model."""
-    from specdec.bench.lockstep import paired_runs
+    from specdec.bench.lockstep import paired_runs, two_models
     from specdec.clock.profiles import get_profile
-    from specdec.stream.loader import load
 
     prof, trace = get_profile(args.profile), _trace(args)
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
     for budget in args.spec_budgets.split(","):
         if time.perf_counter() > args.deadline_at:
             break
-        models = []
-        try:
-            models += [load(packed, budget=budget, io=args.io, with_mtp=False) for _ in "ab"]
+        with two_models(packed, budget, io=args.io, with_mtp=False) as models:
             prompt = models[0].encode(PROMPT)
-            pairs = paired_runs(tuple(models), prompt, runs, args.tokens, (prof,), trace,
+            pairs = paired_runs(models, prompt, runs, args.tokens, (prof,), trace,
                                 before=read_beside)  # fmt: skip
             for pair in pairs:
                 for res, d, g in ((pair.plain, "none", 1), (pair.spec, pair.drafter, pair.gamma)):
@@ -849,9 +846,6 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
                           routing="trace", lookahead=0, lockstep=pair.k)  # fmt: skip
                 if time.perf_counter() > args.deadline_at:
                     break
-        finally:
-            for sm in models:
-                sm.close()
     sink.close()
     return rows
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from specdec.clock.profiles import DeviceProfile
 from specdec.core.errors import SpecdecError
@@ -41,7 +42,7 @@ from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, eos_ids, generate, result, routed, start
-from specdec.stream.loader import StreamedModel
+from specdec.stream.loader import StreamedModel, load
 from specdec.trace.format import Trace
 
 
@@ -67,11 +68,7 @@ def lockstep(
     if len(set(models)) < len(models):
         raise SpecdecError("lockstep: two sides share a loaded model: load one per side")
     for i, s in enumerate(sides):
-        if s.sm.streamer.source.holds_all:
-            raise SpecdecError(
-                f"lockstep: side {i}'s budget holds every expert, where plain greedy decoding "
-                "computes the next token during the other side's turn: compare whole runs there"
-            )
+        _refuse_full(s.sm, f"lockstep: side {i}'s budget")
     specs = [DrafterSpec.parse(s.drafter) if isinstance(s.drafter, str) else s.drafter
              for s in sides]  # fmt: skip
     with contextlib.ExitStack() as stack:
@@ -94,6 +91,36 @@ def lockstep(
         result(s.sm, run, recs, spec, profiles, routing)
         for s, run, recs, spec in zip(sides, runs, records, specs, strict=True)
     ]
+
+
+def _refuse_full(sm: StreamedModel, what: str) -> None:
+    """Lockstep cannot time a model whose cache holds every expert apart (module doc)."""
+    if sm.streamer.source.holds_all:
+        raise SpecdecError(
+            f"{what} holds every expert, where plain greedy decoding computes the next token "
+            "during the other side's turn: give a smaller budget (`specdec bench overhead` "
+            "measures full budget)"
+        )
+
+
+@contextlib.contextmanager
+def two_models(
+    path: str | Path, budget: str, **load_kw
+) -> Iterator[tuple[StreamedModel, StreamedModel]]:
+    """The model loaded twice at `budget` (one cache a side), closed after the block; a budget
+    that holds every expert is refused before the second copy loads."""
+    models: list[StreamedModel] = []
+    try:
+        models.append(load(path, budget=budget, **load_kw))
+        _refuse_full(models[0], f"--budget {budget}")
+        try:
+            models.append(load(path, budget=budget, **load_kw))
+        except SpecdecError as e:
+            raise SpecdecError(f"the second copy (one cache a side): {e}") from None
+        yield models[0], models[1]
+    finally:
+        for sm in models:
+            sm.close()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specdec.bench.lockstep import Pair, paired_runs
+from specdec.bench.lockstep import Pair, paired_runs, two_models
 from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
@@ -35,7 +35,6 @@ from specdec.core.machine import machine_info
 from specdec.costmodel.speedup import break_even_words, measured_break_even
 from specdec.decode.drafters import DrafterSpec
 from specdec.gamma.spec import Gamma
-from specdec.stream.loader import StreamedModel, load
 from specdec.trace.format import load_trace
 
 SEED = 0  # the decodes' seed (DecodeConfig's default): greedy needs none, the oracle's draws do
@@ -73,28 +72,13 @@ def measure_speedup(cfg: SpeedupConfig) -> dict:
     profiles = (get_profile(cfg.profile),) if cfg.profile else ()
     routing = load_trace(Path(cfg.routing)) if cfg.routing else None
     runs = [(d, Gamma.parse(g).label) for d in cfg.drafters for g in cfg.gammas]
-    models: list[StreamedModel] = []
-    try:
-        models.append(load(cfg.model, budget=cfg.budget, with_mtp=_mtp(cfg)))
-        if models[0].streamer.source.holds_all:
-            raise SpecdecError(
-                f"--budget {cfg.budget} holds every expert, where plain decoding starts the next "
-                "token before it yields one: give a smaller budget (`specdec bench overhead` "
-                "measures full budget)"
-            )
-        try:
-            models.append(load(cfg.model, budget=cfg.budget, with_mtp=_mtp(cfg)))
-        except SpecdecError as e:
-            raise SpecdecError(f"the second copy (one cache a side): {e}") from None
+    with two_models(cfg.model, cfg.budget, with_mtp=_mtp(cfg)) as models:
         prompt = models[0].encode(cfg.prompt)
-        pairs = paired_runs(tuple(models), prompt, runs, cfg.tokens, profiles, routing)
+        pairs = paired_runs(models, prompt, runs, cfg.tokens, profiles, routing)
         rows = [_row(p, profiles) for p in pairs]
         sm = models[0]
         ran = {"model_path": str(sm.source or sm.path), "model_hash": sm.model_hash,
                "io": sm.streamer.reader.io, **sm.plan.stats()}  # fmt: skip
-    finally:
-        for sm in models:
-            sm.close()
     return {
         "config": asdict(cfg),
         "seed": SEED,
