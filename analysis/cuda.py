@@ -107,6 +107,10 @@ SESSIONS = {
     # between plain runs twice, interleaved with them; the full-budget pairs (a second lease:
     # the MiniMax shape's warm part again, overhead-2.json)
     32: ("h100-r32",),
+    # an H100 again, its own profile (its read curve written non-decreasing, as `specdec bench
+    # device` writes it since the thirty-second): the 9 GB grid in lockstep at α 0.85-1.0 by
+    # 0.05, the 10% grid in lockstep (the pair at α 0.9 γ = 4 cut by its deadline)
+    33: ("h100-r33",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -375,8 +379,10 @@ def lockstep_table() -> str:
     the profile's read curve and on the same curve made non-decreasing (as `specdec bench device`
     writes it since: clock.profiles.non_decreasing)."""
     profs = profiles()
-    body, errs = [], {"curve": [], "curve made non-decreasing": []}
-    per_token: dict = {name: [] for name in errs}  # modeled time / measured - 1, both sides
+    body: list = []
+    names = ("curve", "curve made non-decreasing")
+    errs: dict = {}  # (session, curve) -> modeled speed-up / measured - 1
+    per_token: dict = {}  # (session, curve) -> modeled time / measured - 1, both sides
     crossings: dict = {}  # (session, grid, budget, γ) -> [(α, measured, modeled non-decreasing)]
     for row in spec_rows():
         if "lockstep" not in row:
@@ -390,11 +396,18 @@ def lockstep_table() -> str:
             f"{sides[0][1]:.1f} / {sides[1][1]:.1f}",
         ])  # fmt: skip
         flat = replace(prof, read_curve=non_decreasing(prof.read_curve))
-        modeled = {}
-        for name, pr in zip(errs, (prof, flat), strict=True):
+        sess, modeled = row.get("session", 1), {}
+        # a profile written since the thirty-second is non-decreasing already: one curve
+        curves = [(n, p) for n, p in zip(names, (prof, flat), strict=True)][
+            : 1 + (flat.read_curve != prof.read_curve)
+        ]
+        for name, pr in curves:
             modeled[name] = modeled_tps(row, pr) / modeled_tps(plain, pr)
-            errs[name].append(modeled[name] / measured_speedup(row) - 1)
-            per_token[name] += [device_tps(r) / modeled_tps(r, pr) - 1 for r in (plain, row)]
+            errs.setdefault((sess, name), []).append(modeled[name] / measured_speedup(row) - 1)
+            per_token.setdefault((sess, name), []).extend(
+                device_tps(r) / modeled_tps(r, pr) - 1 for r in (plain, row)
+            )
+        modeled.setdefault(names[1], modeled[names[0]])
         if row["drafter"].startswith("oracle:"):
             key = (row.get("session", 1), row["grid"], row["budget"], row["gamma"])
             alpha = float(row["drafter"].split(":")[1])
@@ -403,25 +416,24 @@ def lockstep_table() -> str:
             )
     heads = ["session", "grid", "budget", "drafter", "γ", "plain tok/s", "tok/s",
              "speed-up", "read GB/s plain / spec", "spec / plain", "misses a layer a pass"]  # fmt: skip
-    lines = [
-        f"- the model's speed-up against the measured, {len(v)} runs, on the profile's read "
-        f"{name}: median {statistics.median(v):+.1%}, worst {max(v, key=abs):+.1%}"
-        for name, v in errs.items()
-        if v
-    ] + [
-        f"- the model's time per token against the measured, {len(v)} runs (both sides), on "
-        f"the profile's read {name}: median {statistics.median(v):+.1%}, worst "
-        f"{max(v, key=abs):+.1%}"
-        for name, v in per_token.items()
-        if v
-    ]
+    lines = []
+    for (sess, name), v in errs.items():
+        t = per_token[(sess, name)]
+        curve = name if (sess, names[1]) in errs else f"{name}, non-decreasing as written"
+        lines.append(
+            f"- session {sess}, the model against the measured on the profile's read {curve}: "
+            f"speed-up ({len(v)} runs) median {statistics.median(v):+.1%}, worst "
+            f"{max(v, key=abs):+.1%}; time per token ({len(t)}, both sides) median "
+            f"{statistics.median(t):+.1%}, median |error| "
+            f"{statistics.median(abs(e) for e in t):.1%}, worst {max(t, key=abs):+.1%}"
+        )
     for (sess, grid, budget, gamma), pts in sorted(crossings.items()):
         pts.sort()
         lo, hi = pts[0][0], pts[-1][0]
         meas, mod = (measured_break_even([(a, p[i]) for a, *p in pts]) for i in (0, 1))
         lines.append(
             f"- session {sess} grid {grid}, {budget}, γ = {gamma}: break-even α measured "
-            f"{break_even_words(meas, lo, hi)}, modeled on the curve made non-decreasing "
+            f"{break_even_words(meas, lo, hi)}, modeled on the non-decreasing read curve "
             f"{break_even_words(mod, lo, hi)}"
         )
     return md_table(heads, body) + "\n" + "\n".join(lines + _spreads()) + "\n"
