@@ -6,7 +6,9 @@
 
 Run where `import mlx.core` is the CUDA build (`SPECDEC_BACKEND=cuda bash scripts/setup.sh`;
 docs/results/cuda.md says how it ran on the lent H200). Each step writes DIR/STEP.json (with the
-machine, versions and the command) as soon as it ends, so a run cut short keeps what finished;
+machine, versions and the command) as soon as it ends, so a run cut short keeps what finished
+(a run step saves its runs so far after each run, `"partial"`, or with its `"error"`: merge_cuda
+takes them; lockstep keeps the oracle's reference in --disk for the session's later commands);
 `--deadline SECONDS` skips the steps, and the runs within a step, that would start after it.
 Steps whose runs are priced (scale spec auto drafters lookahead shm) read the profile step's
 DIR/h200.yaml or `--profile PATH`; without either they are refused before any step starts.
@@ -816,6 +818,9 @@ def _keep(args, rows: list, sink, name: str, res, drafter: str, gamma, budget: s
     sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
                            "records": [r.__dict__ for r in res.records]}, default=str) + "\n")  # fmt: skip
     sink.flush()
+    # the step so far: a lease or a pipeline's limit can end it mid-step (merge_cuda takes it)
+    save(Path(args.out), name, {"session": args.session, "partial": True, "runs": rows},
+         args.step_t0, done=False)  # fmt: skip
     print(f"  {name} {row['budget']} {row['routing']} {drafter} γ={gamma} "
           f"la={row['lookahead']}{' lockstep ' + str(row['lockstep']) if 'lockstep' in row else ''}: "
           f"{s.get('tokens_per_s') or 0:.2f} tok/s, "
@@ -833,13 +838,15 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
 
     prof, trace = get_profile(args.profile), _trace(args)
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
+    oracle = any(d.startswith("oracle") for d, _ in runs)
     for budget in args.spec_budgets.split(","):
         if time.perf_counter() > args.deadline_at:
             break
         with two_models(packed, budget, io=args.io, with_mtp=False) as models:
             prompt = models[0].encode(PROMPT)
+            ref = _reference(args, models[0], prompt, trace) if oracle else None
             pairs = paired_runs(models, prompt, runs, args.tokens, (prof,), trace,
-                                before=read_beside)  # fmt: skip
+                                before=read_beside, reference=ref)  # fmt: skip
             for pair in pairs:
                 for res, d, g in ((pair.plain, "none", 1), (pair.spec, pair.drafter, pair.gamma)):
                     _keep(args, rows, sink, name, res, d, g, budget, pair.before,
@@ -848,6 +855,29 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
                     break
     sink.close()
     return rows
+
+
+def _reference(args, sm, prompt: list[int], trace) -> list[int]:
+    """The oracle's reference for lockstep runs, kept in --disk for the session's later commands
+    (lossless streaming: plain greedy tokens are the same at every budget, so one serves all):
+    keyed by the pack's content hash, the trace's bytes and the prompt, and used where it is at
+    least --tokens long. A 512-token one took about 100 s at 9 GB (thirty-third session)."""
+    import hashlib
+
+    from specdec.bench.lockstep import paired_reference
+
+    traced = sorted(f for f in (Path(args.disk) / "minimax.trace").rglob("*") if f.is_file())
+    key = hashlib.sha256(
+        b"".join([sm.model_hash.encode(), *(f.read_bytes() for f in traced)])
+        + json.dumps(prompt).encode()
+    ).hexdigest()[:16]
+    kept = Path(args.disk) / f"reference-{key}.json"
+    if kept.exists() and len(got := json.loads(kept.read_text())) >= args.tokens:
+        print(f"  the oracle's reference: {kept.name} ({len(got)} tokens)", flush=True)
+        return got[: args.tokens]
+    got = paired_reference(sm, prompt, args.tokens, trace)
+    write_result(kept, got)
+    return got
 
 
 def scale(args) -> dict:
@@ -1373,14 +1403,21 @@ def main() -> int:
         if time.perf_counter() > args.deadline_at:
             print(f"[{step}] skipped: past the deadline", flush=True)
             continue
-        t0 = args.step_t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time()
+        args.step_t0 = t0
         print(f"[{step}] start", flush=True)
         try:
             save(Path(args.out), step, {"session": args.session, **STEPS[step](args)}, t0)
         except Exception as e:  # noqa: BLE001 -- the next steps still run; the failure is kept
             import traceback
 
-            save(Path(args.out), step, {"error": repr(e), "traceback": traceback.format_exc()}, t0)
+            # a run step's runs before it failed, saved by this step (not an earlier command's)
+            so_far = Path(args.out) / f"{step}.json"
+            ours = so_far.exists() and so_far.stat().st_mtime >= began
+            runs = json.loads(so_far.read_text()).get("runs") if ours else None
+            failed = {"error": repr(e), "traceback": traceback.format_exc()}
+            save(Path(args.out), step, {"session": args.session, "runs": runs, **failed}
+                 if runs else failed, t0)  # fmt: skip
     return 0
 
 

@@ -33,7 +33,9 @@ from specdec.core.machine import home_as_tilde  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "cuda"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead", "shm")
-KEEP = ("seconds", "command", "mlx_device", "machine", "gpu")  # a session's entry per step
+# a session's entry per step; "partial": the step was cut short (a lease's or a pipeline's limit),
+# "error": it failed; either way its runs so far are merged (bench_cuda saves them run by run)
+KEEP = ("seconds", "command", "mlx_device", "machine", "gpu", "partial", "error")
 
 
 class MergeError(Exception):

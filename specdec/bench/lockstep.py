@@ -141,24 +141,39 @@ def paired_runs(
     profiles: tuple[DeviceProfile, ...] = (),
     routing: Trace | None = None,
     before: Callable[[StreamedModel], object] | None = None,
+    reference: list[int] | None = None,
 ) -> Iterator[Pair]:
     """Each (drafter, γ) of `runs` in lockstep with a plain run of its own on the two models
     (loaded alike, at a budget that does not hold every expert), the plain side's model
-    alternating pair to pair; both models warmed first at every γ (`warm_up`), the oracle's
-    reference an untimed plain run. `before`: called on the speculative side's model before
-    each pair (bench_cuda reads the disk's rate there); both caches are reset after it."""
+    alternating pair to pair; both models warmed first at every γ (`warm_up`). `reference`:
+    the plain greedy continuation the oracle drafts from, at least `tokens` long (None: an
+    untimed plain run first, where a run needs one; `paired_reference` gives it). `before`:
+    called on the speculative side's model before each pair (bench_cuda reads the disk's rate
+    there); both caches are reset after it."""
     plain = DecodeConfig(1, tokens)
     for sm in models:
         warm_up(sm, prompt, runs, routing)
-    ref = generate(models[0], prompt, "none", plain, stop_at_eos=False, routing=routing)
+    if reference is None and any(DrafterSpec.parse(d).needs_reference for d, _ in runs):
+        reference = paired_reference(models[0], prompt, tokens, routing)
     for k, (drafter, gamma) in enumerate(runs):
         a, b = models if k % 2 == 0 else models[::-1]
         seen = before(b) if before else None
         for sm in models:
             sm.reset_cache()
         sides = [Side(a, "none", plain), Side(b, drafter, DecodeConfig(gamma, tokens))]
-        done = lockstep(sides, prompt, profiles, routing, ref.tokens)
+        done = lockstep(sides, prompt, profiles, routing, reference)
         yield Pair(k, drafter, gamma, *done, seen)
+
+
+def paired_reference(
+    sm: StreamedModel, prompt: list[int], tokens: int, routing: Trace | None
+) -> list[int]:
+    """The oracle's reference for `paired_runs`: `tokens` of plain greedy decoding, untimed, the
+    cache reset after (a 512-token one took about 100 s at 9 GB on an H100, a third of an auto
+    pair's time: bench_cuda keeps it for the session's later commands)."""
+    ref = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False, routing=routing)
+    sm.reset_cache()
+    return ref.tokens
 
 
 def warm_up(sm: StreamedModel, prompt: list[int], runs: list[tuple], routing: Trace | None) -> None:

@@ -150,6 +150,62 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         cuda.runs.cache_clear()
 
 
+def test_bench_cuda_keeps_a_lockstep_step_cut_short_and_the_oracles_reference(
+    tmp_path, monkeypatch, capsys
+):
+    """A lockstep step that fails after its first pair keeps that pair's runs with the error,
+    and merge_cuda takes them (a lease or a pipeline's limit ends steps mid-way); the oracle's
+    reference, kept in --disk, serves the next command instead of another untimed plain run."""
+    from specdec.bench import lockstep as module
+
+    disk, results = tmp_path / "disk", tmp_path / "results"
+    disk.mkdir()
+    pack = [sys.executable, "-m", "specdec", "pack", str(resolve_model("tiny")),
+            str(disk / "mm16.packed")]  # fmt: skip
+    subprocess.run(pack, check=True, capture_output=True, timeout=120)
+    save_trace(synthetic_trace(256, n_layers=4, n_experts=32, top_k=4), disk / "minimax.trace")
+    real, references = module.paired_runs, []
+    monkeypatch.setattr(module, "paired_reference", _counted(module.paired_reference, references))
+
+    def first_pair_then_fails(*args, **kw):
+        yield next(real(*args, **kw))
+        raise RuntimeError("the lease ended")
+
+    bench = load_module(BENCH)
+    for out, runs in (("cut", first_pair_then_fails), ("again", real)):
+        monkeypatch.setattr(module, "paired_runs", runs)
+        monkeypatch.setattr(sys, "argv", [
+            str(BENCH), "--disk", str(disk), "--out", str(tmp_path / out), "--session", "98",
+            "--profile", str(PROFILE), "--tokens", "8", "--spec-budgets", "50%", "--alphas",
+            "1.0", "--gammas", "2,3", "--lockstep", "spec",
+        ])  # fmt: skip
+        assert bench.main() == 0
+    cut = json.loads((tmp_path / "cut" / "spec.json").read_text())
+    assert "the lease ended" in cut["error"]
+    assert [(r["drafter"], r["gamma"]) for r in cut["runs"]] == [("none", "1"), ("oracle:1", "2")]
+    assert len((tmp_path / "cut" / "spec.jsonl").read_text().splitlines()) == 2
+    assert len(references) == 1  # the second command took the kept one
+    assert "the oracle's reference: reference-" in capsys.readouterr().out
+    again = json.loads((tmp_path / "again" / "spec.json").read_text())
+    assert "partial" not in again and len(again["runs"]) == 4
+    assert len({tuple(r["tokens"]) for r in cut["runs"] + again["runs"]}) == 1
+
+    results.mkdir()
+    (results / "spec.json").write_text('{"runs": []}')
+    (results / "spec.jsonl").write_text("")
+    load_module(BENCH.parent / "merge_cuda.py").merge([tmp_path / "cut"], 98, "h100", results)
+    merged = json.loads((results / "spec.json").read_text())
+    assert len(merged["runs"]) == 2 and "the lease ended" in merged["sessions"]["98"][0]["error"]
+
+
+def _counted(f, calls: list):
+    def counted(*args, **kw):
+        calls.append(args)
+        return f(*args, **kw)
+
+    return counted
+
+
 def test_bench_speedup_measures_each_run_beside_plain_and_the_break_even(tmp_path):
     out = tmp_path / "speedup.json"
     cmd = [sys.executable, "-m", "specdec", "bench", "speedup", "--model", "tiny", "--budget",
