@@ -123,8 +123,10 @@ BORROWED = {22, 23, 24, 25, 26, 27, 30, 31}
 # seventeenth's (an H100, pinned) at 10% (α 0.9 and 1.0) and 120 slots (γ = 4 beside auto, α 1.0),
 # the eighteenth's (an H100, pinned) the same 120-slot pair over 96 tokens, the nineteenth's (an
 # H100, pinned, priced on the pack's read curve) at 9 GB (α 0.8-1.0), 10% (α 0.9, 1.0) and the
-# 120-slot pair at α 0.9, the twentieth's (the same card and grids) at 9 GB and 10%
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21)
+# 120-slot pair at α 0.9, the twentieth's (the same card and grids) at 9 GB and 10%, the
+# twenty-first's the same twice; the thirty-third's in lockstep, priced on its own profile as
+# `specdec bench device` wrote it (9 GB at α 0.85-1.0, 10% at α 0.9 and 1.0)
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 33)
 # the split's sessions: the tenth, which it was built for (with the eleventh), and every one
 # since, so a new session needs no edit here (the twelfth ran no spec step: no rows)
 SPLIT_FROM = 10
@@ -1061,10 +1063,13 @@ def figure() -> str:
 
     profs = profiles()
     by: dict = {}
+    paired = set()  # panels measured in lockstep (each run beside a plain run of its own)
     for row in _oracle_grid(FIGURE_SESSIONS):
         meas, mod = _speedups(row, profs)
         alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
         panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
+        if "lockstep" in row:
+            paired.add(panel)
         by.setdefault(panel, {}).setdefault(int(row["gamma"]), []).append(
             (alpha, meas, mod[own(row)])
         )
@@ -1085,7 +1090,8 @@ def figure() -> str:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", color=color,
                     label=f"γ = {gamma}")  # fmt: skip
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_title(f"budget {panel[1]}, session {panel[0]} ({SESSIONS[panel[0]][-1]})",
+        how = ", in lockstep" if panel in paired else ""
+        ax.set_title(f"budget {panel[1]}, session {panel[0]} ({SESSIONS[panel[0]][-1]}){how}",
                      fontsize=10)  # fmt: skip
         ax.set_xlabel("oracle acceptance α (as set)")
     for ax in grid[:, 0]:
