@@ -96,12 +96,7 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
     """`--lockstep spec auto` and plain `spec` in one session, merged as a lent machine's output
     is: each lockstep run against its pair's plain run alone, the others between plain runs, and
     each kind's break-even apart."""
-    disk, results = tmp_path / "disk", tmp_path / "results"
-    disk.mkdir()
-    pack = [sys.executable, "-m", "specdec", "pack", str(resolve_model("tiny")),
-            str(disk / "mm16.packed")]  # fmt: skip
-    subprocess.run(pack, check=True, capture_output=True, timeout=120)
-    save_trace(synthetic_trace(256, n_layers=4, n_experts=32, top_k=4), disk / "minimax.trace")
+    disk, results = _bench_disk(tmp_path), tmp_path / "results"
     grid = ["--tokens", "16", "--spec-budgets", "50%", "--alphas", "1.0,0.6", "--gammas", "2,3",
             "--auto-alphas", "0.9", "--auto-gammas", "2"]  # fmt: skip
     for out, steps in (("paired", ["--lockstep", "spec", "auto"]), ("between", ["spec"])):
@@ -158,12 +153,7 @@ def test_bench_cuda_keeps_a_lockstep_step_cut_short_and_the_oracles_reference(
     reference, kept in --disk, serves the next command instead of another untimed plain run."""
     from specdec.bench import lockstep as module
 
-    disk, results = tmp_path / "disk", tmp_path / "results"
-    disk.mkdir()
-    pack = [sys.executable, "-m", "specdec", "pack", str(resolve_model("tiny")),
-            str(disk / "mm16.packed")]  # fmt: skip
-    subprocess.run(pack, check=True, capture_output=True, timeout=120)
-    save_trace(synthetic_trace(256, n_layers=4, n_experts=32, top_k=4), disk / "minimax.trace")
+    disk, results = _bench_disk(tmp_path), tmp_path / "results"
     real, references = module.paired_runs, []
     monkeypatch.setattr(module, "paired_reference", _counted(module.paired_reference, references))
 
@@ -196,6 +186,18 @@ def test_bench_cuda_keeps_a_lockstep_step_cut_short_and_the_oracles_reference(
     load_module(BENCH.parent / "merge_cuda.py").merge([tmp_path / "cut"], 98, "h100", results)
     merged = json.loads((results / "spec.json").read_text())
     assert len(merged["runs"]) == 2 and "the lease ended" in merged["sessions"]["98"][0]["error"]
+
+
+def _bench_disk(tmp_path: Path) -> Path:
+    """bench_cuda's --disk as its `big` step leaves it, at the bundled model's size: the pack
+    (mm16.packed) and a trace of its shape (minimax.trace)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    pack = [sys.executable, "-m", "specdec", "pack", str(resolve_model("tiny")),
+            str(disk / "mm16.packed")]  # fmt: skip
+    subprocess.run(pack, check=True, capture_output=True, timeout=120)
+    save_trace(synthetic_trace(256, n_layers=4, n_experts=32, top_k=4), disk / "minimax.trace")
+    return disk
 
 
 def _counted(f, calls: list):
