@@ -42,6 +42,7 @@ from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
 from specdec.decode.run import GenerationResult, eos_ids, generate, result, routed, start
+from specdec.gamma.chooser import MAX_GAMMA
 from specdec.stream.loader import StreamedModel, load
 from specdec.trace.format import Trace
 
@@ -177,14 +178,22 @@ def paired_reference(
 
 
 def warm_up(sm: StreamedModel, prompt: list[int], runs: list[tuple], routing: Trace | None) -> None:
-    """Untimed decodes at every γ the runs use, accepting and rejecting: the first call of a
-    shape pays a one-off cost in the process (the seventh H200 session's first speculative run:
-    3.9 s in its first γ = 2 pass; 2.4 s of CPU in a first 9-position call), which a timed run
-    must not carry. The cache is reset after."""
-    gammas = sorted({g for d, g in runs if d != "none" and g != "auto"} | {2})
+    """Untimed decodes at every γ the runs use (every γ `--gamma auto` may choose, where one is
+    auto), accepting and rejecting, then a few passes of each other drafter they use (MTP's
+    layer, a draft model, lookup's tables: their own first calls): the first call of a shape
+    pays a one-off cost in the process (the seventh H200 session's first speculative run: 3.9 s
+    in its first γ = 2 pass; 2.4 s of CPU in a first 9-position call), which a timed run must
+    not carry. The cache is reset after."""
+    auto = any(g == "auto" for d, g in runs if d != "none")
+    fixed = {g for d, g in runs if d != "none" and g != "auto"}
+    gammas = sorted(fixed | {2} | (set(range(2, MAX_GAMMA + 1)) if auto else set()))
     n = 2 * gammas[-1] + 2
     ref = generate(sm, prompt, "none", DecodeConfig(1, n), stop_at_eos=False, routing=routing)
     for g in gammas:  # α 0.5: accepted and rejected drafts
         generate(sm, prompt, "oracle:0.5", DecodeConfig(g, 2 * g + 2), stop_at_eos=False,
                  routing=routing, reference=ref.tokens)  # fmt: skip
+    others = {d for d, _ in runs if d != "none" and not DrafterSpec.parse(d).needs_reference}
+    for d in sorted(others):  # its widest fixed γ, else 2: the verify shapes are warm already
+        g = max((g for e, g in runs if e == d and g != "auto"), default=2)
+        generate(sm, prompt, d, DecodeConfig(g, 2 * g + 2), stop_at_eos=False, routing=routing)
     sm.reset_cache()

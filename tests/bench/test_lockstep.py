@@ -92,6 +92,27 @@ def test_a_shared_model_or_a_budget_holding_every_expert_is_refused(models):
         full.close()
 
 
+def test_warm_up_runs_every_shape_and_drafter_the_timed_runs_will(models, monkeypatch):
+    """Each γ a run asks for (every γ auto may choose) with the oracle, then each other drafter
+    once: a first call's one-off cost (MTP's layer among them) stays out of the timed runs."""
+    from specdec.bench import lockstep as module
+
+    a, _ = models
+    ran: list[tuple[str, int]] = []
+    real = module.generate
+
+    def spied(sm, prompt, drafter, cfg, **kw):
+        ran.append((str(drafter), cfg.gamma.fixed))
+        return real(sm, prompt, drafter, cfg, **kw)
+
+    monkeypatch.setattr(module, "generate", spied)
+    runs = [("oracle:0.9", 3), ("self", 4), ("mtp", "auto"), ("lookup", 2), ("self", 2)]
+    module.warm_up(a, a.encode("The cache holds"), runs, None)
+    assert ran == [("none", 1), *(("oracle:0.5", g) for g in range(2, 9)),
+                   ("lookup", 2), ("mtp", 2), ("self", 4)]  # fmt: skip
+    assert a.streamer.cache.resident_keys() == []  # reset after
+
+
 def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, monkeypatch):
     """`--lockstep spec auto` and plain `spec` in one session, merged as a lent machine's output
     is: each lockstep run against its pair's plain run alone, the others between plain runs, and
