@@ -835,10 +835,11 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
     side's model."""
     from specdec.bench.lockstep import paired_runs, two_models
     from specdec.clock.profiles import get_profile
+    from specdec.decode.drafters import DrafterSpec
 
     prof, trace = get_profile(args.profile), _trace(args)
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
-    oracle = any(d.startswith("oracle") for d, _ in runs)
+    oracle = any(DrafterSpec.parse(d).needs_reference for d, _ in runs)
     for budget in args.spec_budgets.split(","):
         if time.perf_counter() > args.deadline_at:
             break
