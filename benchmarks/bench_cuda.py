@@ -911,10 +911,12 @@ def spec(args) -> dict:
 
 def auto(args) -> dict:
     """`--gamma auto` at each α of --auto-alphas; with --auto-gammas, those fixed γ run in the
-    same group (between the same plain runs), so auto is measured against the γ that wins."""
+    same group (between the same plain runs), so auto is measured against the γ that wins.
+    Auto first in each group: a step cut short keeps the run it is for (the thirty-third
+    session's 512-token step was cut after its γ = 4 pair, before auto's)."""
     fixed = [int(g) for g in args.auto_gammas.split(",") if g]
     alphas = [float(a) for a in args.auto_alphas.split(",")]
-    return _against_plain("auto", args, [[(f"oracle:{a:g}", g) for g in (*fixed, "auto")]
+    return _against_plain("auto", args, [[(f"oracle:{a:g}", g) for g in ("auto", *fixed)]
                                          for a in alphas])  # fmt: skip
 
 

@@ -135,7 +135,7 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
     ]
     auto = json.loads((tmp_path / "paired" / "auto.json").read_text())["runs"]
     assert [(r["drafter"], r["gamma"]) for r in auto] == [
-        ("none", "1"), ("oracle:0.9", "2"), ("none", "1"), ("oracle:0.9", "auto")
+        ("none", "1"), ("oracle:0.9", "auto"), ("none", "1"), ("oracle:0.9", "2")
     ]  # fmt: skip
     assert len({tuple(r["tokens"]) for r in rows + auto}) == 1  # plain greedy's, every run
 
