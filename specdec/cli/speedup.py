@@ -1,5 +1,6 @@
 """`specdec bench speedup`: speculative decoding against plain decoding in measured seconds, each
-run in lockstep with a plain run of its own; the break-even α per γ (specdec/bench/speedup.py).
+run in lockstep with a plain run of its own (or, `--pairing between`, between two on one loaded
+model); the break-even α per γ (specdec/bench/speedup.py).
 
     specdec bench speedup --model DIR --budget 25% --drafters oracle:1,oracle:0.9,oracle:0.8 \
         --gammas 3,4 --tokens 64 --profile m4-24gb --out speedup.json
@@ -26,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt, as given (no template)")
     p.add_argument("--routing", help="a routing trace every MoE layer follows (a .trace dir)")
     p.add_argument("--profile", help="a device profile to model each run on beside")
+    p.add_argument("--pairing", choices=("lockstep", "between"), default="lockstep",
+                   help="lockstep: each run beside a plain run of its own, a pass of each in turn "
+                        "(two caches); between: one model, each run between two plain runs "
+                        "(one cache: where two do not fit; the machine's drift shows in the "
+                        "result)")  # fmt: skip
     p.add_argument("--out", type=output_path, help="write the result as JSON here (a new file)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -45,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         prompt=args.prompt,
         routing=args.routing,
         profile=args.profile,
+        pairing=args.pairing,
     )
     if args.out:  # before minutes of decoding, not after (measure_speedup checks cfg first)
         check_output_file(args.out, "specdec bench speedup", flag=None)

@@ -20,6 +20,7 @@ import pytest
 from analysis import cuda
 from analysis.speedup import speedup_table
 from specdec.bench.lockstep import Side, lockstep
+from specdec.bench.speedup import SpeedupConfig
 from specdec.checkpoint.bundled import resolve_model
 from specdec.core.errors import SpecdecError
 from specdec.decode.loop import Decode, DecodeConfig
@@ -262,6 +263,30 @@ def test_bench_speedup_measures_each_run_beside_plain_and_the_break_even(tmp_pat
     ]  # fmt: skip
 
 
+def test_bench_speedup_between_plain_runs_on_one_model(tmp_path):
+    """`--pairing between`: one loaded model, each run between two plain runs and measured
+    against their mean time per token, neighbours sharing the run between them; a budget that
+    holds every expert (which lockstep refuses) is timed too."""
+    cmd = [sys.executable, "-m", "specdec", "bench", "speedup", "--model", "tiny", "--budget",
+           "100%", "--tokens", "12", "--drafters", "oracle:1,oracle:0.5", "--gammas", "2",
+           "--pairing", "between", "--json"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    result = json.loads(got.stdout)
+    assert result["config"]["pairing"] == "between" and result["ran"]["holds_all_experts"]
+    rows = result["rows"]
+    assert [r["drafter"] for r in rows] == ["oracle:1", "oracle:0.5"]
+    assert rows[0]["plain_runs_tokens_per_s"][1] == rows[1]["plain_runs_tokens_per_s"][0]
+    for r in rows:
+        either = r["plain_runs_tokens_per_s"]
+        assert r["plain_tokens_per_s"] == pytest.approx(2 / (1 / either[0] + 1 / either[1]))
+        assert r["speedup"] == pytest.approx(r["tokens_per_s"] / r["plain_tokens_per_s"])
+        assert r["tokens_equal"]
+    assert set(result["break_even"]) == {"2"}
+    with pytest.raises(SpecdecError, match="--pairing sideways"):  # the library's own check
+        SpeedupConfig("tiny", "25%", ("oracle:1",), (2,), pairing="sideways").check()
+
+
 @pytest.mark.parametrize(
     "argv, says",
     [
@@ -270,6 +295,7 @@ def test_bench_speedup_measures_each_run_beside_plain_and_the_break_even(tmp_pat
         (["--drafters", "none"], "drafter none drafts nothing"),
         (["--tokens", "1"], "--tokens 1: give at least 2"),
         (["--drafters", "oracle:2"], "oracle"),
+        (["--pairing", "sideways"], "invalid choice"),
     ],
 )
 def test_bench_speedup_refuses_bad_input_in_one_line(tmp_path, argv, says):
