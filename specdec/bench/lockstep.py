@@ -41,7 +41,15 @@ from specdec.core.errors import SpecdecError
 from specdec.decode.drafters import DrafterSpec
 from specdec.decode.loop import DecodeConfig
 from specdec.decode.records import PassRecord
-from specdec.decode.run import GenerationResult, eos_ids, generate, result, routed, start
+from specdec.decode.run import (
+    GenerationResult,
+    eos_ids,
+    generate,
+    plain_greedy,
+    result,
+    routed,
+    start,
+)
 from specdec.gamma.chooser import MAX_GAMMA
 from specdec.stream.loader import StreamedModel, load
 from specdec.trace.format import Trace
@@ -154,7 +162,7 @@ def paired_runs(
     plain = DecodeConfig(1, tokens)
     for sm in models:
         warm_up(sm, prompt, runs, routing)
-    if reference is None and any(DrafterSpec.parse(d).needs_reference for d, _ in runs):
+    if reference is None and needs_reference(runs):
         reference = paired_reference(models[0], prompt, tokens, routing)
     for k, (drafter, gamma) in enumerate(runs):
         a, b = models if k % 2 == 0 else models[::-1]
@@ -169,12 +177,18 @@ def paired_runs(
 def paired_reference(
     sm: StreamedModel, prompt: list[int], tokens: int, routing: Trace | None
 ) -> list[int]:
-    """The oracle's reference for `paired_runs`: `tokens` of plain greedy decoding, untimed, the
-    cache reset after (a 512-token one took about 100 s at 9 GB on an H100, a third of an auto
-    pair's time: bench_cuda keeps it for the session's later commands)."""
-    ref = generate(sm, prompt, "none", DecodeConfig(1, tokens), stop_at_eos=False, routing=routing)
-    sm.reset_cache()
-    return ref.tokens
+    """The oracle's reference for `paired_runs`: `tokens` of plain greedy decoding
+    (decode.run.plain_greedy, the cache reset after) under `routing`, untimed (a 512-token one
+    took about 100 s at 9 GB on an H100, a third of an auto pair's time: bench_cuda keeps it for
+    the session's later commands)."""
+    with routed(sm, routing, DecodeConfig().seed):
+        return plain_greedy(sm, prompt, tokens, stop_at_eos=False)
+
+
+def needs_reference(runs: list[tuple[str, int | str]]) -> bool:
+    """Whether a drafter of `runs` ((drafter, γ) pairs) drafts from a plain reference (the
+    oracle)."""
+    return any(DrafterSpec.parse(d).needs_reference for d, _ in runs)
 
 
 def warm_up(sm: StreamedModel, prompt: list[int], runs: list[tuple], routing: Trace | None) -> None:

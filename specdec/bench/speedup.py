@@ -34,7 +34,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specdec.bench.lockstep import Pair, paired_reference, paired_runs, two_models, warm_up
+from specdec.bench.lockstep import (
+    Pair,
+    needs_reference,
+    paired_reference,
+    paired_runs,
+    two_models,
+    warm_up,
+)
 from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
@@ -80,8 +87,8 @@ class SpeedupConfig:
 
 
 def measure_speedup(cfg: SpeedupConfig) -> dict:
-    """Every (drafter, γ) of `cfg` in lockstep beside plain decoding: rows, break-even α per γ,
-    and what produced them."""
+    """Every (drafter, γ) of `cfg` beside plain decoding (in lockstep, or between plain runs:
+    `cfg.pairing`): rows, break-even α per γ, and what produced them."""
     cfg.check()
     profiles = (get_profile(cfg.profile),) if cfg.profile else ()
     routing = load_trace(Path(cfg.routing)) if cfg.routing else None
@@ -133,8 +140,7 @@ def _between_runs(
     plain run, every run from a cold cache on the one model (warmed first, as lockstep's); each
     run paired with the plain runs either side of it (`_bracket`)."""
     warm_up(sm, prompt, runs, routing)
-    needs = any(DrafterSpec.parse(d).needs_reference for d, _ in runs)
-    reference = paired_reference(sm, prompt, tokens, routing) if needs else None
+    reference = paired_reference(sm, prompt, tokens, routing) if needs_reference(runs) else None
 
     def run(drafter: str, gamma: int | str) -> GenerationResult:
         sm.reset_cache()
