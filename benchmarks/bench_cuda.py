@@ -121,6 +121,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -162,6 +163,7 @@ def sh(*cmd: str, timeout: int = 900) -> str:
     return out.stdout
 
 
+@functools.cache  # one card a process: saved with every run of a step (`_keep`)
 def gpu_name() -> str:
     """The card, as nvidia-smi names it: a lent machine of this kind may be an H100 or an H200
     (the fourteenth session's was an H100), and nothing else in the machine info tells them apart."""
@@ -815,6 +817,7 @@ def _keep(args, rows: list, sink, name: str, res, drafter: str, gamma, budget: s
     row = {**s, "budget": budget, "drafter": drafter, "gamma": str(gamma), **where,
            "session": args.session, "read_beside_gbps": beside, "tokens": res.tokens}  # fmt: skip
     rows.append(row)
+    args.kept = rows  # the step's runs so far: main keeps them if the step then fails
     sink.write(json.dumps({"run": {k: row[k] for k in list(row)[:6]},
                            "records": [r.__dict__ for r in res.records]}, default=str) + "\n")  # fmt: skip
     sink.flush()
@@ -833,13 +836,12 @@ def _lockstep_runs(args, packed: Path, runs: list[tuple], name: str) -> list[dic
     (specdec.bench.lockstep `paired_runs`). Rows in pairs, plain then speculative, both with
     `lockstep`: the pair's number; each pair's `read_beside_gbps` read on the speculative
     side's model."""
-    from specdec.bench.lockstep import paired_runs, two_models
+    from specdec.bench.lockstep import needs_reference, paired_runs, two_models
     from specdec.clock.profiles import get_profile
-    from specdec.decode.drafters import DrafterSpec
 
     prof, trace = get_profile(args.profile), _trace(args)
     rows, sink = [], open(Path(args.out) / f"{name}.jsonl", "a")
-    oracle = any(DrafterSpec.parse(d).needs_reference for d, _ in runs)
+    oracle = needs_reference(runs)
     for budget in args.spec_budgets.split(","):
         if time.perf_counter() > args.deadline_at:
             break
@@ -1406,21 +1408,17 @@ def main() -> int:
         if time.perf_counter() > args.deadline_at:
             print(f"[{step}] skipped: past the deadline", flush=True)
             continue
-        t0, began = time.perf_counter(), time.time()
-        args.step_t0 = t0
+        t0 = args.step_t0 = time.perf_counter()
+        args.kept = []  # a run step's runs so far (`_keep`)
         print(f"[{step}] start", flush=True)
         try:
             save(Path(args.out), step, {"session": args.session, **STEPS[step](args)}, t0)
         except Exception as e:  # noqa: BLE001 -- the next steps still run; the failure is kept
             import traceback
 
-            # a run step's runs before it failed, saved by this step (not an earlier command's)
-            so_far = Path(args.out) / f"{step}.json"
-            ours = so_far.exists() and so_far.stat().st_mtime >= began
-            runs = json.loads(so_far.read_text()).get("runs") if ours else None
             failed = {"error": repr(e), "traceback": traceback.format_exc()}
-            save(Path(args.out), step, {"session": args.session, "runs": runs, **failed}
-                 if runs else failed, t0)  # fmt: skip
+            runs = {"session": args.session, "runs": args.kept} if args.kept else {}
+            save(Path(args.out), step, {**runs, **failed}, t0)
     return 0
 
 
