@@ -382,7 +382,6 @@ def lockstep_table() -> str:
     writes it since: clock.profiles.non_decreasing)."""
     profs = profiles()
     body: list = []
-    names = ("curve", "curve made non-decreasing")
     errs: dict = {}  # (session, curve) -> modeled speed-up / measured - 1
     per_token: dict = {}  # (session, curve) -> modeled time / measured - 1, both sides
     crossings: dict = {}  # (session, grid, budget, γ) -> [(α, measured, modeled non-decreasing)]
@@ -397,31 +396,28 @@ def lockstep_table() -> str:
             f"{sides[0][0]:.2f} / {sides[1][0]:.2f}", f"{sides[1][0] / sides[0][0]:.2f}",
             f"{sides[0][1]:.1f} / {sides[1][1]:.1f}",
         ])  # fmt: skip
-        flat = replace(prof, read_curve=non_decreasing(prof.read_curve))
-        sess, modeled = row.get("session", 1), {}
-        # a profile written since the thirty-second is non-decreasing already: one curve
-        curves = [(n, p) for n, p in zip(names, (prof, flat), strict=True)][
-            : 1 + (flat.read_curve != prof.read_curve)
-        ]
-        for name, pr in curves:
-            modeled[name] = modeled_tps(row, pr) / modeled_tps(plain, pr)
-            errs.setdefault((sess, name), []).append(modeled[name] / measured_speedup(row) - 1)
+        sess, curves = row.get("session", 1), {"curve": prof}
+        flat = non_decreasing(prof.read_curve)
+        if flat != prof.read_curve:  # written before the thirty-second: as measured, and made so
+            curves["curve made non-decreasing"] = replace(prof, read_curve=flat)
+        for name, pr in curves.items():
+            modeled = modeled_tps(row, pr) / modeled_tps(plain, pr)  # the last: non-decreasing
+            errs.setdefault((sess, name), []).append(modeled / measured_speedup(row) - 1)
             per_token.setdefault((sess, name), []).extend(
                 device_tps(r) / modeled_tps(r, pr) - 1 for r in (plain, row)
             )
-        modeled.setdefault(names[1], modeled[names[0]])
         if row["drafter"].startswith("oracle:"):
-            key = (row.get("session", 1), row["grid"], row["budget"], row["gamma"])
             alpha = float(row["drafter"].split(":")[1])
-            crossings.setdefault(key, []).append(
-                (alpha, measured_speedup(row), modeled["curve made non-decreasing"])
+            crossings.setdefault((sess, row["grid"], row["budget"], row["gamma"]), []).append(
+                (alpha, measured_speedup(row), modeled)
             )
     heads = ["session", "grid", "budget", "drafter", "γ", "plain tok/s", "tok/s",
              "speed-up", "read GB/s plain / spec", "spec / plain", "misses a layer a pass"]  # fmt: skip
     lines = []
     for (sess, name), v in errs.items():
         t = per_token[(sess, name)]
-        curve = name if (sess, names[1]) in errs else f"{name}, non-decreasing as written"
+        made = (sess, "curve made non-decreasing") in errs
+        curve = name if made else f"{name}, non-decreasing as written"
         lines.append(
             f"- session {sess}, the model against the measured on the profile's read {curve}: "
             f"speed-up ({len(v)} runs) median {statistics.median(v):+.1%}, worst "
