@@ -111,6 +111,10 @@ SESSIONS = {
     # device` writes it since the thirty-second): the 9 GB grid in lockstep at α 0.85-1.0 by
     # 0.05, the 10% grid in lockstep (the pair at α 0.9 γ = 4 cut by its deadline)
     33: ("h100-r33",),
+    # an H200, the first since the sixteenth, its own profile: the 9 GB and 10% grids in
+    # lockstep at α 0.85-1.0 by 0.05, `--gamma auto` beside γ = 4 over 512 tokens at 9 GB in
+    # lockstep
+    34: ("h200-r34",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -125,8 +129,9 @@ BORROWED = {22, 23, 24, 25, 26, 27, 30, 31}
 # H100, pinned, priced on the pack's read curve) at 9 GB (α 0.8-1.0), 10% (α 0.9, 1.0) and the
 # 120-slot pair at α 0.9, the twentieth's (the same card and grids) at 9 GB and 10%, the
 # twenty-first's the same twice; the thirty-third's in lockstep, priced on its own profile as
-# `specdec bench device` wrote it (9 GB at α 0.85-1.0, 10% at α 0.9 and 1.0)
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 33)
+# `specdec bench device` wrote it (9 GB at α 0.85-1.0, 10% at α 0.9 and 1.0); the thirty-fourth's
+# the same on an H200 (both budgets at α 0.85-1.0)
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 33, 34)
 # the split's sessions: the tenth, which it was built for (with the eleventh), and every one
 # since, so a new session needs no edit here (the twelfth ran no spec step: no rows)
 SPLIT_FROM = 10
@@ -284,17 +289,18 @@ def _no_reads(r: PassRecord) -> PassRecord:
 def spec_rows(steps: tuple[str, ...] = ("spec", "drafters", "auto")) -> list[dict]:
     """Every speculative run of `steps` with the plain runs it is measured against. A run in
     lockstep (`bench_cuda.py --lockstep`, from the thirty-second session): its own pair's plain
-    run, and `grid`, which of its session's lockstep grids at that budget it is in. Any other:
+    run, and `grid`, which of its session's lockstep grids at that budget it is in (numbered
+    across the steps: the auto step's pairs are a grid of their own). Any other:
     the plain runs of its step, budget and routing on either side of it, the last before it
     (its `plain`: the reference of its tokens and bytes) and the first after it, where the step
     interleaves plain runs (from the sixth session: one before each group and one after the
     last); before that, one plain run opened each budget."""
     out = []
+    grids: dict = {}  # (session, budget, routing) -> lockstep grids so far (pair 0 opens one)
     for step in steps:
         last: dict = {}  # (session, budget, routing) -> its latest plain run
         waiting: dict = {}  # the same -> its runs since then, waiting for the next plain run
         pairs: dict = {}  # (session, budget, routing, lockstep pair) -> the pair's plain run
-        grids: dict = {}  # (session, budget, routing) -> lockstep grids so far (pair 0 opens one)
         for row in runs(step):
             key = (row.get("session", 1), row["budget"], row["routing"])
             if "lockstep" in row:
@@ -304,11 +310,12 @@ def spec_rows(steps: tuple[str, ...] = ("spec", "drafters", "auto")) -> list[dic
                     grids[key] = grids.get(key, 0) + (row["lockstep"] == 0)
                 else:
                     plain = pairs[pair]
-                    out.append({**row, "plain": plain, "plains": [plain], "grid": grids[key]})
+                    out.append({**row, "plain": plain, "plains": [plain], "grid": grids[key],
+                                "step": step})  # fmt: skip
                 continue
             if row["drafter"] != "none":
                 if key in last:
-                    out.append({**row, "plain": last[key], "plains": [last[key]]})
+                    out.append({**row, "plain": last[key], "plains": [last[key]], "step": step})
                     waiting.setdefault(key, []).append(out[-1])
                 continue
             for run in waiting.pop(key, []):
@@ -406,7 +413,7 @@ def lockstep_table() -> str:
             per_token.setdefault((sess, name), []).extend(
                 device_tps(r) / modeled_tps(r, pr) - 1 for r in (plain, row)
             )
-        if row["drafter"].startswith("oracle:"):
+        if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
             alpha = float(row["drafter"].split(":")[1])
             crossings.setdefault((sess, row["grid"], row["budget"], row["gamma"]), []).append(
                 (alpha, measured_speedup(row), modeled)
@@ -449,11 +456,12 @@ def _spreads() -> list[str]:
     by: dict = {}
     for row in _oracle_grid():
         how = "in lockstep" if "lockstep" in row else "between plain runs"
-        key = (row.get("session", 1), how, row["budget"], row["drafter"], row["gamma"])
+        # a step's runs apart: the auto step's runs are longer than the spec grid's
+        key = (row.get("session", 1), how, row["step"], row["budget"], row["drafter"], row["gamma"])
         by.setdefault(key, []).append(measured_speedup(row))
     widest: dict = {}
     lockstep_sessions = {sess for sess, how, *_ in by if how == "in lockstep"}
-    for (sess, how, *run), ups in by.items():
+    for (sess, how, _, *run), ups in by.items():
         if len(ups) > 1 and sess in lockstep_sessions:
             spread = max(ups) - min(ups)
             if spread >= widest.get((sess, how), (0.0,))[0]:

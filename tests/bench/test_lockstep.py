@@ -162,7 +162,14 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         lines = cuda.break_even_text(cuda.profiles(), (99,)).splitlines()
         assert [line.split(":")[0] for line in lines] == [
             f"- session 99{how}, 50%, γ = {g}" for how in ("", " (lockstep grid 1)") for g in (2, 3)
-        ]
+        ] + ["- session 99 (lockstep grid 2), 50%, γ = 2"]  # the auto step's γ = 2 beside auto
+        # the auto step's pairs are a grid of their own (not the spec grid's at α 1 and 0.6),
+        # and auto, one α, has no break-even line
+        auto_rows = [r for r in cuda.spec_rows() if r["step"] == "auto" and "lockstep" in r]
+        assert [(r["gamma"], r["grid"]) for r in auto_rows] == [("auto", 2), ("2", 2)]
+        table = cuda.lockstep_table()
+        assert "- session 99 grid 2, 50%, γ = 2: break-even α measured" in table
+        assert "γ = auto: break-even" not in table
     finally:
         cuda.runs.cache_clear()
 
