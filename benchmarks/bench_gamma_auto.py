@@ -26,9 +26,10 @@ the candidates' costs, the guard, plain's shadow and one lane per γ), in µs pe
 timed around those calls (wrapped for this run only): the bundled model at runtime (25%,
 oracle:0.9, 256 tokens), the MiniMax trace in replay (2000 positions, 25%, α 0.9) and the CUDA
 sessions' 16-layer pack in replay (9 GB, α 1.0, 2048 tokens, as the twenty-third session ran
-it), beside the whole run's host time per token. Plain and fixed-γ runs never make these calls
+it; `--tokens`, `--profile`, `--rounds` for another session's, `--pack-only` for it alone), beside
+the whole run's host time per token. Plain and fixed-γ runs never make these calls
 (a plain LRU's shadows count on specdec.cache.counting_lru). Writes
-benchmarks/results/gamma_auto_host.json.
+benchmarks/results/gamma_auto_host.json (or `--out`).
 
 seeds: the CUDA sessions' `auto` step in replay, over 50 seeds of the oracle's acceptance draws:
 one measured run there is one draw. The same routing (the calibrated MiniMax trace's first 16
@@ -68,6 +69,7 @@ BUDGETS = (0.05, 0.10, 0.25, 0.50)  # of the routed experts
 ALPHAS = (0.3, 0.5, 0.7, 0.9, 0.95)
 GAMMAS = (1, 2, 3, 4, 8, "auto")
 PROFILE = DEFAULT_PROFILE  # what auto prices passes on by default
+DEVICE_PROFILE = RESULTS / "cuda" / "h100-r21.yaml"  # what the twenty-third session priced on
 
 
 def _config(trace_name: str) -> dict:
@@ -78,10 +80,13 @@ def _config(trace_name: str) -> dict:
     return json.loads((ROOT / "specdec" / "models" / "tiny" / "config.json").read_text())
 
 
-def _write(name: str, rows: list[dict], places: dict | None = None, profile: str = PROFILE) -> int:
-    """benchmarks/results/gamma_auto_<name>.json: the rows, the command, the machine (versions
-    and load the numbers came from); `places`: scratch paths to name by placeholder."""
-    out = RESULTS / f"gamma_auto_{name}.json"
+def _write(
+    name: str, rows: list[dict], places: dict | None = None, profile: str = PROFILE,
+    out: Path | None = None,
+) -> int:  # fmt: skip
+    """benchmarks/results/gamma_auto_<name>.json (or `out`): the rows, the command, the machine
+    (versions and load the numbers came from); `places`: scratch paths to name by placeholder."""
+    out = out or RESULTS / f"gamma_auto_{name}.json"
     meta = {"profile": profile, "policy": "lru", "command": " ".join(sys.argv)}
     meta["machine"] = machine_info()
     write_result(out, {"meta": meta, "rows": rows}, places)
@@ -232,28 +237,32 @@ def host(args) -> int:
 
     profile = get_profile(PROFILE)
     rows = []
-    sm = load("tiny", budget="25%")
-    prompt = sm.encode("def fibonacci(n):")
-    rows.append(_timed_row("runtime tiny 25% oracle:0.9", lambda: len(generate(
-        sm, prompt, "oracle:0.9", DecodeConfig(gamma="auto", max_tokens=256), (profile,),
-        stop_at_eos=False).tokens)))  # fmt: skip
-    sm.close()
-    trace = _minimax_trace(2000)
-    clock = trace_clock(MINIMAX_M25, trace)
-    slots = round(0.25 * trace.n_layers * trace.n_experts)
-    for gamma in (1, "auto"):
-        rows.append(_timed_replay(f"replay minimax 25% α 0.9 γ {gamma}",
-                                  trace, slots, gamma, 0.9, clock, profile))  # fmt: skip
+    if not args.pack_only:
+        sm = load("tiny", budget="25%")
+        prompt = sm.encode("def fibonacci(n):")
+        rows.append(_timed_row("runtime tiny 25% oracle:0.9", lambda: len(generate(
+            sm, prompt, "oracle:0.9", DecodeConfig(gamma="auto", max_tokens=256), (profile,),
+            stop_at_eos=False).tokens)))  # fmt: skip
+        sm.close()
+        trace = _minimax_trace(2000)
+        clock = trace_clock(MINIMAX_M25, trace)
+        slots = round(0.25 * trace.n_layers * trace.n_experts)
+        for gamma in (1, "auto"):
+            rows.append(_timed_replay(f"replay minimax 25% α 0.9 γ {gamma}",
+                                      trace, slots, gamma, 0.9, clock, profile))  # fmt: skip
     # the CUDA sessions' `auto` step in replay: the 16-layer pack at 9 GB (1130 slots), α 1.0,
-    # 2048 tokens, priced on the twenty-first session's profile, as the twenty-third ran it
+    # by default 2048 tokens priced on the twenty-first session's profile, as the twenty-third
+    # ran it; rounds alternate plain and auto
     trace, clock = _device_trace()
-    device = load_profile(ROOT / "benchmarks" / "results" / "cuda" / "h100-r21.yaml")
-    for gamma in (1, "auto"):
-        rows.append(_timed_replay(f"replay 16-layer pack 9 GB α 1.0 γ {gamma}",
-                                  trace, 1130, gamma, 1.0, clock, device, 2048))  # fmt: skip
+    device = load_profile(args.profile)
+    name = f"replay 16-layer pack 9 GB α 1.0 {args.tokens} tokens on {device.name}"
+    for _ in range(args.rounds):
+        for gamma in (1, "auto"):
+            rows.append(_timed_replay(f"{name} γ {gamma}", trace, 1130, gamma, 1.0, clock,
+                                      device, args.tokens))  # fmt: skip
     for row in rows:
         print(json.dumps(row))
-    return _write("host", rows)
+    return _write("host", rows, out=args.out)
 
 
 def _timed_replay(name: str, trace, slots: int, gamma, alpha: float, clock, profile,
@@ -362,7 +371,13 @@ def main() -> int:
     t = sub.add_parser("runtime")
     t.add_argument("--tokens", type=int, default=256)
     t.add_argument("--prompt", default="def fibonacci(n):")
-    sub.add_parser("host")
+    h = sub.add_parser("host")
+    h.add_argument("--tokens", type=int, default=2048, help="the 16-layer pack's run length")
+    h.add_argument("--profile", type=Path, default=DEVICE_PROFILE,
+                   help="the 16-layer pack's runs priced on this profile")  # fmt: skip
+    h.add_argument("--rounds", type=int, default=1, help="the 16-layer pack's runs, each γ")
+    h.add_argument("--pack-only", action="store_true", help="only the 16-layer pack's runs")
+    h.add_argument("--out", type=Path, help="write here (default: results/gamma_auto_host.json)")
     d = sub.add_parser("seeds")
     d.add_argument("--profile", type=Path, required=True, help="a CUDA session's device profile")
     d.add_argument("--slots", type=int, default=SEED_SLOTS, help="the cache's slots (default: 120)")
