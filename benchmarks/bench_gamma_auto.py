@@ -70,6 +70,7 @@ ALPHAS = (0.3, 0.5, 0.7, 0.9, 0.95)
 GAMMAS = (1, 2, 3, 4, 8, "auto")
 PROFILE = DEFAULT_PROFILE  # what auto prices passes on by default
 DEVICE_PROFILE = RESULTS / "cuda" / "h100-r21.yaml"  # what the twenty-third session priced on
+DEVICE_POSITIONS = 4000  # the 16-layer pack's trace: the longest run it replays
 
 
 def _config(trace_name: str) -> dict:
@@ -299,7 +300,7 @@ def _device_trace():
     from specdec.clock.check import MINIMAX_M25
     from specdec.gamma.replay import trace_clock
 
-    full = _minimax_trace(4000)
+    full = _minimax_trace(DEVICE_POSITIONS)
     trace = dataclasses.replace(
         full, experts=full.experts[:, :SEED_LAYERS], expert_bytes=full.expert_bytes[:SEED_LAYERS]
     )
@@ -385,6 +386,8 @@ def main() -> int:
     d.add_argument("--alphas", default=SEED_ALPHAS, help="oracle acceptances, comma-separated")
     d.add_argument("--runs", type=int, default=SEED_RUNS, help="oracle seeds per setting")
     args = p.parse_args()
+    if args.what == "host" and not 1 <= args.tokens <= DEVICE_POSITIONS:
+        p.error(f"--tokens {args.tokens}: the 16-layer pack's trace replays 1-{DEVICE_POSITIONS}")
     return {"replay": replay, "runtime": runtime, "host": host, "seeds": seeds}[args.what](args)
 
 

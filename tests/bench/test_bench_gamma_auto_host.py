@@ -1,7 +1,7 @@
 """benchmarks/bench_gamma_auto.py `host --pack-only` runs here (the CUDA sessions' 16-layer pack
 in replay, a short run, on a session's profile): each round times plain and auto, and only auto's
-row carries its bookkeeping's parts, which add up to less than its whole run. Its figures are a
-benchmark's, not asserted here.
+row carries its bookkeeping's parts, which add up to less than its whole run; a run longer than
+the trace (or none) is refused in one line. Its figures are a benchmark's, not asserted here.
 
 Run: `pytest tests/bench/test_bench_gamma_auto_host.py`.
 """
@@ -36,3 +36,13 @@ def test_host_times_auto_and_its_bookkeeping_beside_plain_on_a_sessions_profile(
             assert 0 < sum(parts) < row["wall_us_per_token"]
         else:  # plain never asks the chooser
             assert parts == [None] * 3
+
+
+def test_host_refuses_a_run_longer_than_the_trace_in_one_line(tmp_path):
+    out = tmp_path / "host.json"
+    for tokens in ("0", "4001"):
+        cmd = [sys.executable, str(SCRIPT), "host", "--pack-only", "--tokens", tokens,
+               "--out", str(out)]  # fmt: skip
+        got = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert got.returncode == 2 and "replays 1-4000" in got.stderr.splitlines()[-1]
+        assert "Traceback" not in got.stderr and not out.exists()
