@@ -726,7 +726,7 @@ def pinned(args, blocks: int = 256, batch: int = 8, rounds: int = 4) -> dict:
 
 def big(args) -> dict:
     src, packed = Path(args.shm) / "mm16", Path(args.disk) / "mm16.packed"
-    trace = Path(args.disk) / "minimax.trace"
+    trace = _trace_dir(args)
     out = {}
     if not (packed / "experts.json").exists():
         t = time.perf_counter()
@@ -802,10 +802,15 @@ def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> l
     return rows
 
 
+def _trace_dir(args) -> Path:
+    """Where `big` writes the calibrated MiniMax trace the runs follow (`--routing trace`)."""
+    return Path(args.disk) / "minimax.trace"
+
+
 def _trace(args):
     from specdec.trace.format import load_trace
 
-    return load_trace(Path(args.disk) / "minimax.trace")
+    return load_trace(_trace_dir(args))
 
 
 def _keep(args, rows: list, sink, name: str, res, drafter: str, gamma, budget: str,
@@ -869,7 +874,7 @@ def _reference(args, sm, prompt: list[int], trace) -> list[int]:
 
     from specdec.bench.lockstep import paired_reference
 
-    traced = sorted(f for f in (Path(args.disk) / "minimax.trace").rglob("*") if f.is_file())
+    traced = sorted(f for f in _trace_dir(args).rglob("*") if f.is_file())
     key = hashlib.sha256(
         b"".join([sm.model_hash.encode(), *(f.read_bytes() for f in traced)])
         + json.dumps(prompt).encode()
@@ -996,9 +1001,8 @@ def where(args) -> dict:
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
     from specdec.stream.loader import load
-    from specdec.trace.format import load_trace
 
-    trace = load_trace(Path(args.disk) / "minimax.trace")
+    trace = _trace(args)
     out = {}
     for budget in args.spec_budgets.split(","):
         sm = load(Path(args.disk) / "mm16.packed", budget=budget, io=args.io, with_mtp=False)
@@ -1036,14 +1040,13 @@ def repeat(args) -> dict:
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import first_departure, generate
     from specdec.stream.loader import load
-    from specdec.trace.format import load_trace
 
     def departs(runs: list[list[int]]) -> list[int | None]:
         """Each run's first token unlike the first run's (None: equal throughout)."""
         return [first_departure(r, runs[0]) for r in runs[1:]]
 
     out: dict = {"tokens": args.tokens, "streamed": {}, "mlx_lm": {}}
-    trace = load_trace(Path(args.disk) / "minimax.trace")
+    trace = _trace(args)
     for budget in args.repeat_budgets.split(","):
         warm = budget == "100%"
         times = 3 if warm else 2
