@@ -160,10 +160,7 @@ def paired_runs(
     called on the speculative side's model before each pair (bench_cuda reads the disk's rate
     there); both caches are reset after it."""
     plain = DecodeConfig(1, tokens)
-    for sm in models:
-        warm_up(sm, prompt, runs, routing)
-    if reference is None and needs_reference(runs):
-        reference = paired_reference(models[0], prompt, tokens, routing)
+    reference = prepare(models, prompt, runs, tokens, routing, reference)
     for k, (drafter, gamma) in enumerate(runs):
         a, b = models if k % 2 == 0 else models[::-1]
         seen = before(b) if before else None
@@ -172,6 +169,24 @@ def paired_runs(
         sides = [Side(a, "none", plain), Side(b, drafter, DecodeConfig(gamma, tokens))]
         done = lockstep(sides, prompt, profiles, routing, reference)
         yield Pair(k, drafter, gamma, *done, seen)
+
+
+def prepare(
+    models: tuple[StreamedModel, ...],
+    prompt: list[int],
+    runs: list[tuple[str, int | str]],
+    tokens: int,
+    routing: Trace | None,
+    reference: list[int] | None = None,
+) -> list[int] | None:
+    """Before timed runs of `runs` on `models` (lockstep's two, or `--pairing between`'s one):
+    each model warmed at what they use (`warm_up`), and the oracle's reference, `reference`
+    where given, else made (`paired_reference`) where a run needs one (None where none does)."""
+    for sm in models:
+        warm_up(sm, prompt, runs, routing)
+    if reference is None and needs_reference(runs):
+        reference = paired_reference(models[0], prompt, tokens, routing)
+    return reference
 
 
 def paired_reference(

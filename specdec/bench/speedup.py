@@ -34,14 +34,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from specdec.bench.lockstep import (
-    Pair,
-    needs_reference,
-    paired_reference,
-    paired_runs,
-    two_models,
-    warm_up,
-)
+from specdec.bench.lockstep import Pair, paired_runs, prepare, two_models
 from specdec.checkpoint.bundled import DEFAULT_PROMPT
 from specdec.clock.profiles import get_profile
 from specdec.core.errors import SpecdecError
@@ -139,8 +132,7 @@ def _between_runs(
     """`--pairing between`: a plain run, then each (drafter, γ) of `runs` followed by another
     plain run, every run from a cold cache on the one model (warmed first, as lockstep's); each
     run paired with the plain runs either side of it (`_bracket`)."""
-    warm_up(sm, prompt, runs, routing)
-    reference = paired_reference(sm, prompt, tokens, routing) if needs_reference(runs) else None
+    reference = prepare((sm,), prompt, runs, tokens, routing)
 
     def run(drafter: str, gamma: int | str) -> GenerationResult:
         sm.reset_cache()
