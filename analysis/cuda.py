@@ -637,6 +637,48 @@ def auto_table() -> str:
     return md_table(heads, body)
 
 
+def auto_phases(row: dict) -> list[tuple[range, list, list]]:
+    """A lockstep `--gamma auto` run split where it first drafted: (its tokens, counted from 1;
+    auto's passes; its pair's plain passes over the same tokens, one a pass) before that pass
+    and from it on; one part where it never drafted, or drafted from its first pass."""
+    recs, plain = row["records"], row["plain"]["records"]
+    first = next((i for i, r in enumerate(recs) if r.drafted), len(recs))
+    before = sum(r.committed for r in recs[:first])
+    parts = [(range(1, before + 1), recs[:first], plain[:before])] if first else []
+    if first < len(recs):
+        parts.append((range(before + 1, row["committed"] + 1), recs[first:], plain[before:]))
+    return parts
+
+
+def auto_phases_table() -> str:
+    """`--gamma auto` runs in lockstep split where auto first drafted (`auto_phases`): before
+    it, auto is plain by its own choice (plain's work plus its bookkeeping); each part against
+    its pair's plain run over the same tokens, in ms a token: wall, blocked on reads, the rest,
+    and auto's bookkeeping after its passes (`books_s`, in its wall; its choosing before a pass
+    is in the pass's own time)."""
+    body = []
+    for row in spec_rows():
+        if row["gamma"] != "auto" or "lockstep" not in row:
+            continue
+        for tokens, mine, theirs in auto_phases(row):
+            a, p = (
+                [
+                    1e3 * sum(getattr(r, f) for r in rs) / len(tokens)
+                    for f in ("wall_s", "blocked_s")
+                ]
+                for rs in (mine, theirs)
+            )
+            body.append([row.get("session", 1), row["budget"], row["drafter"],
+                         f"{tokens[0]}-{tokens[-1]}", sum(1 for r in mine if r.drafted), len(mine),
+                         f"{p[0] / a[0]:.3f}x", f"{a[0]:.1f} / {p[0]:.1f}",
+                         f"{a[1]:.1f} / {p[1]:.1f}", f"{a[0] - a[1]:.1f} / {p[0] - p[1]:.1f}",
+                         f"{1e3 * sum(r.books_s for r in mine) / len(tokens):.2f}"])  # fmt: skip
+    heads = ["session", "budget", "drafter", "tokens", "passes with γ > 1", "passes",
+             "auto / plain", "ms a token: auto / plain", "blocked", "not blocked",
+             "auto's bookkeeping, ms a token"]  # fmt: skip
+    return md_table(heads, body)
+
+
 def _against_fixed(row: dict, ratio: float, rows: list[dict], profs: dict) -> list[str]:
     """The fixed γ that ran with the same session, budget and drafter (bench_cuda.py `auto
     --auto-gammas`) and sped up most, each against its own plain runs: its γ and speed-up,
@@ -1293,6 +1335,7 @@ TABLES = {
     "model": model_table,
     "split": split_table,
     "auto": auto_table,
+    "auto_phases": auto_phases_table,
     "lookahead": lookahead_table,
     "exact": exact_table,
     "forced": forced_table,

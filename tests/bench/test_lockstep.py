@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -167,6 +168,18 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         # and auto, one α, has no break-even line
         auto_rows = [r for r in cuda.spec_rows() if r["step"] == "auto" and "lockstep" in r]
         assert [(r["gamma"], r["grid"]) for r in auto_rows] == [("auto", 2), ("2", 2)]
+        # auto split where it first drafted: the parts cover its tokens, each beside its pair's
+        # plain passes over the same tokens; the part before has no draft, the one from it opens
+        # with one
+        parts = cuda.auto_phases(auto_rows[0])
+        n = auto_rows[0]["committed"]  # the tokens its passes committed
+        assert [t for tokens, _, _ in parts for t in tokens] == list(range(1, n + 1))
+        for tokens, mine, theirs in parts:
+            assert sum(r.committed for r in mine) == len(tokens) == len(theirs)
+        opens = [bool(mine[0].drafted) for _, mine, _ in parts]
+        assert opens in ([False], [True], [False, True])
+        assert opens[0] or not any(r.drafted for r in parts[0][1])
+        assert cuda.auto_phases_table().count("\n| 99 | 50% |") == len(parts)
         table = cuda.lockstep_table()
         assert "- session 99 grid 2, 50%, γ = 2: break-even α measured" in table
         assert "γ = auto: break-even" not in table
@@ -322,3 +335,25 @@ def test_bench_speedup_refuses_an_existing_output_before_decoding(tmp_path):
     got = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert got.returncode == 2 and "exists; choose another output path" in got.stderr
     assert out.read_text() == "kept"
+
+
+def test_auto_phases_split_a_run_where_it_first_drafted():
+    """Auto's passes before its first draft against plain's over the same tokens, then the rest:
+    a pass of 3 tokens on auto's side stands beside 3 of plain's one-token passes."""
+
+    def passes(*committed: int) -> list[SimpleNamespace]:
+        return [SimpleNamespace(committed=c, drafted=c - 1) for c in committed]
+
+    plain = {"records": passes(*[1] * 7)}
+    row = {"records": passes(1, 1, 3, 1, 1), "committed": 7, "plain": plain}
+    parts = cuda.auto_phases(row)
+    assert [(list(t), len(mine), theirs) for t, mine, theirs in parts] == [
+        ([1, 2], 2, plain["records"][:2]),
+        ([3, 4, 5, 6, 7], 3, plain["records"][2:]),
+    ]
+    # never drafted: one part; drafted from its first pass: one part, from token 1
+    for first in (1, 7):
+        row = {"records": passes(first, *[1] * (7 - first)), "committed": 7, "plain": plain}
+        assert [(list(t), len(theirs)) for t, _, theirs in cuda.auto_phases(row)] == [
+            (list(range(1, 8)), 7)
+        ], first
