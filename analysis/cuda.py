@@ -115,6 +115,9 @@ SESSIONS = {
     # lockstep at α 0.85-1.0 by 0.05, `--gamma auto` beside γ = 4 over 512 tokens at 9 GB in
     # lockstep
     34: ("h200-r34",),
+    # an H100 again, its own profile: `--gamma auto` over 1024 tokens at 9 GB in lockstep, α 1.0
+    # (where it drafts: from about token 510)
+    35: ("h100-r35",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -324,6 +327,12 @@ def spec_rows(steps: tuple[str, ...] = ("spec", "drafters", "auto")) -> list[dic
     return out
 
 
+def drafts_fixed(row: dict) -> bool:
+    """A speculative run at a fixed γ > 1: not auto, and not the auto step's γ = 1 control
+    (`--auto-gammas 1`: the speculative path without a draft), which has no break-even."""
+    return row["gamma"] not in ("auto", "1")
+
+
 def plain_tps(row: dict) -> float:
     """The plain rate a speculative run is compared with: its bracketing plain runs' mean time
     per token."""
@@ -413,7 +422,7 @@ def lockstep_table() -> str:
             per_token.setdefault((sess, name), []).extend(
                 device_tps(r) / modeled_tps(r, pr) - 1 for r in (plain, row)
             )
-        if row["drafter"].startswith("oracle:") and row["gamma"] != "auto":
+        if row["drafter"].startswith("oracle:") and drafts_fixed(row):
             alpha = float(row["drafter"].split(":")[1])
             crossings.setdefault((sess, row["grid"], row["budget"], row["gamma"]), []).append(
                 (alpha, measured_speedup(row), modeled)
@@ -474,12 +483,12 @@ def _spreads() -> list[str]:
 
 
 def _oracle_grid(sessions: tuple[int, ...] | None = None) -> list[dict]:
-    """The oracle runs at a fixed γ whose computation was the model's (not misaddressed)."""
+    """The oracle runs at a fixed γ > 1 whose computation was the model's (not misaddressed)."""
     return [
         row
         for row in spec_rows()
         if row["drafter"].startswith("oracle:")
-        and row["gamma"] != "auto"
+        and drafts_fixed(row)
         and not misaddressed(row)
         and not first_use(row)
         and (sessions is None or row.get("session", 1) in sessions)
@@ -652,13 +661,16 @@ def auto_phases(row: dict) -> list[tuple[range, list, list]]:
 
 def auto_phases_table() -> str:
     """`--gamma auto` runs in lockstep split where auto first drafted (`auto_phases`): before
-    it, auto is plain by its own choice (plain's work plus its bookkeeping); each part against
-    its pair's plain run over the same tokens, in ms a token: wall, blocked on reads, the rest,
-    and auto's bookkeeping after its passes (`books_s`, in its wall; its choosing before a pass
-    is in the pass's own time)."""
+    it, auto is plain by its own choice (plain's work plus its bookkeeping); beside them any
+    γ = 1 run of the auto step (`--auto-gammas 1`: the speculative path, no draft, no auto),
+    the control that has auto's path without its bookkeeping. Each part against its pair's
+    plain run over the same tokens, in ms a token: wall, blocked on reads, the rest, and auto's
+    bookkeeping after its passes (`books_s`, in its wall; its choosing before a pass is in the
+    pass's own time); and blocked ms a read (before the first draft both sides read the same
+    blocks in the same order)."""
     body = []
     for row in spec_rows():
-        if row["gamma"] != "auto" or "lockstep" not in row:
+        if row["gamma"] not in ("auto", "1") or "lockstep" not in row:
             continue
         for tokens, mine, theirs in auto_phases(row):
             a, p = (
@@ -668,14 +680,17 @@ def auto_phases_table() -> str:
                 ]
                 for rs in (mine, theirs)
             )
-            body.append([row.get("session", 1), row["budget"], row["drafter"],
+            per_read = [1e3 * sum(r.blocked_s for r in rs) / max(1, sum(r.reads for r in rs))
+                        for rs in (mine, theirs)]  # fmt: skip
+            body.append([row.get("session", 1), row["budget"], row["drafter"], row["gamma"],
                          f"{tokens[0]}-{tokens[-1]}", sum(1 for r in mine if r.drafted), len(mine),
                          f"{p[0] / a[0]:.3f}x", f"{a[0]:.1f} / {p[0]:.1f}",
                          f"{a[1]:.1f} / {p[1]:.1f}", f"{a[0] - a[1]:.1f} / {p[0] - p[1]:.1f}",
+                         f"{per_read[0]:.2f} / {per_read[1]:.2f}",
                          f"{1e3 * sum(r.books_s for r in mine) / len(tokens):.2f}"])  # fmt: skip
-    heads = ["session", "budget", "drafter", "tokens", "passes with γ > 1", "passes",
-             "auto / plain", "ms a token: auto / plain", "blocked", "not blocked",
-             "auto's bookkeeping, ms a token"]  # fmt: skip
+    heads = ["session", "budget", "drafter", "γ", "tokens", "passes with γ > 1", "passes",
+             "speed: run / plain", "ms a token: run / plain", "blocked", "not blocked",
+             "blocked ms a read", "auto's bookkeeping, ms a token"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -684,7 +699,7 @@ def _against_fixed(row: dict, ratio: float, rows: list[dict], profs: dict) -> li
     --auto-gammas`) and sped up most, each against its own plain runs: its γ and speed-up,
     auto's speed-up over it, and the same modeled (tok/s on the session's profile)."""
     key = (row.get("session", 1), row["budget"], row["drafter"])
-    fixed = [r for r in rows if r["gamma"] != "auto"
+    fixed = [r for r in rows if drafts_fixed(r)
              and (r.get("session", 1), r["budget"], r["drafter"]) == key]  # fmt: skip
     if not fixed:
         return ["—", "—", "—"]

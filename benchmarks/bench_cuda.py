@@ -61,7 +61,8 @@ Nothing here is a timed test.
                over minutes moved one grid's runs by up to 0.28x against the plain runs
                around them)
     auto       --gamma auto at --auto-alphas, beside the fixed γ of --auto-gammas between the same
-               plain runs
+               plain runs (γ = 1: the speculative path without a draft, the control that has
+               auto's path without its bookkeeping: `python -m analysis.cuda auto_phases`)
     drafters   self and lookup at the same budgets
     lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); on CUDA
                with pinned reads only (direct reads into managed memory changed greedy output)

@@ -121,7 +121,7 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
     each kind's break-even apart."""
     disk, results = _bench_disk(tmp_path), tmp_path / "results"
     grid = ["--tokens", "16", "--spec-budgets", "50%", "--alphas", "1.0,0.6", "--gammas", "2,3",
-            "--auto-alphas", "0.9", "--auto-gammas", "2"]  # fmt: skip
+            "--auto-alphas", "0.9", "--auto-gammas", "1,2"]  # fmt: skip
     for out, steps in (("paired", ["--lockstep", "spec", "auto"]), ("between", ["spec"])):
         cmd = [sys.executable, str(BENCH), "--disk", str(disk), "--out", str(tmp_path / out),
                "--session", "99", "--profile", str(PROFILE), *grid, *steps]  # fmt: skip
@@ -137,7 +137,8 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
     ]
     auto = json.loads((tmp_path / "paired" / "auto.json").read_text())["runs"]
     assert [(r["drafter"], r["gamma"]) for r in auto] == [
-        ("none", "1"), ("oracle:0.9", "auto"), ("none", "1"), ("oracle:0.9", "2")
+        ("none", "1"), ("oracle:0.9", "auto"), ("none", "1"), ("oracle:0.9", "1"),
+        ("none", "1"), ("oracle:0.9", "2"),
     ]  # fmt: skip
     assert len({tuple(r["tokens"]) for r in rows + auto}) == 1  # plain greedy's, every run
 
@@ -164,10 +165,11 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         assert [line.split(":")[0] for line in lines] == [
             f"- session 99{how}, 50%, γ = {g}" for how in ("", " (lockstep grid 1)") for g in (2, 3)
         ] + ["- session 99 (lockstep grid 2), 50%, γ = 2"]  # the auto step's γ = 2 beside auto
+        # (its γ = 1, the control with the speculative path and no draft, has no line)
         # the auto step's pairs are a grid of their own (not the spec grid's at α 1 and 0.6),
         # and auto, one α, has no break-even line
         auto_rows = [r for r in cuda.spec_rows() if r["step"] == "auto" and "lockstep" in r]
-        assert [(r["gamma"], r["grid"]) for r in auto_rows] == [("auto", 2), ("2", 2)]
+        assert [(r["gamma"], r["grid"]) for r in auto_rows] == [("auto", 2), ("1", 2), ("2", 2)]
         # auto split where it first drafted: the parts cover its tokens, each beside its pair's
         # plain passes over the same tokens; the part before has no draft, the one from it opens
         # with one
@@ -179,7 +181,10 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         opens = [bool(mine[0].drafted) for _, mine, _ in parts]
         assert opens in ([False], [True], [False, True])
         assert opens[0] or not any(r.drafted for r in parts[0][1])
-        assert cuda.auto_phases_table().count("\n| 99 | 50% |") == len(parts)
+        # one line a part, and the γ = 1 control's (it never drafts: one part)
+        table = cuda.auto_phases_table()
+        assert table.count("\n| 99 | 50% | oracle:0.9 | auto |") == len(parts)
+        assert table.count("\n| 99 | 50% | oracle:0.9 | 1 | 1-") == 1
         table = cuda.lockstep_table()
         assert "- session 99 grid 2, 50%, γ = 2: break-even α measured" in table
         assert "γ = auto: break-even" not in table
