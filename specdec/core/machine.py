@@ -43,6 +43,26 @@ def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
 
 
+def numa(sys_root: Path = Path("/sys")) -> dict[str, Any] | None:
+    """The NUMA nodes' CPUs and each NVIDIA GPU's node (Linux's /sys; None elsewhere): where a
+    reader's page-locked buffers land relative to the GPU can set a DMA's speed, and two
+    nodes' CPUs make "16 cores" two machines' worth."""
+    root = sys_root / "devices/system/node"
+    nodes = sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
+    if not nodes:
+        return None
+    gpus = {}  # PCI address -> its NUMA node (-1: the firmware names none)
+    for dev in (sys_root / "bus/pci/devices").glob("*"):
+        try:
+            vendor, cls = (dev / "vendor").read_text().strip(), (dev / "class").read_text()
+            if vendor == "0x10de" and cls.startswith("0x03"):  # NVIDIA, a display controller
+                gpus[dev.name] = int((dev / "numa_node").read_text())
+        except (OSError, ValueError):
+            continue
+    cpus = {n.name: (n / "cpulist").read_text().strip() for n in nodes}
+    return {"cpus": cpus, "gpus": dict(sorted(gpus.items()))}
+
+
 def machine_info() -> dict[str, Any]:
     mem = physical_memory()
     return {
@@ -50,6 +70,7 @@ def machine_info() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "memory_gib": round(mem / 2**30, 1),
+        "numa": numa(),
         "python": platform.python_version(),
         "packages": package_versions(),
         "blas": active_blas(),

@@ -13,6 +13,7 @@ from pathlib import Path
 from specdec.bench import device
 from specdec.cli import main
 from specdec.clock.profiles import get_profile
+from specdec.core import machine
 from specdec.core.machine import write_result
 from tests.helpers import CI_HOME, LENT_HOME
 
@@ -68,3 +69,23 @@ def test_bench_device_writes_its_profile_and_details_without_the_home_dir(tmp_pa
     for f in (out, details):
         assert str(Path.home()) + "/" not in f.read_text()
         assert "~/runs/big.packed" in f.read_text()
+
+
+def test_machine_info_names_the_numa_nodes_and_each_nvidia_gpus(tmp_path):
+    """Two nodes' CPUs and the node of each NVIDIA display controller (not another vendor's, not
+    NVIDIA's audio function); no node directory: None (a Mac)."""
+    for node, cpus in (("node0", "0-7"), ("node1", "8-15"), ("node10", "16-23")):
+        (tmp_path / "devices/system/node" / node).mkdir(parents=True)
+        (tmp_path / "devices/system/node" / node / "cpulist").write_text(cpus + "\n")
+    pci = tmp_path / "bus/pci/devices"
+    for addr, vendor, cls, node in (("0000:00:06.0", "0x10de", "0x030200", "1"),
+                                    ("0000:00:06.1", "0x10de", "0x040300", "1"),
+                                    ("0000:00:07.0", "0x8086", "0x030000", "0")):  # fmt: skip
+        (pci / addr).mkdir(parents=True)
+        for name, text in (("vendor", vendor), ("class", cls), ("numa_node", node)):
+            (pci / addr / name).write_text(text + "\n")
+    assert machine.numa(tmp_path) == {
+        "cpus": {"node0": "0-7", "node1": "8-15", "node10": "16-23"},
+        "gpus": {"0000:00:06.0": 1},
+    }
+    assert machine.numa(tmp_path / "nowhere") is None
