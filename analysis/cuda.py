@@ -244,10 +244,11 @@ def measured_tps(row: dict) -> float:
 
 
 def device_tps(row: dict) -> float:
-    """measured_tps without `--gamma auto`'s bookkeeping after each pass (`books_s`: host work
-    the device model does not price; counted in a pass's wall since the twenty-third session,
-    absent from earlier records): what the model's tables check the model against."""
-    return row["committed"] / sum(r.wall_s - r.books_s for r in row["records"])
+    """measured_tps without `--gamma auto`'s host work, which the device model does not price:
+    its bookkeeping after each pass (`books_s`, counted in a pass's wall since the twenty-third
+    session, absent from earlier records) and its choosing before it (`choose_s`, recorded from
+    the thirty-sixth): what the model's tables check the model against."""
+    return row["committed"] / sum(r.wall_s - r.books_s - r.choose_s for r in row["records"])
 
 
 def _label(row: dict) -> str:
@@ -664,10 +665,10 @@ def auto_phases_table() -> str:
     it, auto is plain by its own choice (plain's work plus its bookkeeping); beside them any
     γ = 1 run of the auto step (`--auto-gammas 1`: the speculative path, no draft, no auto),
     the control that has auto's path without its bookkeeping. Each part against its pair's
-    plain run over the same tokens, in ms a token: wall, blocked on reads, the rest, and auto's
-    bookkeeping after its passes (`books_s`, in its wall; its choosing before a pass is in the
-    pass's own time); and blocked ms a read (before the first draft both sides read the same
-    blocks in the same order)."""
+    plain run over the same tokens, in ms a token: wall, blocked on reads, the rest, auto's
+    bookkeeping after its passes and its choosing before them (`books_s`, `choose_s`: both in
+    its wall; choosing recorded from the thirty-sixth session); and blocked ms a read (before
+    the first draft both sides read the same blocks in the same order)."""
     body = []
     for row in spec_rows():
         if row["gamma"] not in ("auto", "1") or "lockstep" not in row:
@@ -687,10 +688,12 @@ def auto_phases_table() -> str:
                          f"{p[0] / a[0]:.3f}x", f"{a[0]:.1f} / {p[0]:.1f}",
                          f"{a[1]:.1f} / {p[1]:.1f}", f"{a[0] - a[1]:.1f} / {p[0] - p[1]:.1f}",
                          f"{per_read[0]:.2f} / {per_read[1]:.2f}",
-                         f"{1e3 * sum(r.books_s for r in mine) / len(tokens):.2f}"])  # fmt: skip
+                         *(f"{1e3 * sum(getattr(r, f) for r in mine) / len(tokens):.2f}"
+                           for f in ("books_s", "choose_s"))])  # fmt: skip
     heads = ["session", "budget", "drafter", "γ", "tokens", "passes with γ > 1", "passes",
              "speed: run / plain", "ms a token: run / plain", "blocked", "not blocked",
-             "blocked ms a read", "auto's bookkeeping, ms a token"]  # fmt: skip
+             "blocked ms a read", "auto's bookkeeping, ms a token",
+             "its choosing (from session 36)"]  # fmt: skip
     return md_table(heads, body)
 
 

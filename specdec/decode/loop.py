@@ -288,7 +288,9 @@ class Decode:
                 self.tap.calls.clear()  # one pass's calls at a time
             start = self._clocks()
             left = cfg.max_tokens - st.n_generated  # the last pass drafts no further
+            chosen = time.perf_counter()
             choice = self.auto.choose(len(st.tokens) - 1, left) if self.auto else None
+            choose_s = time.perf_counter() - chosen
             gamma = choice.gamma if choice else self.gamma
             resync = self.auto.resync() if choice and choice.sync else []
             n = min(gamma, left) - 1
@@ -334,7 +336,7 @@ class Decode:
             if stop:
                 rec.draft_routing = stop.record(self.tap.calls, len(drafts) + 1)
             if choice:
-                rec.gamma_choice = choice.record()
+                rec.gamma_choice, rec.choose_s = choice.record(), choose_s
                 books = time.perf_counter()
                 self.auto.observe(
                     rec,

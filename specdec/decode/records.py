@@ -94,6 +94,10 @@ class PassRecord:
     # --gamma auto: host seconds its bookkeeping took after the pass (AutoGamma.observe: the
     # shadows, the guard's books), in wall_s and compute_s (a plain run has none to pay)
     books_s: float = 0.0
+    # --gamma auto: host seconds choosing the pass's γ before it (AutoGamma.choose: a block's
+    # candidates priced, the guard), already in wall_s and compute_s (the pass's clock starts
+    # before it); recorded from the thirty-sixth CUDA session on, 0 before
+    choose_s: float = 0.0
 
     def add_books(self, seconds: float) -> None:
         """Count `seconds` of auto's bookkeeping after the pass as the pass's own time."""
@@ -272,6 +276,7 @@ def summarize(records: list[PassRecord], profiles: list[str] = ()) -> dict:
         out["gamma_chosen_hist"] = np.bincount([r.drafted + 1 for r in records]).tolist()
         out["gamma_why"] = gamma_why(records)
         out["books_s"] = sum(r.books_s for r in records)  # in wall_s (PassRecord.books_s)
+        out["choose_s"] = sum(r.choose_s for r in records)  # in wall_s too
         resyncs = [r.resync_reads for r in records if r.resync_reads]
         if resyncs:  # re-syncs to plain decoding's shadow (in bytes_read)
             out["resyncs"], out["resync_reads"] = len(resyncs), sum(resyncs)

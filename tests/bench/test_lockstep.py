@@ -362,3 +362,37 @@ def test_auto_phases_split_a_run_where_it_first_drafted():
         assert [(list(t), len(theirs)) for t, _, theirs in cuda.auto_phases(row)] == [
             (list(range(1, 8)), 7)
         ], first
+
+
+def test_auto_plain_by_its_choice_reads_as_plain_greedy_does(monkeypatch):
+    """Until it first drafts, `--gamma auto` (the speculative path, a verify of one position,
+    its routing tapped) issues the same read calls as plain greedy beside it in lockstep: the
+    same batches of blocks in the same order (the thirty-fifth CUDA session found auto's side
+    blocked 1.11x longer a read on the same blocks; the calls are not what differs)."""
+    from specdec.bench.lockstep import prepare, two_models
+    from specdec.decode.loop import DecodeConfig
+    from specdec.store.reader import ExpertReader
+
+    calls: dict[int, list[list[tuple[int, int]]]] = {}
+    real = ExpertReader.read
+
+    def read(self, requests):
+        calls.setdefault(id(self), []).append([(layer, expert) for layer, expert, _ in requests])
+        return real(self, requests)
+
+    tokens = 48
+    with two_models("tiny", "10%") as (a, b):
+        prompt = a.encode("def fibonacci(n):")
+        runs = [("oracle:1", "auto")]
+        reference = prepare((a, b), prompt, runs, tokens, None)
+        for sm in (a, b):
+            sm.reset_cache()
+        monkeypatch.setattr(ExpertReader, "read", read)
+        sides = [Side(a, "none", DecodeConfig(1, tokens)),
+                 Side(b, "oracle:1", DecodeConfig("auto", tokens))]  # fmt: skip
+        plain, auto = lockstep(sides, prompt, reference=reference)
+        readers = [sm.streamer.source.reader for sm in (a, b)]
+    assert not any(r.drafted for r in auto.records), "auto stays plain over 48 tokens at 10%"
+    assert plain.tokens == auto.tokens
+    mine, theirs = (calls[id(r)] for r in readers)
+    assert mine == theirs and sum(map(len, mine)) > 50  # reads enough to mean something

@@ -550,6 +550,9 @@ def test_generate_gamma_auto_records_its_choices(tmp_path):
     assert stats["gamma"] == "auto" and sum(stats["gamma_chosen_hist"]) == stats["passes"]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(r["gamma_choice"]["gamma"] >= r["drafted"] + 1 for r in rows)
+    # its choosing, timed inside each pass's own wall, and summed in the run's stats
+    assert all(0 < r["choose_s"] < r["wall_s"] for r in rows)
+    assert stats["choose_s"] == pytest.approx(sum(r["choose_s"] for r in rows))
     firsts = [r for r in rows if "candidates" in r["gamma_choice"]]
     assert firsts and all(
         {"gamma", "tokens", "cost_s", "bytes"} <= set(c)
