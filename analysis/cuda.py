@@ -660,6 +660,12 @@ def auto_phases(row: dict) -> list[tuple[range, list, list]]:
     return parts
 
 
+def _read_calls(r: PassRecord) -> int:
+    """The pass's read calls: its cache steps that missed (each reads its misses in one call),
+    in every phase."""
+    return sum(1 for group in r.steps.values() for s in group if s[2])
+
+
 def auto_phases_table() -> str:
     """`--gamma auto` runs in lockstep split where auto first drafted (`auto_phases`): before
     it, auto is plain by its own choice (plain's work plus its bookkeeping); beside them any
@@ -667,11 +673,11 @@ def auto_phases_table() -> str:
     the control that has auto's path without its bookkeeping. Each part against its pair's
     plain run over the same tokens, in ms a token: wall, blocked on reads, the rest, auto's
     bookkeeping after its passes and its choosing before them (`books_s`, `choose_s`: both in
-    its wall; choosing recorded from the thirty-sixth session); and blocked ms a read (before
-    the first draft both sides read the same blocks in the same order)."""
+    its wall; choosing recorded from the thirty-sixth session); and blocked ms a read and a
+    read call (before the first draft both sides read the same blocks in the same calls)."""
     body = []
     for row in spec_rows():
-        if row["gamma"] not in ("auto", "1") or "lockstep" not in row:
+        if drafts_fixed(row) or "lockstep" not in row:
             continue
         for tokens, mine, theirs in auto_phases(row):
             a, p = (
@@ -683,16 +689,19 @@ def auto_phases_table() -> str:
             )
             per_read = [1e3 * sum(r.blocked_s for r in rs) / max(1, sum(r.reads for r in rs))
                         for rs in (mine, theirs)]  # fmt: skip
+            per_call = [1e3 * sum(r.blocked_s for r in rs) / max(1, sum(map(_read_calls, rs)))
+                        for rs in (mine, theirs)]  # fmt: skip
             body.append([row.get("session", 1), row["budget"], row["drafter"], row["gamma"],
                          f"{tokens[0]}-{tokens[-1]}", sum(1 for r in mine if r.drafted), len(mine),
                          f"{p[0] / a[0]:.3f}x", f"{a[0]:.1f} / {p[0]:.1f}",
                          f"{a[1]:.1f} / {p[1]:.1f}", f"{a[0] - a[1]:.1f} / {p[0] - p[1]:.1f}",
                          f"{per_read[0]:.2f} / {per_read[1]:.2f}",
+                         f"{per_call[0]:.2f} / {per_call[1]:.2f}",
                          *(f"{1e3 * sum(getattr(r, f) for r in mine) / len(tokens):.2f}"
                            for f in ("books_s", "choose_s"))])  # fmt: skip
     heads = ["session", "budget", "drafter", "γ", "tokens", "passes with γ > 1", "passes",
              "speed: run / plain", "ms a token: run / plain", "blocked", "not blocked",
-             "blocked ms a read", "auto's bookkeeping, ms a token",
+             "blocked ms a read", "a read call", "auto's bookkeeping, ms a token",
              "its choosing (from session 36)"]  # fmt: skip
     return md_table(heads, body)
 

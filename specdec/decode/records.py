@@ -96,7 +96,7 @@ class PassRecord:
     books_s: float = 0.0
     # --gamma auto: host seconds choosing the pass's γ before it (AutoGamma.choose: a block's
     # candidates priced, the guard), already in wall_s and compute_s (the pass's clock starts
-    # before it); recorded from the thirty-sixth CUDA session on, 0 before
+    # before it); 0 in records written before it was kept
     choose_s: float = 0.0
 
     def add_books(self, seconds: float) -> None:
