@@ -48,6 +48,7 @@ from specdec.clock.shapes import ModelShape
 from specdec.costmodel.speedup import break_even_words, measured_break_even
 from specdec.decode.records import PassRecord
 from specdec.decode.run import first_departure
+from specdec.store.reader import READ_SPLIT
 from specdec.stream.streamed import CUDA_REACH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -666,6 +667,17 @@ def _read_calls(r: PassRecord) -> int:
     return sum(1 for group in r.steps.values() for s in group if s[2])
 
 
+def _split_a_call(recs: list[PassRecord]) -> str:
+    """Thread-ms a read call in preadv, landing and a pool worker's wake-up (`read_split`,
+    recorded from the thirty-sixth session; "—" before)."""
+    if not any(r.read_split for r in recs):
+        return "—"
+    calls = max(1, sum(map(_read_calls, recs)))
+    return " / ".join(
+        f"{1e3 * sum(r.read_split.get(k, 0.0) for r in recs) / calls:.2f}" for k in READ_SPLIT
+    )
+
+
 def auto_phases_table() -> str:
     """`--gamma auto` runs in lockstep split where auto first drafted (`auto_phases`): before
     it, auto is plain by its own choice (plain's work plus its bookkeeping); beside them any
@@ -673,8 +685,9 @@ def auto_phases_table() -> str:
     the control that has auto's path without its bookkeeping. Each part against its pair's
     plain run over the same tokens, in ms a token: wall, blocked on reads, the rest, auto's
     bookkeeping after its passes and its choosing before them (`books_s`, `choose_s`: both in
-    its wall; choosing recorded from the thirty-sixth session); and blocked ms a read and a
-    read call (before the first draft both sides read the same blocks in the same calls)."""
+    its wall; choosing recorded from the thirty-sixth session); blocked ms a read and a read
+    call (before the first draft both sides read the same blocks in the same calls), and where
+    a read call's thread-time went on each side (`_split_a_call`)."""
     body = []
     for row in spec_rows():
         if drafts_fixed(row) or "lockstep" not in row:
@@ -698,11 +711,13 @@ def auto_phases_table() -> str:
                          f"{per_read[0]:.2f} / {per_read[1]:.2f}",
                          f"{per_call[0]:.2f} / {per_call[1]:.2f}",
                          *(f"{1e3 * sum(getattr(r, f) for r in mine) / len(tokens):.2f}"
-                           for f in ("books_s", "choose_s"))])  # fmt: skip
+                           for f in ("books_s", "choose_s")),
+                         *(_split_a_call(rs) for rs in (mine, theirs))])  # fmt: skip
     heads = ["session", "budget", "drafter", "γ", "tokens", "passes with γ > 1", "passes",
              "speed: run / plain", "ms a token: run / plain", "blocked", "not blocked",
              "blocked ms a read", "a read call", "auto's bookkeeping, ms a token",
-             "its choosing (from session 36)"]  # fmt: skip
+             "its choosing (from session 36)", "a read call's io / land / wake: run",
+             "plain"]  # fmt: skip
     return md_table(heads, body)
 
 

@@ -62,6 +62,7 @@ from specdec.gamma.controller import AutoGamma
 from specdec.gamma.draft_stop import MODES, DraftStops, StopMode
 from specdec.gamma.spec import Gamma
 from specdec.store.budget import peak_rss_bytes
+from specdec.store.reader import READ_SPLIT
 from specdec.stream.steplog import Call
 from specdec.stream.streamer import Deferred
 
@@ -428,9 +429,10 @@ class Decode:
             if can_trim_prompt_cache(st.cache):
                 trim_prompt_cache(st.cache, 1)
 
-    def _clocks(self) -> tuple[float, float, int, int, float]:
+    def _clocks(self) -> tuple[float, float, int, int, float, tuple[float, float, float]]:
         """Where a pass starts: time, blocked time, reads, positions in the KV cache (all but y),
-        time with reads in flight."""
+        time with reads in flight, and the readers' thread-seconds in I/O, landing and waking
+        (READ_SPLIT)."""
         stats = self.sm.streamer.reader.stats
         return (
             time.perf_counter(),
@@ -438,6 +440,7 @@ class Decode:
             stats.reads,
             len(self.st.tokens) - 1,
             stats.read_s,
+            tuple(getattr(stats, name) for name in READ_SPLIT),
         )
 
     def _record(
@@ -463,8 +466,8 @@ class Decode:
         `_clocks()` when the pass ended, if not now (a held token, `_greedy_passes`);
         `resync_steps`: `--gamma auto`'s re-sync before the pass (AutoGamma.resync)."""
         self.sm.streamer.cache.verdict(accepted)
-        t0, blocked0, reads0, context, read_s0 = start
-        t1, blocked1, reads1, _, read_s1 = end or self._clocks()
+        t0, blocked0, reads0, context, read_s0, split0 = start
+        t1, blocked1, reads1, _, read_s1, split1 = end or self._clocks()
         wall = t1 - t0
         blocked, reads = blocked1 - blocked0, reads1 - reads0
         modeled = {
@@ -495,6 +498,7 @@ class Decode:
             reads=reads,
             modeled=modeled,
             read_s=read_s1 - read_s0,
+            read_split={n: b - a for n, a, b in zip(READ_SPLIT, split0, split1, strict=True)},
             peak_rss_bytes=peak_rss_bytes(),
             context=context,
             draft_forwards=draft_forwards,

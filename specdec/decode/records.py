@@ -68,6 +68,9 @@ class PassRecord:
     # 2: specdec.clock's device model (docs/device-model.md)
     modeled_version: int = 1
     read_s: float = 0.0  # wall time with a read in flight (overlapped with compute or blocked)
+    # the pass's reads split in thread-seconds (store.reader.ReadStats): io_s, land_s, wake_s;
+    # {} in records written before it was kept
+    read_split: dict[str, float] = field(default_factory=dict)
     peak_rss_bytes: int = 0  # the process's peak resident set size at the end of the pass
     routing: dict[str, list[list[int]]] = field(default_factory=dict)  # verify: [γ][k] per layer
     # positions fed again after a rejection where a layer's state cannot be trimmed
@@ -121,6 +124,7 @@ class PassRecord:
         reads: int,
         modeled: dict[str, ModeledTime],
         read_s: float = 0.0,
+        read_split: dict[str, float] | None = None,
         peak_rss_bytes: int = 0,
         refeed: tuple[int, list[LayerStep]] = (0, []),
         context: int = 0,
@@ -162,6 +166,7 @@ class PassRecord:
             },
             modeled_version=MODELED_VERSION,
             read_s=read_s,
+            read_split=read_split or {},
             peak_rss_bytes=peak_rss_bytes,
             refed=refed,
             refeed_bytes_read=refeed_phase.bytes_read,

@@ -78,6 +78,9 @@ class _Part:
     block: _Block
 
 
+READ_SPLIT = ("io_s", "land_s", "wake_s")  # ReadStats' split of a batch's thread-seconds
+
+
 @dataclass
 class ReadStats:
     """Counters since the reader was opened (or since `reset_stats`)."""
@@ -88,6 +91,13 @@ class ReadStats:
     read_s: float = 0.0  # wall time during which at least one batch was in flight
     staged: int = 0  # block parts read through a staging buffer (see the module doc)
     staging_bytes: int = 0  # staging memory the reader's threads hold
+    # where a batch's time goes, summed over the threads that read it (thread-seconds, not
+    # wall): in preadv (or an mmap's page faults), landing what was read in its slots (the DMA
+    # of pinned reads, or a staging buffer's host copy), and a pool worker's wait from the batch
+    # being handed out to its start (the calling thread starts at once: none)
+    io_s: float = 0.0
+    land_s: float = 0.0
+    wake_s: float = 0.0
 
 
 def filesystem_type(path: Path) -> str | None:
@@ -262,8 +272,13 @@ class ExpertReader:
         # per worker, not per read, which matters when other processes hold the CPUs.
         todo, errors = iter(enumerate(parts)), []
         remaining = [min(self.threads, len(parts))]
+        handed = time.perf_counter()
 
-        def worker() -> None:
+        def worker(pooled: bool = True) -> None:
+            if pooled:
+                waited = time.perf_counter() - handed
+                with self._lock:
+                    self.stats.wake_s += waited
             while True:
                 with self._lock:
                     i, item = next(todo, (None, None))
@@ -286,7 +301,7 @@ class ExpertReader:
         for _ in range(remaining[0] - caller):
             self._pool.submit(worker)
         if caller:
-            worker()
+            worker(pooled=False)
         return done
 
     def wait(self, future: cf.Future) -> None:
@@ -352,6 +367,7 @@ class ExpertReader:
         n, offset = layout.block_bytes, int(layout.offsets[expert])
         pieces = _cut(self.arena.segments(slot, n), part.start, part.end)
         size = part.end - part.start
+        t0, land = time.perf_counter(), 0.0
         if self._mmap is not None:
             # a page of the mapping past the file's end raises SIGBUS, which kills the process:
             # check the size first (a file truncated after it was mapped)
@@ -362,14 +378,17 @@ class ExpertReader:
                 )
             _scatter(np.frombuffer(self._mmap, np.uint8, size, offset + part.start), pieces)
         elif self._staged_mode():
-            self._read_staged(pieces, size, offset + part.start, layer, expert)
+            land = self._read_staged(pieces, size, offset + part.start, layer, expert)
         else:
             try:
                 self._preadv_full(pieces, offset + part.start, layer, expert, direct_memory=True)
             except _Unpinnable:  # the kernel will not pin these pages for O_DIRECT: stage
                 self._must_stage = True
-                self._read_staged(pieces, size, offset + part.start, layer, expert)
+                land = self._read_staged(pieces, size, offset + part.start, layer, expert)
+        spent = time.perf_counter() - t0
         with self._lock:
+            self.stats.io_s += spent - land
+            self.stats.land_s += land
             self.stats.bytes_read += size
             part.block.left -= 1
             if part.block.left:
@@ -389,15 +408,18 @@ class ExpertReader:
 
     def _read_staged(
         self, pieces: list[np.ndarray], size: int, offset: int, layer: int, expert: int
-    ) -> None:
+    ) -> float:
         """The `size` bytes from `offset` on (the pieces' total) read into this thread's staging
-        buffer, then into the pieces by DMA (pinned) or a host copy."""
+        buffer, then into the pieces by DMA (pinned) or a host copy; returns the seconds that
+        landing took."""
         staging = self._staging_buffer(size)
         self._preadv_full([staging], offset, layer, expert)
+        t0 = time.perf_counter()
         if self._copy is not None:
             self._copy.land(staging, pieces)
         else:
             _scatter(staging, pieces)
+        return time.perf_counter() - t0
 
     def _staging_buffer(self, size: int) -> np.ndarray:
         """This thread's ALIGN-aligned staging buffer, at least `size` bytes (pinned: page-locked,

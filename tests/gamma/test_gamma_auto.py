@@ -553,6 +553,10 @@ def test_generate_gamma_auto_records_its_choices(tmp_path):
     # its choosing, timed inside each pass's own wall, and summed in the run's stats
     assert all(0 < r["choose_s"] < r["wall_s"] for r in rows)
     assert stats["choose_s"] == pytest.approx(sum(r["choose_s"] for r in rows))
+    # each pass's reads split in thread-seconds: reading wherever it read
+    assert all(set(r["read_split"]) == {"io_s", "land_s", "wake_s"} for r in rows)
+    read = [r for r in rows if r["reads"]]
+    assert read and all(r["read_split"]["io_s"] > 0 for r in read)
     firsts = [r for r in rows if "candidates" in r["gamma_choice"]]
     assert firsts and all(
         {"gamma", "tokens", "cost_s", "bytes"} <= set(c)

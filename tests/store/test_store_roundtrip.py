@@ -81,6 +81,11 @@ def test_every_block_reads_back_exactly(packed, io, monkeypatch):
         assert reader.stats.bytes_read == sum(
             ly.n_experts * ly.block_bytes for ly in index.layers.values()
         )
+        # where the batches' thread-time went: reading always; landing where a staging buffer
+        # was copied from (pinned, or O_DIRECT staged); waking, as pool workers joined batches
+        # of 5 blocks on 3 threads
+        st = reader.stats
+        assert st.io_s > 0 and st.wake_s > 0 and (st.land_s > 0) == (st.staged > 0), st
         if made:  # every byte landed by the copy engine's stand-in, through pinned staging
             assert made[0].landed == reader.stats.bytes_read
             assert reader.stats.staged >= reader.stats.reads and made[0].pinned
