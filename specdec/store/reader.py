@@ -92,9 +92,10 @@ class ReadStats:
     staged: int = 0  # block parts read through a staging buffer (see the module doc)
     staging_bytes: int = 0  # staging memory the reader's threads hold
     # where a batch's time goes, summed over the threads that read it (thread-seconds, not
-    # wall): in preadv (or an mmap's page faults), landing what was read in its slots (the DMA
-    # of pinned reads, or a staging buffer's host copy), and a pool worker's wait from the batch
-    # being handed out to its start (the calling thread starts at once: none)
+    # wall): reading (preadv or an mmap's page faults; a staging buffer's first allocation and
+    # pinning included), landing what was read in its slots (the DMA of pinned reads, or a
+    # staging buffer's host copy), and a pool worker's wait from the batch being handed out to
+    # its start (the calling thread starts at once: none)
     io_s: float = 0.0
     land_s: float = 0.0
     wake_s: float = 0.0
