@@ -273,13 +273,11 @@ class ExpertReader:
         # per worker, not per read, which matters when other processes hold the CPUs.
         todo, errors = iter(enumerate(parts)), []
         remaining = [min(self.threads, len(parts))]
-        handed = time.perf_counter()
+        handed, woke = time.perf_counter(), []  # each pool worker's start (list.append: atomic)
 
         def worker(pooled: bool = True) -> None:
             if pooled:
-                waited = time.perf_counter() - handed
-                with self._lock:
-                    self.stats.wake_s += waited
+                woke.append(time.perf_counter())
             while True:
                 with self._lock:
                     i, item = next(todo, (None, None))
@@ -293,6 +291,8 @@ class ExpertReader:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
+                # the last worker out: every worker has started (each appends before it ends)
+                self.stats.wake_s += sum(t - handed for t in woke)
             self._batch_finished()
             if errors:  # the first failing part in request order, whatever finished first
                 done.set_exception(min(errors, key=lambda ie: ie[0])[1])
