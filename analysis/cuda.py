@@ -667,15 +667,26 @@ def _read_calls(r: PassRecord) -> int:
     return sum(1 for group in r.steps.values() for s in group if s[2])
 
 
-def _split_a_call(recs: list[PassRecord]) -> str:
-    """Thread-ms a read call in preadv, landing and a pool worker's wake-up (`read_split`,
-    recorded from the thirty-sixth session; "—" before)."""
-    if not any(r.read_split for r in recs):
-        return "—"
+def _side(recs: list[PassRecord], tokens: int) -> dict:
+    """One side of an `auto_phases` part: ms a token in wall, blocked, auto's bookkeeping and
+    its choosing; blocked ms a read and a read call; and a read call's thread-ms in preadv,
+    landing and a pool worker's wake-up (`read_split`, recorded from the thirty-sixth session;
+    "—" before)."""
+
+    def total(field: str) -> float:
+        return sum(getattr(r, field) for r in recs)
+
     calls = max(1, sum(map(_read_calls, recs)))
-    return " / ".join(
+    split = " / ".join(
         f"{1e3 * sum(r.read_split.get(k, 0.0) for r in recs) / calls:.2f}" for k in READ_SPLIT
     )
+    return {
+        **{f: 1e3 * total(f) / tokens for f in ("wall_s", "blocked_s", "books_s", "choose_s")},
+        "rest": 1e3 * (total("wall_s") - total("blocked_s")) / tokens,
+        "read": 1e3 * total("blocked_s") / max(1, total("reads")),
+        "call": 1e3 * total("blocked_s") / calls,
+        "split": split if any(r.read_split for r in recs) else "—",
+    }
 
 
 def auto_phases_table() -> str:
@@ -683,36 +694,24 @@ def auto_phases_table() -> str:
     it, auto is plain by its own choice (plain's work plus its bookkeeping); beside them any
     γ = 1 run of the auto step (`--auto-gammas 1`: the speculative path, no draft, no auto),
     the control that has auto's path without its bookkeeping. Each part against its pair's
-    plain run over the same tokens, in ms a token: wall, blocked on reads, the rest, auto's
-    bookkeeping after its passes and its choosing before them (`books_s`, `choose_s`: both in
-    its wall; choosing recorded from the thirty-sixth session); blocked ms a read and a read
-    call (before the first draft both sides read the same blocks in the same calls), and where
-    a read call's thread-time went on each side (`_split_a_call`)."""
+    plain run over the same tokens (`_side`): in ms a token wall, blocked on reads, the rest,
+    auto's bookkeeping after its passes and its choosing before them (both in its wall;
+    choosing recorded from the thirty-sixth session); blocked ms a read and a read call
+    (before the first draft both sides read the same blocks in the same calls), and where a
+    read call's thread-time went on each side."""
     body = []
     for row in spec_rows():
         if drafts_fixed(row) or "lockstep" not in row:
             continue
         for tokens, mine, theirs in auto_phases(row):
-            a, p = (
-                [
-                    1e3 * sum(getattr(r, f) for r in rs) / len(tokens)
-                    for f in ("wall_s", "blocked_s")
-                ]
-                for rs in (mine, theirs)
-            )
-            per_read = [1e3 * sum(r.blocked_s for r in rs) / max(1, sum(r.reads for r in rs))
-                        for rs in (mine, theirs)]  # fmt: skip
-            per_call = [1e3 * sum(r.blocked_s for r in rs) / max(1, sum(map(_read_calls, rs)))
-                        for rs in (mine, theirs)]  # fmt: skip
+            a, p = (_side(rs, len(tokens)) for rs in (mine, theirs))
+            both = [f"{a[k]:{f}} / {p[k]:{f}}" for k, f in (("wall_s", ".1f"), ("blocked_s", ".1f"),
+                                                          ("rest", ".1f"), ("read", ".2f"),
+                                                          ("call", ".2f"))]  # fmt: skip
             body.append([row.get("session", 1), row["budget"], row["drafter"], row["gamma"],
                          f"{tokens[0]}-{tokens[-1]}", sum(1 for r in mine if r.drafted), len(mine),
-                         f"{p[0] / a[0]:.3f}x", f"{a[0]:.1f} / {p[0]:.1f}",
-                         f"{a[1]:.1f} / {p[1]:.1f}", f"{a[0] - a[1]:.1f} / {p[0] - p[1]:.1f}",
-                         f"{per_read[0]:.2f} / {per_read[1]:.2f}",
-                         f"{per_call[0]:.2f} / {per_call[1]:.2f}",
-                         *(f"{1e3 * sum(getattr(r, f) for r in mine) / len(tokens):.2f}"
-                           for f in ("books_s", "choose_s")),
-                         *(_split_a_call(rs) for rs in (mine, theirs))])  # fmt: skip
+                         f"{p['wall_s'] / a['wall_s']:.3f}x", *both, f"{a['books_s']:.2f}",
+                         f"{a['choose_s']:.2f}", a["split"], p["split"]])  # fmt: skip
     heads = ["session", "budget", "drafter", "γ", "tokens", "passes with γ > 1", "passes",
              "speed: run / plain", "ms a token: run / plain", "blocked", "not blocked",
              "blocked ms a read", "a read call", "auto's bookkeeping, ms a token",
