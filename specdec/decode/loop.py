@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import mlx.core as mx
 import numpy as np
@@ -124,6 +124,17 @@ HELD_CALLS = Deferred.BOUND // 2  # ... and at most this many calls, with the ne
 # plain greedy decoding where every expert is resident counts its steps (Streamer.counted);
 # False: replays them from the routing read back (specdec.bench.loop_parts' `ours_replayed`)
 COUNT_STEPS = True
+
+
+class Clocks(NamedTuple):
+    """Where a pass starts or ends (Decode._clocks): the readers' counters since they opened."""
+
+    time: float  # perf_counter
+    blocked_s: float  # time blocked on reads
+    reads: int  # blocks read
+    context: int  # positions in the KV cache (all but y)
+    read_s: float  # time with reads in flight
+    split: tuple[float, ...]  # thread-seconds in I/O, landing and waking (READ_SPLIT)
 
 
 def prefill_head(st: DecodeState, want_hidden: bool) -> list[mx.array | None]:
@@ -343,7 +354,7 @@ class Decode:
                     rec,
                     self.tap.calls,
                     len(tokens),
-                    start[3],
+                    start.context,
                     drafted=len(drafts),
                     draft_forwards=forwards,
                     draft_steps=draft_steps,
@@ -394,7 +405,7 @@ class Decode:
         st, cfg, streamer = self.st, self.cfg, self.sm.streamer
         hold = streamer.source.holds_all
         most = max(1, min(HELD_TOKENS, HELD_CALLS // max(1, len(self.moe_layers))))
-        held: list[tuple[int, int, int, tuple, tuple | None]] = []  # n_pass, y, calls, start, end
+        held: list[tuple[int, int, int, Clocks, Clocks | None]] = []  # n_pass, y, calls, start, end
         y = st.tokens[-1]
         n_pass = 0
         while self._continues(y):
@@ -429,12 +440,10 @@ class Decode:
             if can_trim_prompt_cache(st.cache):
                 trim_prompt_cache(st.cache, 1)
 
-    def _clocks(self) -> tuple[float, float, int, int, float, tuple[float, float, float]]:
-        """Where a pass starts: time, blocked time, reads, positions in the KV cache (all but y),
-        time with reads in flight, and the readers' thread-seconds in I/O, landing and waking
-        (READ_SPLIT)."""
+    def _clocks(self) -> Clocks:
+        """Where a pass starts (or ends)."""
         stats = self.sm.streamer.reader.stats
-        return (
+        return Clocks(
             time.perf_counter(),
             stats.blocked_s,
             stats.reads,
@@ -466,10 +475,9 @@ class Decode:
         `_clocks()` when the pass ended, if not now (a held token, `_greedy_passes`);
         `resync_steps`: `--gamma auto`'s re-sync before the pass (AutoGamma.resync)."""
         self.sm.streamer.cache.verdict(accepted)
-        t0, blocked0, reads0, context, read_s0, split0 = start
-        t1, blocked1, reads1, _, read_s1, split1 = end or self._clocks()
-        wall = t1 - t0
-        blocked, reads = blocked1 - blocked0, reads1 - reads0
+        end = end or self._clocks()
+        wall, context = end.time - start.time, start.context
+        blocked, reads = end.blocked_s - start.blocked_s, end.reads - start.reads
         modeled = {
             p.name: self.clock.modeled(
                 p,
@@ -497,8 +505,10 @@ class Decode:
             blocked_s=blocked,
             reads=reads,
             modeled=modeled,
-            read_s=read_s1 - read_s0,
-            read_split={n: b - a for n, a, b in zip(READ_SPLIT, split0, split1, strict=True)},
+            read_s=end.read_s - start.read_s,
+            read_split={
+                n: b - a for n, a, b in zip(READ_SPLIT, start.split, end.split, strict=True)
+            },
             peak_rss_bytes=peak_rss_bytes(),
             context=context,
             draft_forwards=draft_forwards,
