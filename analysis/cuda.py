@@ -676,6 +676,9 @@ def _side(recs: list[PassRecord], tokens: int) -> dict:
     def total(field: str) -> float:
         return sum(getattr(r, field) for r in recs)
 
+    def per_call(rs: list[PassRecord]) -> str:
+        return f"{1e3 * sum(r.blocked_s for r in rs) / max(1, sum(map(_read_calls, rs))):.2f}"
+
     calls = max(1, sum(map(_read_calls, recs)))
     split = " / ".join(
         f"{1e3 * sum(r.read_split.get(k, 0.0) for r in recs) / calls:.2f}" for k in READ_SPLIT
@@ -686,6 +689,9 @@ def _side(recs: list[PassRecord], tokens: int) -> dict:
         "read": 1e3 * total("blocked_s") / max(1, total("reads")),
         "call": 1e3 * total("blocked_s") / calls,
         "split": split if any(r.read_split for r in recs) else "—",
+        "after": " / ".join(per_call([r for r in recs if r.follows is f]) for f in (True, False))
+        if any(r.follows is not None for r in recs)
+        else "—",
     }
 
 
@@ -697,8 +703,10 @@ def auto_phases_table() -> str:
     plain run over the same tokens (`_side`): in ms a token wall, blocked on reads, the rest,
     auto's bookkeeping after its passes and its choosing before them (both in its wall;
     choosing recorded from the thirty-sixth session); blocked ms a read and a read call
-    (before the first draft both sides read the same blocks in the same calls), and where a
-    read call's thread-time went on each side."""
+    (before the first draft both sides read the same blocks in the same calls), where a read
+    call's thread-time went on each side, and a read call's blocked ms where the other side's
+    pass ran just before and where the side's own did (lockstep's rounds alternate their lead
+    from the thirty-sixth session: before it, the plain side always led)."""
     body = []
     for row in spec_rows():
         if drafts_fixed(row) or "lockstep" not in row:
@@ -711,11 +719,13 @@ def auto_phases_table() -> str:
             body.append([row.get("session", 1), row["budget"], row["drafter"], row["gamma"],
                          f"{tokens[0]}-{tokens[-1]}", sum(1 for r in mine if r.drafted), len(mine),
                          f"{p['wall_s'] / a['wall_s']:.3f}x", *both, f"{a['books_s']:.2f}",
-                         f"{a['choose_s']:.2f}", a["split"], p["split"]])  # fmt: skip
+                         f"{a['choose_s']:.2f}", a["split"], p["split"], a["after"],
+                         p["after"]])  # fmt: skip
     heads = ["session", "budget", "drafter", "γ", "tokens", "passes with γ > 1", "passes",
              "speed: run / plain", "ms a token: run / plain", "blocked", "not blocked",
              "blocked ms a read", "a read call", "auto's bookkeeping, ms a token",
              "its choosing (from session 36)", "a read call's io / land / wake: run",
+             "plain", "blocked ms a read call after the other side / its own pass: run",
              "plain"]  # fmt: skip
     return md_table(heads, body)
 

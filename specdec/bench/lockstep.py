@@ -16,17 +16,21 @@ twice in one session against the plain runs either side of it, read 1.09x and 0.
 lockstep each side's passes are interleaved with the other's at the granularity of a pass (a
 fraction of a second where reads dominate), so what the disk does in a minute it does to both.
 
-Each turn goes to the side with the fewest tokens committed (ties to the earlier side), for one
-pass: no side is ever more than one pass ahead of another. A pass's record times it alone (its
-clock runs from its start to its end, decode/loop.py), and no side leaves work running past its
-pass's end, with one exception refused here: plain greedy decoding where the cache holds every
-expert starts token t+1's forward before it yields t, which would compute during the other
-side's turn. Every side runs the same prompt and routing; the caches are each side's own, so a
-side's hits are what its own run earned. Each side's decode keeps the heap alive at its start
-out of the collector's passes until it ends (decode/loop.py `_heap_frozen`, which the first side
-to end undoes for all): with the fewest going first, a side is asked past its last pass only
-once every side has committed its last token (without a stop at EOS), so every pass is timed
-with the heap frozen.
+Each turn goes to the side with the fewest tokens committed, for one pass: no side is ever more
+than one pass ahead of another. Among sides level, the one that went last goes first (the first
+round in the sides' order), so a round of level sides runs in the reverse order of the one
+before (A B, B A, A B, ...): no side always runs right after another, reading the blocks the
+other has just read (the same tokens and routing). Each record says whether another side's pass
+ran just before it (`PassRecord.follows`), so an analysis can tell the two apart (analysis.cuda
+`auto_phases`). A pass's record times it alone (its clock runs from its start to its end,
+decode/loop.py), and no side leaves work running past its pass's end, with one exception refused
+here: plain greedy decoding where the cache holds every expert starts token t+1's forward before
+it yields t, which would compute during the other side's turn. Every side runs the same prompt
+and routing; the caches are each side's own, so a side's hits are what its own run earned. Each
+side's decode keeps the heap alive at its start out of the collector's passes until it ends
+(decode/loop.py `_heap_frozen`, which the first side to end undoes for all): with the fewest
+going first, a side is asked past its last pass only once every side has committed its last
+token (without a stop at EOS), so every pass is timed with the heap frozen.
 """
 
 from __future__ import annotations
@@ -89,13 +93,18 @@ def lockstep(
         passes = [run.passes() for run in runs]
         records: list[list[PassRecord]] = [[] for _ in sides]
         live = list(range(len(sides)))
+        last = [-1] * len(sides)  # the turn each side last took a pass in
+        turn, prev = 0, None  # passes run so far; the side whose pass ran last
         while live:
-            i = min(live, key=lambda j: runs[j].n_generated)  # the first of the fewest
+            # the fewest committed; among them the one that went last (module doc)
+            i = min(live, key=lambda j: (runs[j].n_generated, -last[j], j))
             rec = next(passes[i], None)
             if rec is None:
                 live.remove(i)
-            else:
-                records[i].append(rec)
+                continue
+            rec.follows = prev is not None and prev != i
+            last[i], prev, turn = turn, i, turn + 1
+            records[i].append(rec)
     return [
         result(s.sm, run, recs, spec, profiles, routing)
         for s, run, recs, spec in zip(sides, runs, records, specs, strict=True)

@@ -101,6 +101,9 @@ class PassRecord:
     # candidates priced, the guard), already in wall_s and compute_s (the pass's clock starts
     # before it); 0 in records written before it was kept
     choose_s: float = 0.0
+    # lockstep (specdec.bench.lockstep): whether another side's pass ran just before this one
+    # (False: this side's own pass did, or none); None outside lockstep and before it was kept
+    follows: bool | None = None
 
     def add_books(self, seconds: float) -> None:
         """Count `seconds` of auto's bookkeeping after the pass as the pass's own time."""

@@ -71,13 +71,38 @@ def test_sides_take_turns_a_pass_at_a_time_and_decode_as_plain_greedy(models, mo
         r.drafted for r in spec
     )  # the oracle both kept and rejected drafts
     assert got[0].summary["routing"] == got[1].summary["routing"] == "trace:synthetic"
-    done = [0, 0]
-    for side, n in turns:  # each turn went to the side behind (or level: the first side)
-        behind = done[side] < done[1 - side] or (done[side] == done[1 - side] and side == 0)
+    done, went = [0, 0], None  # tokens committed a side; the side that went last
+    for side, n in turns:  # each turn went to the side behind (level: the one that went last)
+        level = done[side] == done[1 - side]
+        behind = done[side] < done[1 - side] or (level and side == (0 if went is None else went))
         assert behind or done[1 - side] >= TOKENS, turns
-        done[side] = n
+        done[side], went = n, side
     switches = sum(x[0] != y[0] for x, y in zip(turns, turns[1:], strict=False))
     assert switches >= len(spec), turns  # interleaved, not one run after the other
+    order = [side for side, _ in turns]
+    for res, side in zip(got, (0, 1), strict=True):  # each record says which side ran before it
+        ran = [i for i, s in enumerate(order) if s == side]
+        assert [r.follows for r in res.records] == [i > 0 and order[i - 1] != side for i in ran]
+
+
+def test_level_sides_lead_rounds_in_turn(models, monkeypatch):
+    """Two plain sides are level after every round: the rounds run A B, B A, A B, ..., so each
+    side runs right after the other's pass of the same token in half its passes."""
+    order: list[int] = []
+    passes = Decode.passes
+
+    def spied(run):
+        for rec in passes(run):
+            order.append(0 if run.sm is models[0] else 1)
+            yield rec
+
+    monkeypatch.setattr(Decode, "passes", spied)
+    got = lockstep([Side(sm, "none", DecodeConfig(1, 9)) for sm in models], models[0].encode("A"))
+    assert order == [0, 1, 1, 0] * 4  # 8 passes a side: the prefill commits the first token
+    assert [[r.follows for r in res.records] for res in got] == [
+        [False, True] * 4,
+        [True, False] * 4,
+    ]
 
 
 def test_a_shared_model_or_a_budget_holding_every_expert_is_refused(models):
