@@ -119,6 +119,9 @@ SESSIONS = {
     # an H100 again, its own profile: `--gamma auto` over 1024 tokens at 9 GB in lockstep, α 1.0
     # (where it drafts: from about token 510)
     35: ("h100-r35",),
+    # an H100 again, its own profile: lockstep's rounds alternating their lead; `--gamma auto`
+    # over 512 tokens at 9 GB, α 1.0, four times (one pair beside the γ = 1 control)
+    36: ("h100-r36",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -629,7 +632,9 @@ def shm_table() -> str:
 def auto_table() -> str:
     """`--gamma auto` runs against the plain runs around them (their mean time per token), with
     how far those plain runs themselves differ: a run that never drafted is plain's work, so its
-    ratio is the disk's drift between runs."""
+    ratio is the disk's drift between runs; in lockstep, against its pair's plain run, and the
+    loaded copy it decoded on (`run_copy`: the second-loaded copy's reads block longer,
+    `copies_table`)."""
     profs, rows, body = profiles(), spec_rows(), []
     for row in rows:
         if row["gamma"] != "auto":
@@ -639,11 +644,13 @@ def auto_table() -> str:
         drafting = sum(hist[2:]) if len(hist) > 2 else 0
         plains = row["plains"]  # the disk's drift: the later plain run against the earlier
         drift = measured_tps(plains[-1]) / measured_tps(plains[0]) if len(plains) > 1 else None
-        body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x",
+        copy = ("first", "second")[run_copy(row)] if "lockstep" in row else "—"
+        body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x", copy,
                      drafting, row["passes"], "—" if drift is None else f"{drift:.2f}x",
                      *_against_fixed(row, ratio, rows, profs)])  # fmt: skip
-    heads = ["session", "budget", "drafter", "auto / plain, measured", "passes with γ > 1",
-             "passes", "plain after / plain before", "best fixed γ: speed-up",
+    heads = ["session", "budget", "drafter", "auto / plain, measured",
+             "its copy, in lockstep (`copies`)", "passes with γ > 1", "passes",
+             "plain after / plain before", "best fixed γ: speed-up",
              "auto / best fixed γ, measured", "modeled"]  # fmt: skip
     return md_table(heads, body)
 
@@ -685,6 +692,7 @@ def _side(recs: list[PassRecord], tokens: int) -> dict:
     )
     return {
         **{f: 1e3 * total(f) / tokens for f in ("wall_s", "blocked_s", "books_s", "choose_s")},
+        "io": 1e3 * sum(r.read_split.get("io_s", 0.0) for r in recs) / calls,
         "rest": 1e3 * (total("wall_s") - total("blocked_s")) / tokens,
         "read": 1e3 * total("blocked_s") / max(1, total("reads")),
         "call": 1e3 * total("blocked_s") / calls,
@@ -693,6 +701,39 @@ def _side(recs: list[PassRecord], tokens: int) -> dict:
         if any(r.follows is not None for r in recs)
         else "—",
     }
+
+
+def run_copy(row: dict) -> int:
+    """The loaded copy a lockstep run decoded on, 0 the first loaded and 1 the second: its
+    pair's plain side takes the first copy in even pairs, the second in odd ones
+    (specdec.bench.lockstep `paired_runs`; `row["lockstep"]` is the pair's number)."""
+    return 1 if row["lockstep"] % 2 == 0 else 0
+
+
+def copies_table(rows: list[dict] | None = None) -> str:
+    """Lockstep pairs whose two sides read the same blocks in the same read calls (an auto run
+    before its first draft, or the γ = 1 control throughout), by the loaded copy each side
+    decoded on rather than by side: blocked ms a read call on the first-loaded copy and on the
+    second, and a read call's thread-ms in preadv on each (recorded from the thirty-sixth
+    session). `rows`: spec_rows() where not given."""
+    body = []
+    for row in spec_rows() if rows is None else rows:
+        if drafts_fixed(row) or "lockstep" not in row:
+            continue
+        tokens, mine, theirs = auto_phases(row)[0]
+        if any(r.drafted for r in mine):
+            continue  # drafted from its first pass: no part on the same reads
+        first, second = (_side(rs, len(tokens)) for rs in ((theirs, mine) if run_copy(row) else (mine, theirs)))  # fmt: skip
+        io = (f"{first['io']:.2f} / {second['io']:.2f}"
+              if any(r.read_split for r in mine) else "—")  # fmt: skip
+        body.append([row.get("session", 1), row["budget"], row["gamma"], row["lockstep"],
+                     ("first", "second")[run_copy(row)], f"{tokens[0]}-{tokens[-1]}",
+                     f"{first['call']:.2f} / {second['call']:.2f}",
+                     f"{second['call'] / first['call']:.3f}", io])  # fmt: skip
+    heads = ["session", "budget", "γ", "pair", "the run's copy", "tokens",
+             "blocked ms a read call: first copy / second", "second / first",
+             "preadv thread-ms a read call: first / second"]  # fmt: skip
+    return md_table(heads, body)
 
 
 def auto_phases_table() -> str:
@@ -1383,6 +1424,7 @@ TABLES = {
     "scale": scale_table,
     "spec": spec_table,
     "lockstep": lockstep_table,
+    "copies": copies_table,
     "model": model_table,
     "split": split_table,
     "auto": auto_table,

@@ -20,7 +20,8 @@ import pytest
 
 from analysis import cuda
 from analysis.speedup import speedup_table
-from specdec.bench.lockstep import Side, lockstep
+from specdec.bench import lockstep as lockstep_module
+from specdec.bench.lockstep import Side, lockstep, paired_runs
 from specdec.bench.speedup import SpeedupConfig
 from specdec.checkpoint.bundled import resolve_model
 from specdec.core.errors import SpecdecError
@@ -103,6 +104,21 @@ def test_level_sides_lead_rounds_in_turn(models, monkeypatch):
         [False, True] * 4,
         [True, False] * 4,
     ]
+
+
+def test_run_copy_names_the_copy_paired_runs_gave_the_run(models, monkeypatch):
+    """analysis.cuda `run_copy` reads a pair's number as the copy its run decoded on (the
+    `copies` table splits blocked time by it): the second-loaded copy in even pairs."""
+    runs_on: list[int] = []
+    real = lockstep_module.lockstep
+
+    def spied(sides, *args, **kw):
+        runs_on.append(0 if sides[1].sm is models[0] else 1)
+        return real(sides, *args, **kw)
+
+    monkeypatch.setattr(lockstep_module, "lockstep", spied)
+    pairs = list(paired_runs(tuple(models), models[0].encode("A"), [("lookup", 2)] * 3, 6))
+    assert runs_on == [cuda.run_copy({"lockstep": p.k}) for p in pairs] == [1, 0, 1]
 
 
 def test_a_shared_model_or_a_budget_holding_every_expert_is_refused(models):
@@ -387,6 +403,34 @@ def test_auto_phases_split_a_run_where_it_first_drafted():
         assert [(list(t), len(theirs)) for t, _, theirs in cuda.auto_phases(row)] == [
             (list(range(1, 8)), 7)
         ], first
+
+
+def test_copies_compare_the_same_reads_by_the_copy_each_side_ran_on():
+    """`copies` orients a pair by loaded copy, not by side, over the passes both sides read
+    alike (auto before its first draft, the γ = 1 control), and leaves out a run that drafted
+    from its first pass and a fixed γ that drafts."""
+
+    def passes(blocked: float, n: int = 4, drafted: int = 0) -> list[SimpleNamespace]:
+        steps = {"verify": [[0, 8, 2, 0, 0, 0], [1, 8, 0, 0, 0, 0]]}  # one read call a pass
+        return [SimpleNamespace(committed=1 + drafted, drafted=drafted, blocked_s=blocked,
+                                reads=2, steps=steps, read_split={}, wall_s=blocked,
+                                books_s=0.0, choose_s=0.0, follows=None) for _ in range(n)]  # fmt: skip
+
+    def row(k: int, gamma: str, run: float, plain: float, drafted: int = 0) -> dict:
+        recs = passes(run, drafted=drafted)
+        return {"session": 9, "budget": "9GB", "gamma": gamma, "drafter": "oracle:1",
+                "lockstep": k, "records": recs, "committed": len(recs) * (1 + drafted),
+                "plain": {"records": passes(plain, len(recs) * (1 + drafted))}}  # fmt: skip
+
+    rows = [row(0, "auto", 0.011, 0.010), row(1, "1", 0.010, 0.011),
+            row(2, "auto", 0.02, 0.01, drafted=1), row(3, "4", 0.02, 0.01, drafted=3)]  # fmt: skip
+    lines = cuda.copies_table(rows).splitlines()[2:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    # the second copy read 11 ms a call in both pairs: the run's side in pair 0, plain's in 1
+    assert [(c[3], c[4], c[6], c[7]) for c in cells] == [
+        ("0", "second", "10.00 / 11.00", "1.100"),
+        ("1", "first", "10.00 / 11.00", "1.100"),
+    ]
 
 
 def test_auto_plain_by_its_choice_reads_as_plain_greedy_does(monkeypatch):
