@@ -3,6 +3,8 @@
     python -m analysis.cuda scale        # budgets: tok/s, reads, against the limit
     python -m analysis.cuda spec         # speculation in measured seconds, break-even α
     python -m analysis.cuda lockstep     # the runs in lockstep with their own plain runs
+    python -m analysis.cuda copies | auto_phases  # lockstep pairs on the same reads: by loaded
+                                         # copy; auto split where it first drafted
     python -m analysis.cuda model        # modeled vs measured time per token, every run
     python -m analysis.cuda auto | lookahead | exact | offsets | batches | overhead | host_reads | shm | reads
     python -m analysis.cuda pinned       # --io pinned against --io direct (reads, landing, decode)
@@ -395,12 +397,13 @@ def spec_table(sessions: tuple[int, ...] | None = None) -> str:
 
 
 def lockstep_table() -> str:
-    """The runs in lockstep (`bench_cuda.py --lockstep`), pair by pair: each side's tok/s, the
-    read GB/s each side's reads reached (bytes over the time a read was in flight) and its
-    misses a MoE layer a pass; then how far apart a session's runs of one (budget, α, γ) land,
-    in lockstep and between plain runs, and the model's speed-up error on the lockstep runs on
-    the profile's read curve and on the same curve made non-decreasing (as `specdec bench device`
-    writes it since: clock.profiles.non_decreasing)."""
+    """The runs in lockstep (`bench_cuda.py --lockstep`), pair by pair: the loaded copy the run
+    decoded on (`run_copy`: the second copy's reads block longer, `copies_table`), each side's
+    tok/s, the read GB/s each side's reads reached (bytes over the time a read was in flight)
+    and its misses a MoE layer a pass; then how far apart a session's runs of one (budget, α,
+    γ) land, in lockstep and between plain runs, and the model's speed-up error on the lockstep
+    runs on the profile's read curve and on the same curve made non-decreasing (as `specdec
+    bench device` writes it since: clock.profiles.non_decreasing)."""
     profs = profiles()
     body: list = []
     errs: dict = {}  # (session, curve) -> modeled speed-up / measured - 1
@@ -413,6 +416,7 @@ def lockstep_table() -> str:
         sides = [(_read_gbps(r["records"]), _misses_a_layer(r)) for r in (plain, row)]
         body.append([
             row.get("session", 1), row["grid"], row["budget"], row["drafter"], row["gamma"],
+            ("first", "second")[run_copy(row)],
             _f(measured_tps(plain)), _f(measured_tps(row)), f"{measured_speedup(row):.2f}x",
             f"{sides[0][0]:.2f} / {sides[1][0]:.2f}", f"{sides[1][0] / sides[0][0]:.2f}",
             f"{sides[0][1]:.1f} / {sides[1][1]:.1f}",
@@ -432,8 +436,9 @@ def lockstep_table() -> str:
             crossings.setdefault((sess, row["grid"], row["budget"], row["gamma"]), []).append(
                 (alpha, measured_speedup(row), modeled)
             )
-    heads = ["session", "grid", "budget", "drafter", "γ", "plain tok/s", "tok/s",
-             "speed-up", "read GB/s plain / spec", "spec / plain", "misses a layer a pass"]  # fmt: skip
+    heads = ["session", "grid", "budget", "drafter", "γ", "the run's copy", "plain tok/s",
+             "tok/s", "speed-up", "read GB/s plain / spec", "spec / plain",
+             "misses a layer a pass"]  # fmt: skip
     lines = []
     for (sess, name), v in errs.items():
         t = per_token[(sess, name)]
@@ -723,7 +728,8 @@ def copies_table(rows: list[dict] | None = None) -> str:
         tokens, mine, theirs = auto_phases(row)[0]
         if any(r.drafted for r in mine):
             continue  # drafted from its first pass: no part on the same reads
-        first, second = (_side(rs, len(tokens)) for rs in ((theirs, mine) if run_copy(row) else (mine, theirs)))  # fmt: skip
+        by_copy = (theirs, mine) if run_copy(row) else (mine, theirs)
+        first, second = (_side(rs, len(tokens)) for rs in by_copy)
         io = (f"{first['io']:.2f} / {second['io']:.2f}"
               if any(r.read_split for r in mine) else "—")  # fmt: skip
         body.append([row.get("session", 1), row["budget"], row["gamma"], row["lockstep"],
