@@ -63,6 +63,8 @@ Nothing here is a timed test.
     auto       --gamma auto at --auto-alphas, beside the fixed γ of --auto-gammas between the same
                plain runs (γ = 1: the speculative path without a draft, the control that has
                auto's path without its bookkeeping: `python -m analysis.cuda auto_phases`)
+    copies     the two copies a lockstep pair loads, their readers alone: the same blocks in
+               calls of 2 into each copy's slots, the copies in turn (needs `big`)
     drafters   self and lookup at the same budgets
     lookahead  router lookahead L+1 / L+2 where reads dominate (the model's own router); on CUDA
                with pinned reads only (direct reads into managed memory changed greedy output)
@@ -761,6 +763,63 @@ def read_beside(sm, blocks: int = 96, seed: int = 0) -> float:
     return len(reqs) * index.slot_bytes / (time.perf_counter() - t) / 1e9
 
 
+def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int = 1) -> dict:
+    """The two copies a lockstep pair loads (the 16-layer pack at the first --spec-budgets budget,
+    trace routing), their readers alone: each copy decodes 24 plain tokens first (its arena's
+    slots then hold pages the GPU has computed on, as in a run), then the same `blocks` random
+    blocks (or every block, where fewer) are read into each copy's slots in calls of `batch` (a
+    decode at 9 GB reads 2.1-2.3 blocks a call), the copies in turn, which goes first
+    alternating round to round. Per round and copy: ms a call (mean and median) and a call's
+    thread-ms in preadv, landing and a worker's wake-up (store.reader READ_SPLIT). The thirty-
+    sixth session's pairs blocked 2.1-2.8% longer a read call on the second-loaded copy,
+    whichever run it carried, and not in preadv's thread-time (docs/results/cuda.md); needs
+    `big`."""
+    from specdec.bench.lockstep import two_models
+    from specdec.decode.loop import DecodeConfig
+    from specdec.decode.run import generate
+    from specdec.store.reader import READ_SPLIT
+
+    packed, trace = Path(args.disk) / "mm16.packed", _trace(args)
+    budget = args.spec_budgets.split(",")[0]
+    out: dict = {"budget": budget, "blocks": blocks, "batch": batch, "rounds": []}
+    with two_models(packed, budget, io=args.io, with_mtp=False) as models:
+        for sm in models:
+            generate(sm, sm.encode(PROMPT), "none", DecodeConfig(1, 24), stop_at_eos=False,
+                     routing=trace)  # fmt: skip
+            sm.reset_cache()
+        src0 = models[0].streamer.source
+        keys, n_slots = src0.index.blocks(), src0.arena.n_slots
+        pick = np.random.default_rng(seed).choice(len(keys), min(blocks, len(keys)), replace=False)
+        calls = [[(*keys[i], (at + j) % n_slots) for j, i in enumerate(pick[at : at + batch])]
+                 for at in range(0, len(pick), batch)]  # fmt: skip
+        out["io"], out["blocks"] = src0.reader.io, len(pick)
+        for r in range(rounds):
+            for copy in (0, 1) if r % 2 == 0 else (1, 0):
+                src = models[copy].streamer.source
+                src.flush()  # no kernel still reads a slot these reads overwrite
+                stats = src.reader.stats
+                split = [getattr(stats, name) for name in READ_SPLIT]
+                times = []
+                for reqs in calls:
+                    t = time.perf_counter()
+                    src.reader.read(reqs)
+                    times.append(time.perf_counter() - t)
+                out["rounds"].append({
+                    "round": r, "copy": copy, "ms_a_call": 1e3 * float(np.mean(times)),
+                    "median_ms_a_call": 1e3 * float(np.median(times)),
+                    **{f"{name}_ms_a_call": 1e3 * (getattr(stats, name) - was) / len(calls)
+                       for name, was in zip(READ_SPLIT, split, strict=True)},
+                })  # fmt: skip
+        for sm in models:
+            sm.reset_cache()  # the reads overwrote slots the caches named
+    by = {c: [x["ms_a_call"] for x in out["rounds"] if x["copy"] == c] for c in (0, 1)}
+    ratios = [b / a for a, b in zip(by[0], by[1], strict=True)]  # second over first, a round
+    out["second_over_first"] = {"median": float(np.median(ratios)), "each": ratios}
+    print(f"  copies: second / first {out['second_over_first']['median']:.3f} a call "
+          f"(rounds {min(ratios):.3f}-{max(ratios):.3f})", flush=True)  # fmt: skip
+    return out
+
+
 def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> list[dict]:
     """Each (budget, drafter, γ, routing, lookahead) in plan, one loaded model per budget and
     routing; the oracle's reference is that routing's plain run. Records go to DIR/name.jsonl.
@@ -1341,6 +1400,7 @@ STEPS = {
     "scale": scale,
     "spec": spec,
     "auto": auto,
+    "copies": copies,
     "drafters": drafters,
     "lookahead": lookahead,
     "shm": shm,

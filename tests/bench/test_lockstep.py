@@ -226,11 +226,36 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         table = cuda.auto_phases_table()
         assert table.count("\n| 99 | 50% | oracle:0.9 | auto |") == len(parts)
         assert table.count("\n| 99 | 50% | oracle:0.9 | 1 | 1-") == 1
+        # by copy: the control (pair 1, the run on the first copy) reads as plain does; the
+        # fixed γ = 2 drafts, so it is not there
+        table = cuda.copies_table()
+        assert "\n| 99 | 50% | 1 | 1 | first | 1-" in table and "| 99 | 50% | 2 |" not in table
         table = cuda.lockstep_table()
         assert "- session 99 grid 2, 50%, γ = 2: break-even α measured" in table
         assert "γ = auto: break-even" not in table
     finally:
         cuda.runs.cache_clear()
+
+
+def test_bench_cuda_copies_reads_the_same_blocks_into_each_copy_in_turn(tmp_path):
+    """The `copies` step on the bundled model's pack: every round reads into both loaded
+    copies, the first alternating, each call timed and its thread-time split."""
+    disk, out = _bench_disk(tmp_path), tmp_path / "out"
+    cmd = [sys.executable, str(BENCH), "--disk", str(disk), "--out", str(out), "--session", "99",
+           "--spec-budgets", "50%", "copies"]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr[-2000:]
+    data = json.loads((out / "copies.json").read_text())
+    assert data["batch"] == 2 and data["blocks"] == 160  # the bundled pack's every block
+    rounds = data["rounds"]
+    assert [(x["round"], x["copy"]) for x in rounds] == [
+        (r, c) for r in range(8) for c in ((0, 1) if r % 2 == 0 else (1, 0))
+    ]
+    assert all(x["ms_a_call"] > 0 and x["io_s_ms_a_call"] > 0 for x in rounds)
+    each = data["second_over_first"]["each"]
+    firsts = [x["ms_a_call"] for x in rounds if x["copy"] == 0]
+    seconds = [x["ms_a_call"] for x in rounds if x["copy"] == 1]
+    assert each == pytest.approx([b / a for a, b in zip(firsts, seconds, strict=True)])
 
 
 def test_bench_cuda_keeps_a_lockstep_step_cut_short_and_the_oracles_reference(
