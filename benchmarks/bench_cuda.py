@@ -781,7 +781,7 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
 
     packed, trace = Path(args.disk) / "mm16.packed", _trace(args)
     budget = args.spec_budgets.split(",")[0]
-    out: dict = {"budget": budget, "blocks": blocks, "batch": batch, "rounds": []}
+    out: dict = {"budget": budget, "batch": batch, "rounds": []}
     with two_models(packed, budget, io=args.io, with_mtp=False) as models:
         for sm in models:
             generate(sm, sm.encode(PROMPT), "none", DecodeConfig(1, 24), stop_at_eos=False,
