@@ -416,7 +416,7 @@ def lockstep_table() -> str:
         sides = [(_read_gbps(r["records"]), _misses_a_layer(r)) for r in (plain, row)]
         body.append([
             row.get("session", 1), row["grid"], row["budget"], row["drafter"], row["gamma"],
-            ("first", "second")[run_copy(row)],
+            _copy_word(row),
             _f(measured_tps(plain)), _f(measured_tps(row)), f"{measured_speedup(row):.2f}x",
             f"{sides[0][0]:.2f} / {sides[1][0]:.2f}", f"{sides[1][0] / sides[0][0]:.2f}",
             f"{sides[0][1]:.1f} / {sides[1][1]:.1f}",
@@ -649,8 +649,8 @@ def auto_table() -> str:
         drafting = sum(hist[2:]) if len(hist) > 2 else 0
         plains = row["plains"]  # the disk's drift: the later plain run against the earlier
         drift = measured_tps(plains[-1]) / measured_tps(plains[0]) if len(plains) > 1 else None
-        copy = ("first", "second")[run_copy(row)] if "lockstep" in row else "—"
-        body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x", copy,
+        body.append([row.get("session", 1), row["budget"], row["drafter"], f"{ratio:.2f}x",
+                     _copy_word(row),
                      drafting, row["passes"], "—" if drift is None else f"{drift:.2f}x",
                      *_against_fixed(row, ratio, rows, profs)])  # fmt: skip
     heads = ["session", "budget", "drafter", "auto / plain, measured",
@@ -679,32 +679,37 @@ def _read_calls(r: PassRecord) -> int:
     return sum(1 for group in r.steps.values() for s in group if s[2])
 
 
+def _per_call(recs: list[PassRecord]) -> float:
+    """Blocked ms a read call over passes `recs`."""
+    return 1e3 * sum(r.blocked_s for r in recs) / max(1, sum(map(_read_calls, recs)))
+
+
 def _side(recs: list[PassRecord], tokens: int) -> dict:
     """One side of an `auto_phases` part: ms a token in wall, blocked, auto's bookkeeping and
-    its choosing; blocked ms a read and a read call; and a read call's thread-ms in preadv,
-    landing and a pool worker's wake-up (`read_split`, recorded from the thirty-sixth session;
-    "—" before)."""
+    its choosing; blocked ms a read and a read call, the latter where the other side's pass ran
+    just before and where the side's own did (`follows`); and a read call's thread-ms in
+    preadv, landing and a pool worker's wake-up (`read_split`, recorded from the thirty-sixth
+    session: `io` None, "—" before)."""
 
     def total(field: str) -> float:
         return sum(getattr(r, field) for r in recs)
 
-    def per_call(rs: list[PassRecord]) -> str:
-        return f"{1e3 * sum(r.blocked_s for r in rs) / max(1, sum(map(_read_calls, rs))):.2f}"
-
     calls = max(1, sum(map(_read_calls, recs)))
-    split = " / ".join(
-        f"{1e3 * sum(r.read_split.get(k, 0.0) for r in recs) / calls:.2f}" for k in READ_SPLIT
-    )
+    kept = any(r.read_split for r in recs)
+    thread = [1e3 * sum(r.read_split.get(k, 0.0) for r in recs) / calls for k in READ_SPLIT]
+    followed = any(r.follows is not None for r in recs)
     return {
         **{f: 1e3 * total(f) / tokens for f in ("wall_s", "blocked_s", "books_s", "choose_s")},
-        "io": 1e3 * sum(r.read_split.get("io_s", 0.0) for r in recs) / calls,
         "rest": 1e3 * (total("wall_s") - total("blocked_s")) / tokens,
         "read": 1e3 * total("blocked_s") / max(1, total("reads")),
-        "call": 1e3 * total("blocked_s") / calls,
-        "split": split if any(r.read_split for r in recs) else "—",
-        "after": " / ".join(per_call([r for r in recs if r.follows is f]) for f in (True, False))
-        if any(r.follows is not None for r in recs)
-        else "—",
+        "call": _per_call(recs),
+        "io": thread[READ_SPLIT.index("io_s")] if kept else None,
+        "split": " / ".join(f"{v:.2f}" for v in thread) if kept else "—",
+        "after": " / ".join(
+            f"{_per_call([r for r in recs if r.follows is f]):.2f}" for f in (True, False)
+        )
+        if followed
+        else "—",  # fmt: skip
     }
 
 
@@ -715,6 +720,18 @@ def run_copy(row: dict) -> int:
     return 1 if row["lockstep"] % 2 == 0 else 0
 
 
+def _copy_word(row: dict) -> str:
+    """`run_copy` in a table: first, second; "—" for a run not in lockstep."""
+    return ("first", "second")[run_copy(row)] if "lockstep" in row else "—"
+
+
+def _unfixed_pairs(rows: list[dict] | None = None) -> Iterator[dict]:
+    """The lockstep auto runs and γ = 1 controls among `rows` (spec_rows() where not given):
+    the runs whose passes read as their pair's plain ones until they first draft."""
+    return (r for r in (spec_rows() if rows is None else rows)
+            if "lockstep" in r and not drafts_fixed(r))  # fmt: skip
+
+
 def copies_table(rows: list[dict] | None = None) -> str:
     """Lockstep pairs whose two sides read the same blocks in the same read calls (an auto run
     before its first draft, or the γ = 1 control throughout), by the loaded copy each side
@@ -722,18 +739,15 @@ def copies_table(rows: list[dict] | None = None) -> str:
     second, and a read call's thread-ms in preadv on each (recorded from the thirty-sixth
     session). `rows`: spec_rows() where not given."""
     body = []
-    for row in spec_rows() if rows is None else rows:
-        if drafts_fixed(row) or "lockstep" not in row:
-            continue
+    for row in _unfixed_pairs(rows):
         tokens, mine, theirs = auto_phases(row)[0]
         if any(r.drafted for r in mine):
             continue  # drafted from its first pass: no part on the same reads
         by_copy = (theirs, mine) if run_copy(row) else (mine, theirs)
         first, second = (_side(rs, len(tokens)) for rs in by_copy)
-        io = (f"{first['io']:.2f} / {second['io']:.2f}"
-              if any(r.read_split for r in mine) else "—")  # fmt: skip
+        io = "—" if first["io"] is None else f"{first['io']:.2f} / {second['io']:.2f}"
         body.append([row.get("session", 1), row["budget"], row["gamma"], row["lockstep"],
-                     ("first", "second")[run_copy(row)], f"{tokens[0]}-{tokens[-1]}",
+                     _copy_word(row), f"{tokens[0]}-{tokens[-1]}",
                      f"{first['call']:.2f} / {second['call']:.2f}",
                      f"{second['call'] / first['call']:.3f}", io])  # fmt: skip
     heads = ["session", "budget", "γ", "pair", "the run's copy", "tokens",
@@ -755,9 +769,7 @@ def auto_phases_table() -> str:
     pass ran just before and where the side's own did (lockstep's rounds alternate their lead
     from the thirty-sixth session: before it, the plain side always led)."""
     body = []
-    for row in spec_rows():
-        if drafts_fixed(row) or "lockstep" not in row:
-            continue
+    for row in _unfixed_pairs():
         for tokens, mine, theirs in auto_phases(row):
             a, p = (_side(rs, len(tokens)) for rs in (mine, theirs))
             both = [f"{a[k]:{f}} / {p[k]:{f}}" for k, f in (("wall_s", ".1f"), ("blocked_s", ".1f"),

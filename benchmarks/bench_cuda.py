@@ -754,13 +754,18 @@ def read_beside(sm, blocks: int = 96, seed: int = 0) -> float:
     overwrites slots the cache still names: the caller resets the cache before decoding."""
     src = sm.streamer.source
     src.flush()
-    index, n_slots = src.index, src.arena.n_slots
-    keys = index.blocks()
-    pick = np.random.default_rng(seed).choice(len(keys), min(blocks, len(keys)), replace=False)
-    reqs = [(*keys[i], j % n_slots) for j, i in enumerate(pick)]
+    reqs = random_requests(src, blocks, seed)
     t = time.perf_counter()
     src.reader.read(reqs)
-    return len(reqs) * index.slot_bytes / (time.perf_counter() - t) / 1e9
+    return len(reqs) * src.index.slot_bytes / (time.perf_counter() - t) / 1e9
+
+
+def random_requests(src, blocks: int, seed: int) -> list[tuple[int, int, int]]:
+    """(layer, expert, slot) of `blocks` distinct random expert blocks of `src`'s pack (every
+    block, where fewer), seeded, into its arena's slots in turn."""
+    keys, n_slots = src.index.blocks(), src.arena.n_slots
+    pick = np.random.default_rng(seed).choice(len(keys), min(blocks, len(keys)), replace=False)
+    return [(*keys[i], j % n_slots) for j, i in enumerate(pick)]
 
 
 def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int = 1) -> dict:
@@ -787,18 +792,16 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
             generate(sm, sm.encode(PROMPT), "none", DecodeConfig(1, 24), stop_at_eos=False,
                      routing=trace)  # fmt: skip
             sm.reset_cache()
-        src0 = models[0].streamer.source
-        keys, n_slots = src0.index.blocks(), src0.arena.n_slots
-        pick = np.random.default_rng(seed).choice(len(keys), min(blocks, len(keys)), replace=False)
-        calls = [[(*keys[i], (at + j) % n_slots) for j, i in enumerate(pick[at : at + batch])]
-                 for at in range(0, len(pick), batch)]  # fmt: skip
-        out["io"], out["blocks"] = src0.reader.io, len(pick)
+        src0 = models[0].streamer.source  # both copies: the same pack, arena and reader kind
+        reqs = random_requests(src0, blocks, seed)
+        calls = [reqs[at : at + batch] for at in range(0, len(reqs), batch)]
+        out["io"], out["blocks"] = src0.reader.io, len(reqs)
         for r in range(rounds):
             for copy in (0, 1) if r % 2 == 0 else (1, 0):
                 src = models[copy].streamer.source
                 src.flush()  # no kernel still reads a slot these reads overwrite
                 stats = src.reader.stats
-                split = [getattr(stats, name) for name in READ_SPLIT]
+                split = stats.split()
                 times = []
                 for reqs in calls:
                     t = time.perf_counter()
@@ -807,8 +810,8 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
                 out["rounds"].append({
                     "round": r, "copy": copy, "ms_a_call": 1e3 * float(np.mean(times)),
                     "median_ms_a_call": 1e3 * float(np.median(times)),
-                    **{f"{name}_ms_a_call": 1e3 * (getattr(stats, name) - was) / len(calls)
-                       for name, was in zip(READ_SPLIT, split, strict=True)},
+                    **{f"{name}_ms_a_call": 1e3 * (now - was) / len(calls)
+                       for name, was, now in zip(READ_SPLIT, split, stats.split(), strict=True)},
                 })  # fmt: skip
         for sm in models:
             sm.reset_cache()  # the reads overwrote slots the caches named

@@ -449,7 +449,7 @@ class Decode:
             stats.reads,
             len(self.st.tokens) - 1,
             stats.read_s,
-            tuple(getattr(stats, name) for name in READ_SPLIT),
+            stats.split(),
         )
 
     def _record(

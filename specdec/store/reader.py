@@ -100,6 +100,10 @@ class ReadStats:
     land_s: float = 0.0
     wake_s: float = 0.0
 
+    def split(self) -> tuple[float, ...]:
+        """The thread-seconds so far in each part of READ_SPLIT, in its order."""
+        return tuple(getattr(self, name) for name in READ_SPLIT)
+
 
 def filesystem_type(path: Path) -> str | None:
     """File system type of the mount holding `path` (Linux /proc/self/mountinfo), else None."""

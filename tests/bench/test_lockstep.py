@@ -45,21 +45,28 @@ def models():
         sm.close()
 
 
+def _turns(monkeypatch, models) -> list[tuple[int, int]]:
+    """Filled as decodes run: (the side, 0 or 1 by `models`, tokens committed after its pass),
+    a pass at a time, in the order they ran."""
+    turns: list[tuple[int, int]] = []
+    passes = Decode.passes
+
+    def spied(run):
+        for rec in passes(run):
+            turns.append((0 if run.sm is models[0] else 1, run.n_generated))
+            yield rec
+
+    monkeypatch.setattr(Decode, "passes", spied)
+    return turns
+
+
 def test_sides_take_turns_a_pass_at_a_time_and_decode_as_plain_greedy(models, monkeypatch):
     a, b = models
     trace = synthetic_trace(256, n_layers=4, n_experts=32, top_k=4, seed=3)
     prompt = a.encode("The cache holds")
     plain = generate(a, prompt, "none", DecodeConfig(1, TOKENS), stop_at_eos=False, routing=trace)
     a.reset_cache()
-    turns: list[tuple[int, int]] = []  # (side, tokens committed after its pass)
-    passes = Decode.passes
-
-    def spied(run):
-        for rec in passes(run):
-            turns.append((0 if run.sm is a else 1, run.n_generated))
-            yield rec
-
-    monkeypatch.setattr(Decode, "passes", spied)
+    turns = _turns(monkeypatch, models)  # (side, tokens committed after its pass)
     sides = [
         Side(a, "none", DecodeConfig(1, TOKENS)),
         Side(b, "oracle:0.7", DecodeConfig(3, TOKENS)),
@@ -89,16 +96,9 @@ def test_sides_take_turns_a_pass_at_a_time_and_decode_as_plain_greedy(models, mo
 def test_level_sides_lead_rounds_in_turn(models, monkeypatch):
     """Two plain sides are level after every round: the rounds run A B, B A, A B, ..., so each
     side runs right after the other's pass of the same token in half its passes."""
-    order: list[int] = []
-    passes = Decode.passes
-
-    def spied(run):
-        for rec in passes(run):
-            order.append(0 if run.sm is models[0] else 1)
-            yield rec
-
-    monkeypatch.setattr(Decode, "passes", spied)
+    turns = _turns(monkeypatch, models)
     got = lockstep([Side(sm, "none", DecodeConfig(1, 9)) for sm in models], models[0].encode("A"))
+    order = [side for side, _ in turns]
     assert order == [0, 1, 1, 0] * 4  # 8 passes a side: the prefill commits the first token
     assert [[r.follows for r in res.records] for res in got] == [
         [False, True] * 4,
