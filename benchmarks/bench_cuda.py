@@ -770,15 +770,19 @@ def random_requests(src, blocks: int, seed: int) -> list[tuple[int, int, int]]:
 
 def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int = 1) -> dict:
     """The two copies a lockstep pair loads (the 16-layer pack at the first --spec-budgets budget,
-    trace routing), their readers alone: each copy decodes 24 plain tokens first (its arena's
-    slots then hold pages the GPU has computed on, as in a run), then the same `blocks` random
-    blocks (or every block, where fewer) are read into each copy's slots in calls of `batch` (a
-    decode at 9 GB reads 2.1-2.3 blocks a call), the copies in turn, which goes first
-    alternating round to round. Per round and copy: ms a call (mean and median) and a call's
-    thread-ms in preadv, landing and a worker's wake-up (store.reader READ_SPLIT). The thirty-
-    sixth session's pairs blocked 2.1-2.8% longer a read call on the second-loaded copy,
-    whichever run it carried, and not in preadv's thread-time (docs/results/cuda.md); needs
-    `big`."""
+    trace routing), their readers alone, each staging in 2 MiB pages and in 4 KiB pages
+    (`ExpertReader.huge_staging`). Each copy decodes 24 plain tokens first (its arena's slots
+    then hold pages the GPU has computed on, as in a run) and reads the blocks once untimed with
+    each staging (every thread then holds both buffers). Then the same `blocks` random blocks (or
+    every block, where fewer) are read into each copy's slots in calls of `batch` (a decode at
+    9 GB reads 2.1-2.3 blocks a call), copy and staging in turn: which copy goes first alternates
+    round to round, which staging every second round. Per round, copy and staging: ms a call
+    (mean and median), a call's thread-ms in preadv, landing and a worker's wake-up (store.reader
+    READ_SPLIT); the copies' measured staging huge pages; the median second / first ratio per
+    staging and 4 KiB / 2 MiB per copy. Before any staging was in huge pages, the thirty-sixth
+    session's pairs blocked 2.1-2.8% longer a read call on the second-loaded copy, whichever run
+    it carried, and the thirty-seventh's readers alone 5.7%, 25% more preadv thread-ms
+    (docs/results/cuda.md); needs `big`."""
     from specdec.bench.lockstep import two_models
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate
@@ -787,6 +791,7 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
     packed, trace = Path(args.disk) / "mm16.packed", _trace(args)
     budget = args.spec_budgets.split(",")[0]
     out: dict = {"budget": budget, "batch": batch, "rounds": []}
+    kinds = {"2MiB": True, "4KiB": False}  # staging's pages: ExpertReader.huge_staging
     with two_models(packed, budget, io=args.io, with_mtp=False) as models:
         for sm in models:
             generate(sm, sm.encode(PROMPT), "none", DecodeConfig(1, 24), stop_at_eos=False,
@@ -796,30 +801,50 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
         reqs = random_requests(src0, blocks, seed)
         calls = [reqs[at : at + batch] for at in range(0, len(reqs), batch)]
         out["io"], out["blocks"] = src0.reader.io, len(reqs)
+        for sm in models:  # untimed: each thread's buffer of each staging made and pinned
+            for huge in kinds.values():
+                sm.streamer.reader.huge_staging = huge
+                sm.streamer.source.flush()
+                for reqs in calls:
+                    sm.streamer.reader.read(reqs)
         for r in range(rounds):
             for copy in (0, 1) if r % 2 == 0 else (1, 0):
-                src = models[copy].streamer.source
-                src.flush()  # no kernel still reads a slot these reads overwrite
-                stats = src.reader.stats
-                split = stats.split()
-                times = []
-                for reqs in calls:
-                    t = time.perf_counter()
-                    src.reader.read(reqs)
-                    times.append(time.perf_counter() - t)
-                out["rounds"].append({
-                    "round": r, "copy": copy, "ms_a_call": 1e3 * float(np.mean(times)),
-                    "median_ms_a_call": 1e3 * float(np.median(times)),
-                    **{f"{name}_ms_a_call": 1e3 * (now - was) / len(calls)
-                       for name, was, now in zip(READ_SPLIT, split, stats.split(), strict=True)},
-                })  # fmt: skip
+                for kind in list(kinds) if r // 2 % 2 == 0 else list(kinds)[::-1]:
+                    src = models[copy].streamer.source
+                    src.reader.huge_staging = kinds[kind]
+                    src.flush()  # no kernel still reads a slot these reads overwrite
+                    stats = src.reader.stats
+                    split = stats.split()
+                    times = []
+                    for reqs in calls:
+                        t = time.perf_counter()
+                        src.reader.read(reqs)
+                        times.append(time.perf_counter() - t)
+                    out["rounds"].append({
+                        "round": r, "copy": copy, "staging": kind,
+                        "ms_a_call": 1e3 * float(np.mean(times)),
+                        "median_ms_a_call": 1e3 * float(np.median(times)),
+                        **{f"{name}_ms_a_call": 1e3 * (now - was) / len(calls)
+                           for name, was, now in zip(READ_SPLIT, split, stats.split(),
+                                                     strict=True)},
+                    })  # fmt: skip
+        out["staging_huge_pages"] = [sm.streamer.reader.staging_huge_pages for sm in models]
         for sm in models:
+            sm.streamer.reader.huge_staging = True
             sm.reset_cache()  # the reads overwrote slots the caches named
-    by = {c: [x["ms_a_call"] for x in out["rounds"] if x["copy"] == c] for c in (0, 1)}
-    ratios = [b / a for a, b in zip(by[0], by[1], strict=True)]  # second over first, a round
-    out["second_over_first"] = {"median": float(np.median(ratios)), "each": ratios}
-    print(f"  copies: second / first {out['second_over_first']['median']:.3f} a call "
-          f"(rounds {min(ratios):.3f}-{max(ratios):.3f})", flush=True)  # fmt: skip
+    cell = {(x["round"], x["copy"], x["staging"]): x["ms_a_call"] for x in out["rounds"]}
+
+    def median_ratio(top, bottom) -> dict:
+        each = [cell[(r, *top)] / cell[(r, *bottom)] for r in range(rounds)]
+        return {"median": float(np.median(each)), "each": each}
+
+    out["second_over_first"] = {k: median_ratio((1, k), (0, k)) for k in kinds}
+    out["4KiB_over_2MiB"] = {c: median_ratio((c, "4KiB"), (c, "2MiB")) for c in (0, 1)}
+    for k, v in out["second_over_first"].items():
+        print(f"  copies, staging in {k} pages: second / first {v['median']:.3f} a call "
+              f"(rounds {min(v['each']):.3f}-{max(v['each']):.3f})", flush=True)  # fmt: skip
+    for c, v in out["4KiB_over_2MiB"].items():
+        print(f"  copy {c}: 4 KiB / 2 MiB staging {v['median']:.3f} a call", flush=True)
     return out
 
 

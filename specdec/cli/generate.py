@@ -15,8 +15,9 @@ or auto's passes per γ and why, acceptance, bytes per token, hit rate, modeled 
 {"tokens", "text", "stats": {bytes_read, hits, misses, hit_rate, blocked_s, tokens_per_s,
 acceptance, accepted_per_drafted, mean_union, draft_bytes_read, verify_bytes_read,
 cache_slots, holds_all_experts, peak_rss_bytes, per_token_ms {compute, blocked_on_reads,
-reads_overlapped}, miss_gb_per_s, arena_huge_pages (measured share of 2 MiB pages),
-cache_counters (prefill included), ...}} where tokens_per_s is decode speed (prefill excluded).
+reads_overlapped}, miss_gb_per_s, arena_huge_pages and staging_huge_pages (measured shares
+of 2 MiB pages; staging: null where no block is staged), cache_counters (prefill included),
+...}} where tokens_per_s is decode speed (prefill excluded).
 With --gamma auto, stats also hold gamma "auto", gamma_chosen_hist (passes per γ) and
 gamma_why (passes per reason, a block's held passes under its first's), and each
 --records line its gamma_choice (γ, why, and at a block's first pass every candidate's expected

@@ -97,5 +97,7 @@ def summary_lines(s: dict) -> list[str]:
     tail = f"peak RSS {s['peak_rss_bytes'] / 2**30:.2f} GiB"
     if s.get("arena_huge_pages") is not None:
         tail += f", arena huge pages {s['arena_huge_pages']:.0%}"
+    if s.get("staging_huge_pages") is not None:
+        tail += f", staging huge pages {s['staging_huge_pages']:.0%}"
     lines.append(tail)
     return lines

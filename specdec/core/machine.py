@@ -63,6 +63,16 @@ def numa(sys_root: Path = Path("/sys")) -> dict[str, Any] | None:
     return {"cpus": cpus, "gpus": dict(sorted(gpus.items()))}
 
 
+def thp_mode() -> str | None:
+    """Linux's transparent huge page mode (always, madvise, never; None elsewhere): whether an
+    O_DIRECT buffer that asks for 2 MiB pages can get them."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
+
+
 def machine_info() -> dict[str, Any]:
     mem = physical_memory()
     return {
@@ -74,6 +84,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": package_versions(),
         "blas": active_blas(),
+        "thp": thp_mode(),
         **accelerator.describe(),  # the MLX device and backend (cpu, metal, cuda) it ran on
         # other work on the machine shares its disk and cores: read the numbers with this
         "loadavg_1_5_15": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

@@ -155,6 +155,8 @@ def result(sm: StreamedModel, run: Decode, records: list[PassRecord], spec: Draf
     summary["peak_rss_bytes"] = peak_rss_bytes()  # prefill and load included
     # measured, not asked for: under memory pressure the kernel grants fewer 2 MiB pages
     summary["arena_huge_pages"] = sm.streamer.arena.huge_page_fraction
+    # and the reader's staging, where blocks are staged (`--io pinned`: every block)
+    summary["staging_huge_pages"] = sm.streamer.reader.staging_huge_pages
     summary["io"] = sm.streamer.reader.io  # the read path, resolved (a backend's default)
     summary["cache_counters"] = sm.streamer.cache.stats()  # since load, prefill included
     # the profile `--gamma auto` priced its passes on (None: not auto), given or not

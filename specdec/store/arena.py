@@ -49,22 +49,24 @@ Run `pytest tests/store/test_store_arena.py` for the checks.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import sys
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from specdec.core.accelerator import on_cuda
 from specdec.core.errors import StoreError
-from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout, TensorSpec
+from specdec.core.machine import thp_mode
+from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout, TensorSpec, round_up
 from specdec.store.safetensors import mx_dtype
 
 LINUX = sys.platform.startswith("linux")  # transparent huge pages: Linux only
 MADV_HUGEPAGE = 14
+MADV_NOHUGEPAGE = 15
 MADV_COLLAPSE = 25  # Linux >= 6.1: make existing pages huge now, contents kept
 HUGE = 2 << 20
 KPF_THP = 22  # /proc/kpageflags: the page belongs to a transparent huge page
@@ -80,14 +82,6 @@ class HugePages:
     fraction: float
     advised_bytes: int  # the 2 MiB-aligned part of the arena that can be huge
     reason: str | None = None
-
-
-def _thp_mode() -> str | None:
-    try:
-        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    except OSError:
-        return None
-    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
 
 
 def _huge_page_bytes_exact(start: int, length: int) -> int | None:
@@ -152,13 +146,10 @@ def advise_huge_pages(addr: int, nbytes: int) -> HugePages:
     length = max(0, (addr + nbytes - start) // HUGE * HUGE)
     if length == 0 or not LINUX:
         return HugePages(0.0, 0, "no whole 2 MiB page to ask for, or not Linux")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     reason = None
-    if libc.madvise(start, length, MADV_HUGEPAGE) != 0:
-        reason = f"madvise(MADV_HUGEPAGE) failed: {os.strerror(ctypes.get_errno())}"
-    elif libc.madvise(start, length, MADV_COLLAPSE) != 0:
-        err = ctypes.get_errno()
+    if err := _madvise(start, length, MADV_HUGEPAGE):
+        reason = f"madvise(MADV_HUGEPAGE) failed: {os.strerror(err)}"
+    elif err := _madvise(start, length, MADV_COLLAPSE):
         reason = f"MADV_COLLAPSE failed ({os.strerror(err)})"
     got = huge_page_bytes(start, length)
     if got is None:
@@ -166,7 +157,7 @@ def advise_huge_pages(addr: int, nbytes: int) -> HugePages:
     fraction = min(1.0, got / length)
     if fraction < 1.0 and reason is None:
         reason = "the kernel granted part of the range"
-    if fraction < 1.0 and _thp_mode() == "never":
+    if fraction < 1.0 and thp_mode() == "never":
         reason = "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage = never)"
     return HugePages(fraction, length, None if fraction >= 1.0 else reason)
 
@@ -182,6 +173,39 @@ def warn_short(pages: HugePages, what: str) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def huge_buffer(nbytes: int, huge: bool = True) -> tuple[np.ndarray, HugePages]:
+    """[nbytes or more] host bytes for O_DIRECT reads, touched, and the 2 MiB pages they got.
+    Where they span a huge page: cut at a 2 MiB boundary, rounded up to one, advised before the
+    touch and measured after it (advise_huge_pages, as the arena's); else ALIGN-aligned in 4 KiB
+    pages, huge ones refused (MADV_NOHUGEPAGE: THP "always" gives none), as also where not
+    `huge`.
+    A block read into 4 KiB pages lands in as many physical pieces as the memory is
+    fragmented, each a segment of the disk's requests; in 2 MiB pages an 8 MB block is four
+    (the thirty-seventh CUDA session's second-loaded copy spent 24% more preadv thread-time a
+    call than the first, its staging then in `np.empty`'s pages: docs/results/cuda.md)."""
+    align = HUGE if huge and round_up(nbytes, ALIGN) >= HUGE else ALIGN
+    length = round_up(nbytes, align)
+    # a fresh private anonymous mapping: not the heap's (memory malloc reuses may already lie
+    # in huge pages, which no advice splits) nor a shared one (shmem, whose huge pages follow
+    # shmem_enabled, mostly never); the array keeps the mapping alive
+    raw = np.frombuffer(mmap.mmap(-1, length + align, flags=mmap.MAP_PRIVATE), dtype=np.uint8)
+    cut = (-raw.ctypes.data) % align
+    buf = raw[cut : cut + length]
+    if LINUX:  # before the touch: its faults then take 2 MiB pages, or refuse them
+        _madvise(buf.ctypes.data, length, MADV_HUGEPAGE if align == HUGE else MADV_NOHUGEPAGE)
+    buf.fill(0)
+    if align < HUGE:
+        return buf, HugePages(0.0, 0, "below 2 MiB" if huge else "not asked for")
+    return buf, advise_huge_pages(buf.ctypes.data, length)
+
+
+def _madvise(addr: int, length: int, advice: int) -> int:
+    """madvise(2) on [addr, addr + length): 0, or the errno it failed with."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return 0 if libc.madvise(addr, length, advice) == 0 else ctypes.get_errno()
 
 
 def arena_bytes(n_slots: int, slot_bytes: int) -> int:

@@ -34,10 +34,10 @@ import numpy as np
 
 from specdec.core.errors import BudgetError
 from specdec.core.units import Budget, format_bytes
-from specdec.store.arena import Arena, arena_bytes
+from specdec.store.arena import Arena, HugePages, arena_bytes
 from specdec.store.budget import SlotPlan, available_memory
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout
-from specdec.store.reader import ExpertReader, ReadStats, timed_wait
+from specdec.store.reader import ExpertReader, ReadStats, huge_share, timed_wait
 
 
 def members(ly: LayerLayout, cold: bool) -> np.ndarray:
@@ -210,6 +210,14 @@ class PooledReader:
 
     def wait(self, future: cf.Future) -> None:
         timed_wait(future, self._waits)
+
+    @property
+    def staging_pages(self) -> list[HugePages]:
+        return self.hot.staging_pages + self.cold.staging_pages
+
+    @property
+    def staging_huge_pages(self) -> float | None:
+        return huge_share(self.staging_pages)
 
     @property
     def stats(self) -> ReadStats:

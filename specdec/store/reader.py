@@ -8,11 +8,12 @@ Each block is one `os.preadv` scattering it into its slot's segments (the arena 
 in a dense region of its own: specdec.store.arena), run on a thread pool (`preadv` releases the
 GIL, so reads overlap). Where O_DIRECT cannot write into the segments themselves (a tensor whose
 size is not a multiple of ALIGN, or memory the kernel refuses to pin for O_DIRECT: EFAULT/EINVAL,
-as CUDA managed memory may), a block is read into the thread's aligned staging buffer and copied
-into its segments (`staged` counts them). A batch with fewer blocks than
-threads splits its large blocks into ALIGN-multiple pieces of at least `split_min` (4 MiB) read
-in parallel (ds4's trick for a lone miss; here it pays only for blocks of 8 MiB and more); the
-crc32 (when verified) is checked by whichever thread reads a block's last piece. I/O modes:
+as CUDA managed memory may), a block is read into the thread's staging buffer (in 2 MiB pages
+where it spans one: arena.huge_buffer) and copied into its segments (`staged` counts them). A
+batch with fewer blocks than threads splits its large blocks into ALIGN-multiple pieces of at
+least `split_min` (4 MiB) read in parallel (ds4's trick for a lone miss; here it pays only for
+blocks of 8 MiB and more); the crc32 (when verified) is checked by whichever thread reads a
+block's last piece. I/O modes:
 
     direct    page cache bypassed: O_DIRECT on Linux, F_NOCACHE on macOS. What a streaming
               engine's misses really cost; also keeps the page cache from posing as expert cache.
@@ -48,7 +49,7 @@ import numpy as np
 from specdec.core.accelerator import on_cuda
 from specdec.core.errors import StoreError
 from specdec.core.files import open_regular
-from specdec.store.arena import Arena
+from specdec.store.arena import Arena, HugePages, huge_buffer
 from specdec.store.layout import ALIGN, EXPERTS_BIN, ExpertIndex, round_up
 
 IO_MODES = ("direct", "buffered", "mmap", "pinned")
@@ -119,6 +120,13 @@ def filesystem_type(path: Path) -> str | None:
         if inside and len(mount_point) > best:
             best, fstype = len(mount_point), right.split()[0]
     return fstype
+
+
+def huge_share(pages: list[HugePages]) -> float | None:
+    """Measured share of `pages`' whole 2 MiB pages that are huge, weighted by bytes (None:
+    none asked for): a reader's staging_huge_pages."""
+    asked = sum(p.advised_bytes for p in pages)
+    return sum(p.advised_bytes * p.fraction for p in pages) / asked if asked else None
 
 
 def check_threads(threads: int) -> None:
@@ -208,7 +216,13 @@ class ExpertReader:
         self.threads, self.split_min = threads, max(ALIGN, split_min)
         self.fault_hook: Callable[[int, int, int], int | None] | None = None
         self.stats = ReadStats()
-        self._local = threading.local()  # each thread's staging buffer
+        self._local = threading.local()  # each thread's staging buffers, by huge_staging
+        # staging in 2 MiB pages (huge_buffer); False: in 4 KiB pages, as before the thirty-
+        # seventh session (bench_cuda.py `copies` reads both ways in turn, each thread keeping
+        # a buffer of each)
+        self.huge_staging = True
+        # the 2 MiB pages each thread's staging buffers got (kept past reset_stats)
+        self._staging: dict[tuple[int, bool], HugePages] = {}
         self._copy = None  # pinned: what lands staged blocks by DMA (made once the file is open)
         self._must_stage = False  # set once O_DIRECT refused the arena's memory
         self._lock = threading.Lock()
@@ -312,6 +326,17 @@ class ExpertReader:
     def wait(self, future: cf.Future) -> None:
         """Block until `future` (from submit) is done, counting the time as blocked."""
         timed_wait(future, self.stats)
+
+    @property
+    def staging_pages(self) -> list[HugePages]:
+        """The 2 MiB pages each thread's staging buffers asked for and got."""
+        return list(self._staging.values())
+
+    @property
+    def staging_huge_pages(self) -> float | None:
+        """Measured share of the staging buffers' whole 2 MiB pages that are huge (None: no
+        staging buffer spans one)."""
+        return huge_share(self.staging_pages)
 
     def reset_stats(self) -> None:
         self.stats = ReadStats()
@@ -427,19 +452,23 @@ class ExpertReader:
         return time.perf_counter() - t0
 
     def _staging_buffer(self, size: int) -> np.ndarray:
-        """This thread's ALIGN-aligned staging buffer, at least `size` bytes (pinned: page-locked,
-        the one it replaces unlocked)."""
-        buf = getattr(self._local, "staging", None)
+        """This thread's staging buffer, at least `size` bytes, in 2 MiB pages where it spans one
+        (`huge_buffer`; pinned: page-locked, the one it replaces unlocked)."""
+        held = getattr(self._local, "staging", None)
+        if held is None:
+            held = self._local.staging = {}
+        huge = self.huge_staging
+        buf = held.get(huge)
         if buf is None or len(buf) < size:
             if buf is not None and self._copy is not None:
                 self._copy.unpin(buf)
-            raw = np.empty(round_up(size, ALIGN) + ALIGN, dtype=np.uint8)
-            cut = (-raw.ctypes.data) % ALIGN
-            buf = self._local.staging = raw[cut : cut + round_up(size, ALIGN)]
+            buf, pages = huge_buffer(size, huge)
+            held[huge] = buf
             if self._copy is not None:
                 self._copy.pin(buf)
             with self._lock:
                 self.stats.staging_bytes += len(buf)
+                self._staging[threading.get_ident(), huge] = pages
         with self._lock:
             self.stats.staged += 1
         return buf[:size]

@@ -233,6 +233,59 @@ def test_a_read_scatters_each_block_into_its_tensors(tmp_path, aligned, io):
     assert (staged > 0) == (io == "direct" and not aligned)
 
 
+def test_a_staging_buffer_lies_in_huge_pages_and_a_4k_one_in_none():
+    """huge_buffer: a span of 2 MiB or more starts and ends on a 2 MiB page, touched, and
+    says what the kernel granted (measured, as the arena's); asked for none, it is ALIGN-aligned
+    and in 4 KiB pages even where THP is "always"; a span below 2 MiB asks for none."""
+    from specdec.store.arena import HUGE, huge_buffer, huge_page_bytes
+
+    size = 7962624  # a MiniMax-M2.5 expert block: the CUDA sessions' staging
+    buf, pages = huge_buffer(size)
+    assert buf.ctypes.data % HUGE == 0 and len(buf) == 4 * HUGE and not buf.any()
+    assert pages.advised_bytes == len(buf)
+    assert pages.fraction == huge_page_bytes(buf.ctypes.data, len(buf)) / len(buf)
+    small, none = huge_buffer(size, huge=False)
+    assert small.ctypes.data % ALIGN == 0 and len(small) == size and none.advised_bytes == 0
+    assert huge_page_bytes(small.ctypes.data, len(small)) == 0
+    below, asked = huge_buffer(HUGE - ALIGN)
+    assert len(below) == HUGE - ALIGN and asked.advised_bytes == 0
+    if _thp_off():
+        pytest.skip("transparent huge pages are off on this kernel")
+    if pages.fraction < 1.0:
+        pytest.skip(f"the kernel granted no huge pages now ({pages.reason})")
+    assert huge_page_bytes(buf.ctypes.data, len(buf)) == len(buf)
+
+
+def test_staged_reads_land_through_either_staging_and_count_its_huge_pages(tmp_path):
+    """A reader stages in 2 MiB pages by default and in 4 KiB pages when told (`huge_staging`,
+    what bench_cuda's `copies` reads both ways with), keeping a buffer of each: blocks land
+    whole either way, and `staging_huge_pages` measures only the buffers that asked."""
+    from specdec.store.arena import HUGE
+    from specdec.store.reader import ExpertReader, filesystem_type
+
+    if filesystem_type(tmp_path) in ("tmpfs", "ramfs"):
+        pytest.skip("O_DIRECT needs a disk-backed directory")
+    odd = TensorSpec("p.weight", "U32", (HUGE // 4 + 24,), 0, HUGE + 96)  # not ALIGN-sized
+    block = 2 * HUGE
+    index, blocks = _packed_blocks(tmp_path, [odd], block, n_experts=3)
+    arena = Arena(2, block, [odd])
+    assert not arena.direct  # every read staged
+    with ExpertReader(tmp_path, index, arena, io="direct", threads=1) as r:
+        r.huge_staging = False
+        r.read([(1, 2, 0)])
+        assert r.staging_huge_pages is None and r.stats.staging_bytes == block
+        r.huge_staging = True
+        r.read([(1, 1, 1)])
+        r.huge_staging = False
+        r.read([(1, 0, 0)])  # the 4 KiB buffer again: no third one
+        assert r.stats.staged == 3 and r.stats.staging_bytes == 2 * block
+        assert 0.0 <= r.staging_huge_pages <= 1.0
+    got = np.array(arena.tensor_view(odd))
+    for slot, e in ((0, 0), (1, 1)):
+        want = blocks[e, : odd.nbytes].view(np.uint32)
+        assert np.array_equal(got[slot].ravel(), want)
+
+
 def test_memory_o_direct_refuses_is_read_through_staging(tmp_path):
     """EFAULT from O_DIRECT into the arena (CUDA managed memory may refuse to be pinned): the
     reader stages from then on, and the block lands whole."""
