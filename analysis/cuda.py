@@ -124,6 +124,7 @@ SESSIONS = {
     # an H100 again, its own profile: lockstep's rounds alternating their lead; `--gamma auto`
     # over 512 tokens at 9 GB, α 1.0, four times (one pair beside the γ = 1 control)
     36: ("h100-r36",),
+    37: ("h100-r37",),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -753,6 +754,39 @@ def copies_table(rows: list[dict] | None = None) -> str:
     heads = ["session", "budget", "γ", "pair", "the run's copy", "tokens",
              "blocked ms a read call: first copy / second", "second / first",
              "preadv thread-ms a read call: first / second"]  # fmt: skip
+    return md_table(heads, body)
+
+
+def copies_bench_table() -> str:
+    """The two copies' readers alone (bench_cuda.py `copies`, from the thirty-seventh session):
+    per copy and staging, over the step's rounds, the median ms a read call and a call's median
+    thread-ms in preadv, landing and a worker's wake-up; the median of the rounds' second /
+    first ratios (a call's ms). A session whose step predates the staging's choice staged as
+    the reader then did (`np.empty`: 4 KiB pages unless THP is "always"; the pages not
+    recorded): "—"."""
+    import numpy as np
+
+    body = []
+    for sess, path in _session_results("copies.json"):
+        data = json.loads(path.read_text())
+        pages = data.get("staging_huge_pages") or [None, None]
+        ratios = data["second_over_first"]
+        for kind in dict.fromkeys(x.get("staging") for x in data["rounds"]):
+            cells = [[x for x in data["rounds"] if x["copy"] == c and x.get("staging") == kind]
+                     for c in (0, 1)]  # fmt: skip
+            ratio = ratios[kind] if kind else ratios
+            for c, xs in enumerate(cells):
+                med = {k: float(np.median([x[f"{k}_ms_a_call"] for x in xs]))
+                       for k in ("median", "io_s", "land_s", "wake_s")}  # fmt: skip
+                huge = "—" if kind != "2MiB" or pages[c] is None else f"{pages[c]:.0%}"
+                body.append([sess, data["io"], data["budget"], data["blocks"], data["batch"],
+                             kind or "—", "first" if c == 0 else "second", huge, len(xs),
+                             f"{med['median']:.2f}", f"{med['io_s']:.2f}",
+                             f"{med['land_s']:.2f}", f"{med['wake_s']:.2f}",
+                             f"{ratio['median']:.3f}" if c else ""])  # fmt: skip
+    heads = ["session", "io", "budget", "blocks", "blocks a call", "staging's pages", "copy",
+             "huge pages, measured", "rounds", "ms a call (median)",
+             "preadv thread-ms a call", "landing", "wake-up", "second / first, a call"]  # fmt: skip
     return md_table(heads, body)
 
 
@@ -1443,6 +1477,7 @@ TABLES = {
     "spec": spec_table,
     "lockstep": lockstep_table,
     "copies": copies_table,
+    "copies_bench": copies_bench_table,
     "model": model_table,
     "split": split_table,
     "auto": auto_table,

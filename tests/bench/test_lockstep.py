@@ -237,9 +237,10 @@ def test_bench_cuda_in_lockstep_pairs_each_run_with_its_own_plain_run(tmp_path, 
         cuda.runs.cache_clear()
 
 
-def test_bench_cuda_copies_reads_the_same_blocks_into_each_copy_in_turn(tmp_path):
+def test_bench_cuda_copies_reads_the_same_blocks_into_each_copy_in_turn(tmp_path, monkeypatch):
     """The `copies` step on the bundled model's pack: every round reads into both loaded
-    copies, the first alternating, each call timed and its thread-time split."""
+    copies with each staging, the copy first and the staging first alternating, each call timed
+    and its thread-time split; the ratios are those of the rounds' cells."""
     disk, out = _bench_disk(tmp_path), tmp_path / "out"
     cmd = [sys.executable, str(BENCH), "--disk", str(disk), "--out", str(out), "--session", "99",
            "--spec-budgets", "50%", "copies"]  # fmt: skip
@@ -248,14 +249,36 @@ def test_bench_cuda_copies_reads_the_same_blocks_into_each_copy_in_turn(tmp_path
     data = json.loads((out / "copies.json").read_text())
     assert data["batch"] == 2 and data["blocks"] == 160  # the bundled pack's every block
     rounds = data["rounds"]
-    assert [(x["round"], x["copy"]) for x in rounds] == [
-        (r, c) for r in range(8) for c in ((0, 1) if r % 2 == 0 else (1, 0))
+    kinds = ["2MiB", "4KiB"]
+    assert [(x["round"], x["copy"], x["staging"]) for x in rounds] == [
+        (r, c, k)
+        for r in range(8)
+        for c in ((0, 1) if r % 2 == 0 else (1, 0))
+        for k in (kinds if r // 2 % 2 == 0 else kinds[::-1])
     ]
     assert all(x["ms_a_call"] > 0 and x["io_s_ms_a_call"] > 0 for x in rounds)
-    each = data["second_over_first"]["each"]
-    firsts = [x["ms_a_call"] for x in rounds if x["copy"] == 0]
-    seconds = [x["ms_a_call"] for x in rounds if x["copy"] == 1]
-    assert each == pytest.approx([b / a for a, b in zip(firsts, seconds, strict=True)])
+    ms = {(x["round"], x["copy"], x["staging"]): x["ms_a_call"] for x in rounds}
+    for k in kinds:
+        assert data["second_over_first"][k]["each"] == pytest.approx(
+            [ms[r, 1, k] / ms[r, 0, k] for r in range(8)]
+        )
+    for c in (0, 1):
+        assert data["4KiB_over_2MiB"][str(c)]["each"] == pytest.approx(
+            [ms[r, c, "4KiB"] / ms[r, c, "2MiB"] for r in range(8)]
+        )
+    # the bundled pack's blocks are below 2 MiB: no staging asks for huge pages
+    assert data["staging_huge_pages"] == [None, None]
+    # its table: a row per staging and copy, the second's with that staging's median ratio
+    import analysis.cuda as cuda
+
+    (tmp_path / "results" / "session99").mkdir(parents=True)
+    (out / "copies.json").rename(tmp_path / "results" / "session99" / "copies.json")
+    monkeypatch.setattr(cuda, "RESULTS", tmp_path / "results")
+    rows = [line.split(" | ") for line in cuda.copies_bench_table().splitlines()[2:]]
+    assert [(r[5], r[6]) for r in rows] == [(k, c) for k in kinds for c in ("first", "second")]
+    assert [r[13].rstrip(" |") for r in rows] == [
+        x for k in kinds for x in ("", f"{data['second_over_first'][k]['median']:.3f}")
+    ]
 
 
 def test_bench_cuda_keeps_a_lockstep_step_cut_short_and_the_oracles_reference(
