@@ -721,9 +721,12 @@ def run_copy(row: dict) -> int:
     return 1 if row["lockstep"] % 2 == 0 else 0
 
 
+COPY_WORDS = ("first", "second")  # a loaded copy in a table, by `run_copy`'s number
+
+
 def _copy_word(row: dict) -> str:
-    """`run_copy` in a table: first, second; "—" for a run not in lockstep."""
-    return ("first", "second")[run_copy(row)] if "lockstep" in row else "—"
+    """`run_copy` in a table (COPY_WORDS); "—" for a run not in lockstep."""
+    return COPY_WORDS[run_copy(row)] if "lockstep" in row else "—"
 
 
 def _unfixed_pairs(rows: list[dict] | None = None) -> Iterator[dict]:
@@ -780,7 +783,7 @@ def copies_bench_table() -> str:
                        for k in ("median", "io_s", "land_s", "wake_s")}  # fmt: skip
                 huge = "—" if kind != "2MiB" or pages[c] is None else f"{pages[c]:.0%}"
                 body.append([sess, data["io"], data["budget"], data["blocks"], data["batch"],
-                             kind or "—", "first" if c == 0 else "second", huge, len(xs),
+                             kind or "—", COPY_WORDS[c], huge, len(xs),
                              f"{med['median']:.2f}", f"{med['io_s']:.2f}",
                              f"{med['land_s']:.2f}", f"{med['wake_s']:.2f}",
                              f"{ratio['median']:.3f}" if c else ""])  # fmt: skip

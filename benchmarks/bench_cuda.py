@@ -803,23 +803,13 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
         out["io"], out["blocks"] = src0.reader.io, len(reqs)
         for sm in models:  # untimed: each thread's buffer of each staging made and pinned
             for huge in kinds.values():
-                sm.streamer.reader.huge_staging = huge
-                sm.streamer.source.flush()
-                for reqs in calls:
-                    sm.streamer.reader.read(reqs)
+                _timed_calls(sm.streamer.source, calls, huge)
         for r in range(rounds):
             for copy in (0, 1) if r % 2 == 0 else (1, 0):
                 for kind in list(kinds) if r // 2 % 2 == 0 else list(kinds)[::-1]:
-                    src = models[copy].streamer.source
-                    src.reader.huge_staging = kinds[kind]
-                    src.flush()  # no kernel still reads a slot these reads overwrite
-                    stats = src.reader.stats
+                    stats = models[copy].streamer.reader.stats
                     split = stats.split()
-                    times = []
-                    for reqs in calls:
-                        t = time.perf_counter()
-                        src.reader.read(reqs)
-                        times.append(time.perf_counter() - t)
+                    times = _timed_calls(models[copy].streamer.source, calls, kinds[kind])
                     out["rounds"].append({
                         "round": r, "copy": copy, "staging": kind,
                         "ms_a_call": 1e3 * float(np.mean(times)),
@@ -846,6 +836,19 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
     for c, v in out["4KiB_over_2MiB"].items():
         print(f"  copy {c}: 4 KiB / 2 MiB staging {v['median']:.3f} a call", flush=True)
     return out
+
+
+def _timed_calls(src, calls: list[list[tuple[int, int, int]]], huge: bool) -> list[float]:
+    """Seconds of each of `calls` read into `src`'s slots one after another, staging in 2 MiB
+    pages or not (`huge`), once no kernel still reads a slot they overwrite."""
+    src.reader.huge_staging = huge
+    src.flush()
+    times = []
+    for reqs in calls:
+        t = time.perf_counter()
+        src.reader.read(reqs)
+        times.append(time.perf_counter() - t)
+    return times
 
 
 def _runs(args, packed: Path, plan: list[tuple], io: str | None, name: str) -> list[dict]:

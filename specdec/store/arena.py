@@ -53,6 +53,7 @@ import mmap
 import os
 import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -140,14 +141,21 @@ def huge_page_bytes(start: int, length: int) -> int | None:
     return int(total)
 
 
-def advise_huge_pages(addr: int, nbytes: int) -> HugePages:
-    """Best effort: back [addr, addr + nbytes) with transparent huge pages; measure the result."""
+def advise_huge_pages(addr: int, nbytes: int, touch: Callable[[], None] | None = None) -> HugePages:
+    """Best effort: back [addr, addr + nbytes) with transparent huge pages; measure the result.
+    `touch`: fault the range in once advised (memory not touched yet: its faults then take
+    2 MiB pages), before the collapse of what is still small and the measure."""
     start = -(-addr // HUGE) * HUGE  # only whole huge pages inside the range can be huge
     length = max(0, (addr + nbytes - start) // HUGE * HUGE)
     if length == 0 or not LINUX:
+        if touch is not None:
+            touch()
         return HugePages(0.0, 0, "no whole 2 MiB page to ask for, or not Linux")
     reason = None
-    if err := _madvise(start, length, MADV_HUGEPAGE):
+    err = _madvise(start, length, MADV_HUGEPAGE)
+    if touch is not None:
+        touch()
+    if err:
         reason = f"madvise(MADV_HUGEPAGE) failed: {os.strerror(err)}"
     elif err := _madvise(start, length, MADV_COLLAPSE):
         reason = f"MADV_COLLAPSE failed ({os.strerror(err)})"
@@ -178,7 +186,7 @@ def warn_short(pages: HugePages, what: str) -> None:
 def huge_buffer(nbytes: int, huge: bool = True) -> tuple[np.ndarray, HugePages]:
     """[nbytes or more] host bytes for O_DIRECT reads, touched, and the 2 MiB pages they got.
     Where they span a huge page: cut at a 2 MiB boundary, rounded up to one, advised before the
-    touch and measured after it (advise_huge_pages, as the arena's); else ALIGN-aligned in 4 KiB
+    touch and measured after it (advise_huge_pages' `touch`); else ALIGN-aligned in 4 KiB
     pages, huge ones refused (MADV_NOHUGEPAGE: THP "always" gives none), as also where not
     `huge`.
     A block read into 4 KiB pages lands in as many physical pieces as the memory is
@@ -193,12 +201,12 @@ def huge_buffer(nbytes: int, huge: bool = True) -> tuple[np.ndarray, HugePages]:
     raw = np.frombuffer(mmap.mmap(-1, length + align, flags=mmap.MAP_PRIVATE), dtype=np.uint8)
     cut = (-raw.ctypes.data) % align
     buf = raw[cut : cut + length]
-    if LINUX:  # before the touch: its faults then take 2 MiB pages, or refuse them
-        _madvise(buf.ctypes.data, length, MADV_HUGEPAGE if align == HUGE else MADV_NOHUGEPAGE)
+    if align == HUGE:
+        return buf, advise_huge_pages(buf.ctypes.data, length, touch=lambda: buf.fill(0))
+    if LINUX:  # before the touch: its faults then refuse 2 MiB pages
+        _madvise(buf.ctypes.data, length, MADV_NOHUGEPAGE)
     buf.fill(0)
-    if align < HUGE:
-        return buf, HugePages(0.0, 0, "below 2 MiB" if huge else "not asked for")
-    return buf, advise_huge_pages(buf.ctypes.data, length)
+    return buf, HugePages(0.0, 0, "below 2 MiB" if huge else "not asked for")
 
 
 def _madvise(addr: int, length: int, advice: int) -> int:

@@ -216,13 +216,12 @@ class ExpertReader:
         self.threads, self.split_min = threads, max(ALIGN, split_min)
         self.fault_hook: Callable[[int, int, int], int | None] | None = None
         self.stats = ReadStats()
-        self._local = threading.local()  # each thread's staging buffers, by huge_staging
         # staging in 2 MiB pages (huge_buffer); False: in 4 KiB pages, as before the thirty-
         # seventh session (bench_cuda.py `copies` reads both ways in turn, each thread keeping
         # a buffer of each)
         self.huge_staging = True
-        # the 2 MiB pages each thread's staging buffers got (kept past reset_stats)
-        self._staging: dict[tuple[int, bool], HugePages] = {}
+        # (thread, huge_staging) -> that thread's staging buffer and the 2 MiB pages it got
+        self._staging: dict[tuple[int, bool], tuple[np.ndarray, HugePages]] = {}
         self._copy = None  # pinned: what lands staged blocks by DMA (made once the file is open)
         self._must_stage = False  # set once O_DIRECT refused the arena's memory
         self._lock = threading.Lock()
@@ -330,7 +329,8 @@ class ExpertReader:
     @property
     def staging_pages(self) -> list[HugePages]:
         """The 2 MiB pages each thread's staging buffers asked for and got."""
-        return list(self._staging.values())
+        with self._lock:  # a thread may add its buffer meanwhile
+            return [pages for _, pages in self._staging.values()]
 
     @property
     def staging_huge_pages(self) -> float | None:
@@ -454,21 +454,17 @@ class ExpertReader:
     def _staging_buffer(self, size: int) -> np.ndarray:
         """This thread's staging buffer, at least `size` bytes, in 2 MiB pages where it spans one
         (`huge_buffer`; pinned: page-locked, the one it replaces unlocked)."""
-        held = getattr(self._local, "staging", None)
-        if held is None:
-            held = self._local.staging = {}
-        huge = self.huge_staging
-        buf = held.get(huge)
+        key = (threading.get_ident(), self.huge_staging)  # only this thread writes its keys
+        buf, _ = self._staging.get(key, (None, None))
         if buf is None or len(buf) < size:
             if buf is not None and self._copy is not None:
                 self._copy.unpin(buf)
-            buf, pages = huge_buffer(size, huge)
-            held[huge] = buf
+            buf, pages = huge_buffer(size, key[1])
             if self._copy is not None:
                 self._copy.pin(buf)
             with self._lock:
                 self.stats.staging_bytes += len(buf)
-                self._staging[threading.get_ident(), huge] = pages
+                self._staging[key] = buf, pages
         with self._lock:
             self.stats.staged += 1
         return buf[:size]

@@ -269,8 +269,6 @@ def test_bench_cuda_copies_reads_the_same_blocks_into_each_copy_in_turn(tmp_path
     # the bundled pack's blocks are below 2 MiB: no staging asks for huge pages
     assert data["staging_huge_pages"] == [None, None]
     # its table: a row per staging and copy, the second's with that staging's median ratio
-    import analysis.cuda as cuda
-
     (tmp_path / "results" / "session99").mkdir(parents=True)
     (out / "copies.json").rename(tmp_path / "results" / "session99" / "copies.json")
     monkeypatch.setattr(cuda, "RESULTS", tmp_path / "results")
