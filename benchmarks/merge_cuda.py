@@ -7,7 +7,8 @@ Each OUT is what one `python benchmarks/bench_cuda.py --out OUT ...` wrote on th
 results/cuda/STEP.json, each marked `"session": N`, with the command and machine under
 `sessions["N"]`, and its records to STEP.jsonl; the profile (OUT/h200.yaml, the name bench_cuda
 gives it on any card) becomes CARD-rN.yaml with that name inside, its details
-profile_details-rN.json; every other step's JSON goes to sessionN/ (a second run of a step in one
+profile_details-rN.json (a session's second profile CARD-rN-2.yaml and profile_details-rN-2.json,
+beside the first's: a profile run again after the runs); every other step's JSON goes to sessionN/ (a second run of a step in one
 session to sessionN/STEP-2.json, and so on: both kept). The home directory becomes
 `~` (results are read on other machines; tests/core/test_results_portable.py). `python -m
 analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its profile.
@@ -47,17 +48,32 @@ def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) ->
     file written."""
     _check(outs, session, results)
     kept = _session_files(outs, session, results)
+    runs = {out: _profile_run(out, kept) for out in outs}
+    for out in outs:
+        name = f"{card}-r{session}{runs[out]}.yaml"
+        if (out / "h200.yaml").exists() and (results / name).exists():
+            raise MergeError(f"{out}/h200.yaml: already merged ({name} is there)")
     done = []
     for out in outs:
+        run = runs[out]
         for f in sorted(out.glob("*.json")):
-            done.append(_merge_file(f, session, results, kept.get(f)))
+            done.append(_merge_file(f, session, results, kept.get(f), run))
         profile = out / "h200.yaml"
         if profile.exists():
-            name = f"{card}-r{session}"
+            name = f"{card}-r{session}{run}"
             text = re.sub(r"\bh200\b(?=[:'\n])", name, home_as_tilde(profile.read_text()))
             write_atomic(results / f"{name}.yaml", text)
             done.append(f"{out.name}/h200.yaml -> {name}.yaml")
     return done
+
+
+def _profile_run(out: Path, kept: dict[Path, Path]) -> str:
+    """ "" where `out`'s profile is its session's first, "-N" where it is the N-th (its
+    profile.json goes to sessionN/profile-N.json): its yaml and details are kept beside the
+    first's, not over them (a session may profile again after its runs)."""
+    to = kept.get(out / "profile.json")
+    n = _run_number("profile", to.name) if to is not None else 1
+    return f"-{n}" if n > 1 else ""
 
 
 def _check(outs: list[Path], session: int, results: Path) -> None:
@@ -107,13 +123,14 @@ def _run_number(step: str, name: str) -> int:
     return 0 if m is None else int(m.group(1) or 1)
 
 
-def _merge_file(f: Path, session: int, results: Path, to: Path | None) -> str:
+def _merge_file(f: Path, session: int, results: Path, to: Path | None, run: str = "") -> str:
     """`f` merged: a run step's runs appended to results/STEP.json, another step's JSON written
-    to `to` (_session_files)."""
+    to `to` (_session_files), the profile's details beside its yaml (`run`: _profile_run)."""
     step, text = f.stem, home_as_tilde(f.read_text())
     if step == "profile_details":
-        write_atomic(results / f"profile_details-r{session}.json", text)
-        return f"{f.parent.name}/{f.name} -> profile_details-r{session}.json"
+        name = f"profile_details-r{session}{run}.json"
+        write_atomic(results / name, text)
+        return f"{f.parent.name}/{f.name} -> {name}"
     data = json.loads(text)
     if step not in RUN_STEPS:
         to.parent.mkdir(parents=True, exist_ok=True)

@@ -133,3 +133,33 @@ def test_a_step_run_twice_in_a_session_keeps_both_runs_and_tables_read_both(tmp_
     found = [(s, p.name) for s, p in cuda._session_results("first_tokens.json")]
     assert found == [(30, "first_tokens.json"), (31, "first_tokens.json"),
                      (31, "first_tokens-3.json"), (31, "first_tokens-4.json")]  # fmt: skip
+
+
+def test_a_second_profile_in_a_session_is_kept_beside_the_first(tmp_path):
+    res = _results(tmp_path)
+    outs = []
+    for name, rate in (("out1", "2.119"), ("out3", "1.463")):
+        out = tmp_path / name
+        out.mkdir()
+        command = f"bench_cuda.py --out ~/{name} profile"
+        (out / "profile.json").write_text(json.dumps({"step": "profile", "command": command}))
+        (out / "profile_details.json").write_text(json.dumps({"rate": rate}))
+        (out / "h200.yaml").write_text(PROFILE + f"read_gbps: {rate}\n")
+        outs.append(out)
+    merge_cuda.merge(outs, 38, "h100", res)
+    first, second = (res / "h100-r38.yaml").read_text(), (res / "h100-r38-2.yaml").read_text()
+    assert "name: h100-r38\n" in first and "read_gbps: 2.119" in first
+    assert "name: h100-r38-2\n" in second and "read_gbps: 1.463" in second
+    details = [json.loads((res / f"profile_details-r38{s}.json").read_text()) for s in ("", "-2")]
+    assert details == [{"rate": "2.119"}, {"rate": "1.463"}]
+    assert sorted(p.name for p in (res / "session38").iterdir()) == [
+        "profile-2.json", "profile.json"
+    ]  # fmt: skip
+    before = {f: f.read_bytes() for f in res.rglob("*") if f.is_file()}
+    lone = tmp_path / "lone"  # a profile's yaml without its step's JSON, where one is merged
+    lone.mkdir()
+    (lone / "profile_details.json").write_text("{}")
+    (lone / "h200.yaml").write_text(PROFILE)
+    with pytest.raises(merge_cuda.MergeError, match="already merged"):
+        merge_cuda.merge([lone], 38, "h100", res)
+    assert {f: f.read_bytes() for f in res.rglob("*") if f.is_file()} == before
