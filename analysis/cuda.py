@@ -125,6 +125,10 @@ SESSIONS = {
     # over 512 tokens at 9 GB, α 1.0, four times (one pair beside the γ = 1 control)
     36: ("h100-r36",),
     37: ("h100-r37",),
+    # an H100 again: `copies` at 9 GB; its profile measured after `copies` (h100-r38, the runs
+    # priced on it) and again after the runs (h100-r38-2); `--gamma auto` over 512 tokens at
+    # 9 GB, α 1.0, in lockstep twice
+    38: ("h100-r38-2", "h100-r38"),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -399,7 +403,8 @@ def spec_table(sessions: tuple[int, ...] | None = None) -> str:
 
 def lockstep_table() -> str:
     """The runs in lockstep (`bench_cuda.py --lockstep`), pair by pair: the loaded copy the run
-    decoded on (`run_copy`: the second copy's reads block longer, `copies_table`), each side's
+    decoded on (`run_copy`: the second copy's reads blocked longer until staging was in 2 MiB
+    pages, `copies_table`), each side's
     tok/s, the read GB/s each side's reads reached (bytes over the time a read was in flight)
     and its misses a MoE layer a pass; then how far apart a session's runs of one (budget, α,
     γ) land, in lockstep and between plain runs, and the model's speed-up error on the lockstep
@@ -639,8 +644,8 @@ def auto_table() -> str:
     """`--gamma auto` runs against the plain runs around them (their mean time per token), with
     how far those plain runs themselves differ: a run that never drafted is plain's work, so its
     ratio is the disk's drift between runs; in lockstep, against its pair's plain run, and the
-    loaded copy it decoded on (`run_copy`: the second-loaded copy's reads block longer,
-    `copies_table`)."""
+    loaded copy it decoded on (`run_copy`: the second-loaded copy's reads blocked longer until
+    staging was in 2 MiB pages, `copies_table`)."""
     profs, rows, body = profiles(), spec_rows(), []
     for row in rows:
         if row["gamma"] != "auto":

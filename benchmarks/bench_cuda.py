@@ -781,8 +781,9 @@ def copies(args, blocks: int = 192, batch: int = 2, rounds: int = 8, seed: int =
     READ_SPLIT); the copies' measured staging huge pages; the median second / first ratio per
     staging and 4 KiB / 2 MiB per copy. Before any staging was in huge pages, the thirty-sixth
     session's pairs blocked 2.1-2.8% longer a read call on the second-loaded copy, whichever run
-    it carried, and the thirty-seventh's readers alone 5.7%, 24% more preadv thread-ms
-    (docs/results/cuda.md); needs `big`."""
+    it carried, and the thirty-seventh's readers alone 5.7%, 24% more preadv thread-ms; the
+    thirty-eighth's, at 9 GB, 5.6% in either staging (preadv thread-ms 4% apart in 2 MiB pages),
+    while its decode pairs blocked alike (docs/results/cuda.md); needs `big`."""
     from specdec.bench.lockstep import two_models
     from specdec.decode.loop import DecodeConfig
     from specdec.decode.run import generate

@@ -192,7 +192,8 @@ def huge_buffer(nbytes: int, huge: bool = True) -> tuple[np.ndarray, HugePages]:
     A block read into 4 KiB pages lands in as many physical pieces as the memory is
     fragmented, each a segment of the disk's requests; in 2 MiB pages an 8 MB block is four
     (the thirty-seventh CUDA session's second-loaded copy spent 24% more preadv thread-time a
-    call than the first, its staging then in `np.empty`'s pages: docs/results/cuda.md)."""
+    call than the first, its staging then in `np.empty`'s pages; in 2 MiB pages the
+    thirty-eighth's decode pairs blocked alike on either copy: docs/results/cuda.md)."""
     align = HUGE if huge and round_up(nbytes, ALIGN) >= HUGE else ALIGN
     length = round_up(nbytes, align)
     # a fresh private anonymous mapping: not the heap's (memory malloc reuses may already lie
