@@ -126,9 +126,9 @@ SESSIONS = {
     36: ("h100-r36",),
     37: ("h100-r37",),
     # an H100 again: `copies` at 9 GB; its profile measured after `copies` (h100-r38, the runs
-    # priced on it) and again after the runs (h100-r38-2); `--gamma auto` over 512 tokens at
-    # 9 GB, α 1.0, in lockstep twice
-    38: ("h100-r38-2", "h100-r38"),
+    # priced on it) and again after the runs (h100-r38-2), and their bracket (the two's mean);
+    # `--gamma auto` over 512 tokens at 9 GB, α 1.0, in lockstep twice
+    38: ("h100-r38-2", "h100-r38+h100-r38-2", "h100-r38"),
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -156,7 +156,18 @@ FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-
 
 
 def profiles() -> dict:
-    return {p: load_profile(RESULTS / f"{p}.yaml") for s in SESSIONS.values() for p in s}
+    """Every profile SESSIONS names: a file's, or "A+B", the bracket of A and B (the mean of
+    profiles measured before and after a session's runs: specdec.clock.bracket)."""
+    return {p: _profile(p) for s in SESSIONS.values() for p in s}
+
+
+def _profile(name: str):
+    from specdec.clock.bracket import bracket
+
+    parts = name.split("+")
+    if len(parts) == 1:
+        return load_profile(RESULTS / f"{name}.yaml")
+    return bracket([load_profile(RESULTS / f"{p}.yaml") for p in parts])
 
 
 def misaddressed(row: dict) -> bool:

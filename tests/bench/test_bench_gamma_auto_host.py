@@ -1,6 +1,7 @@
 """benchmarks/bench_gamma_auto.py `host --pack-only` runs here (the CUDA sessions' 16-layer pack
 in replay, a short run, on a session's profile): each round times plain and auto, and only auto's
-row carries its bookkeeping's parts, which add up to less than its whole run; a run longer than
+row carries its bookkeeping's parts, which add up to less than its whole run (the lanes' passes
+within the feed); a run longer than
 the trace (or none) is refused in one line. Its figures are a benchmark's, not asserted here.
 
 Run: `pytest tests/bench/test_bench_gamma_auto_host.py`.
@@ -32,10 +33,12 @@ def test_host_times_auto_and_its_bookkeeping_beside_plain_on_a_sessions_profile(
     assert all("24 tokens on h200-r34" in r["run"] and r["tokens"] == 24 for r in rows)
     for row in rows:
         parts = [row.get(f"{p}_us_per_token") for p in PARTS]
+        lanes = row.get("Shadows._pass_us_per_token")
         if row["run"].endswith("auto"):
             assert 0 < sum(parts) < row["wall_us_per_token"]
+            assert 0 < lanes < row["Shadows.feed_us_per_token"]
         else:  # plain never asks the chooser
-            assert parts == [None] * 3
+            assert parts == [None] * 3 and lanes is None
 
 
 def test_host_refuses_a_run_longer_than_the_trace_in_one_line(tmp_path):
