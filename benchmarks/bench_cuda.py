@@ -12,6 +12,9 @@ takes them; lockstep keeps the oracle's reference in --disk for the session's la
 `--deadline SECONDS` skips the steps, and the runs within a step, that would start after it.
 Steps whose runs are priced (scale spec auto drafters lookahead shm) read the profile step's
 DIR/h200.yaml or `--profile PATH`; without either they are refused before any step starts.
+The disk of a lent machine drifts within minutes: a `profile` run again after the runs (its own
+`--out`) is kept beside the first (merge_cuda.py: CARD-rN-2.yaml), and `python -m
+analysis.cuda` can model the runs on the two's bracket ("A+B", specdec.clock.bracket).
 Nothing here is a timed test.
 
     check      the CUDA facts the design rests on: dense arena views pass mx.gather_qmm where an
