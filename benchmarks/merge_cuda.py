@@ -7,11 +7,12 @@ Each OUT is what one `python benchmarks/bench_cuda.py --out OUT ...` wrote on th
 results/cuda/STEP.json, each marked `"session": N`, with the command and machine under
 `sessions["N"]`, and its records to STEP.jsonl; the profile (OUT/h200.yaml, the name bench_cuda
 gives it on any card) becomes CARD-rN.yaml with that name inside, its details
-profile_details-rN.json (a session's second profile CARD-rN-2.yaml and profile_details-rN-2.json,
-beside the first's: a profile run again after the runs); every other step's JSON goes to sessionN/ (a second run of a step in one
-session to sessionN/STEP-2.json, and so on: both kept). The home directory becomes
-`~` (results are read on other machines; tests/core/test_results_portable.py). `python -m
-analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its profile.
+profile_details-rN.json (a session's second profile, run again after its runs, CARD-rN-2.yaml and
+profile_details-rN-2.json beside the first's); every other step's JSON goes to sessionN/ (a
+second run of a step in one session to sessionN/STEP-2.json, and so on: both kept). The home
+directory becomes `~` (results are read on other machines; tests/core/test_results_portable.py).
+`python -m analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its
+profile.
 
 A step merged before (a run step's command already under `sessions["N"]`, another step's in a
 sessionN/ file) is refused, so running this twice does not count the same runs twice; so is a
@@ -68,9 +69,9 @@ def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) ->
 
 
 def _profile_run(out: Path, kept: dict[Path, Path]) -> str:
-    """ "" where `out`'s profile is its session's first, "-N" where it is the N-th (its
-    profile.json goes to sessionN/profile-N.json): its yaml and details are kept beside the
-    first's, not over them (a session may profile again after its runs)."""
+    """The suffix of `out`'s profile files: none for its session's first profile, "-N" for the
+    N-th (its profile.json goes to sessionN/profile-N.json), kept beside the first's, not over
+    them (a session may profile again after its runs)."""
     to = kept.get(out / "profile.json")
     n = _run_number("profile", to.name) if to is not None else 1
     return f"-{n}" if n > 1 else ""
