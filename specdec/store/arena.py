@@ -49,6 +49,7 @@ Run `pytest tests/store/test_store_arena.py` for the checks.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import sys
@@ -83,6 +84,21 @@ class HugePages:
     fraction: float
     advised_bytes: int  # the 2 MiB-aligned part of the arena that can be huge
     reason: str | None = None
+
+    @property
+    def share(self) -> float | None:
+        """`fraction`, or None where no 2 MiB page was asked for."""
+        return self.fraction if self.advised_bytes else None
+
+    @classmethod
+    def combined(cls, pages: list[HugePages]) -> HugePages:
+        """Several ranges' pages as one: the huge share weighted by the bytes each asked for,
+        the first shortfall's reason (an arena's regions; a reader's staging buffers)."""
+        asked = [p for p in pages if p.advised_bytes]
+        advised = sum(p.advised_bytes for p in asked)
+        got = sum(p.fraction * p.advised_bytes for p in asked)
+        reason = next((p.reason for p in asked if p.reason), None)
+        return cls(got / advised if advised else 0.0, advised, reason)
 
 
 def _huge_page_bytes_exact(start: int, length: int) -> int | None:
@@ -212,9 +228,15 @@ def huge_buffer(nbytes: int, huge: bool = True) -> tuple[np.ndarray, HugePages]:
 
 def _madvise(addr: int, length: int, advice: int) -> int:
     """madvise(2) on [addr, addr + length): 0, or the errno it failed with."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return 0 if libc.madvise(addr, length, advice) == 0 else ctypes.get_errno()
+    return 0 if _libc_madvise()(addr, length, advice) == 0 else ctypes.get_errno()
+
+
+@functools.cache
+def _libc_madvise():
+    """libc's madvise, typed once (a reader makes a staging buffer per thread and kind)."""
+    fn = ctypes.CDLL(None, use_errno=True).madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return fn
 
 
 def arena_bytes(n_slots: int, slot_bytes: int) -> int:
@@ -298,7 +320,7 @@ class Arena:
         self.segments_ = segments_of(tensors or [], slot_bytes)
         self._regions: list[mx.array] = []  # [rows, ROW] uint8 per segment, cut ALIGN-aligned
         self._np: list[np.ndarray] = []  # [n_slots, nbytes] writable views of the same memory
-        fractions, advised, reasons = [], 0, []
+        granted: list[HugePages] = []  # what each region asked for and got
         managed = on_cuda()  # a host view moves the arena into CUDA managed memory
         # madvise(MADV_COLLAPSE) fails there (EINVAL, seen on an H200): nothing to ask for
         huge_pages = huge_pages and not managed
@@ -311,11 +333,7 @@ class Arena:
             self._regions.append(region)
             self._np.append(host)
             if huge_pages:
-                pages = advise_huge_pages(host.ctypes.data, span)
-                if pages.advised_bytes:
-                    fractions.append((pages.fraction, pages.advised_bytes))
-                    advised += pages.advised_bytes
-                    reasons.append(pages.reason)
+                granted.append(advise_huge_pages(host.ctypes.data, span))
         self._by_tensor = {seg.tensor: i for i, seg in enumerate(self.segments_) if seg.tensor}
         # O_DIRECT can scatter into the slots when every segment of every slot is ALIGN-aligned
         self.direct = all(
@@ -324,9 +342,7 @@ class Arena:
         )
         self._views: dict[TensorSpec, mx.array] = {}
         if huge_pages:
-            got = sum(f * b for f, b in fractions)
-            reason = next((r for r in reasons if r), None)
-            self.pages = HugePages(got / advised if advised else 0.0, advised, reason)
+            self.pages = HugePages.combined(granted)
             warn_short(self.pages, f"expert arena of {self.nbytes / 2**30:.2f} GiB")
         else:
             why = "CUDA managed memory (no transparent huge pages)" if managed else "not asked for"
@@ -364,7 +380,7 @@ class Arena:
     def huge_page_fraction(self) -> float | None:
         """Measured share of the arena's whole 2 MiB pages that are huge (None: none asked for,
         or the arena is smaller than one huge page)."""
-        return self.pages.fraction if self.pages.advised_bytes else None
+        return self.pages.share
 
     @property
     def huge_pages(self) -> bool:

@@ -37,7 +37,7 @@ from specdec.core.units import Budget, format_bytes
 from specdec.store.arena import Arena, HugePages, arena_bytes
 from specdec.store.budget import SlotPlan, available_memory
 from specdec.store.layout import ALIGN, ExpertIndex, LayerLayout
-from specdec.store.reader import ExpertReader, ReadStats, huge_share, timed_wait
+from specdec.store.reader import ExpertReader, ReadStats, timed_wait
 
 
 def members(ly: LayerLayout, cold: bool) -> np.ndarray:
@@ -217,7 +217,7 @@ class PooledReader:
 
     @property
     def staging_huge_pages(self) -> float | None:
-        return huge_share(self.staging_pages)
+        return HugePages.combined(self.staging_pages).share
 
     @property
     def stats(self) -> ReadStats:

@@ -122,13 +122,6 @@ def filesystem_type(path: Path) -> str | None:
     return fstype
 
 
-def huge_share(pages: list[HugePages]) -> float | None:
-    """Measured share of `pages`' whole 2 MiB pages that are huge, weighted by bytes (None:
-    none asked for): a reader's staging_huge_pages."""
-    asked = sum(p.advised_bytes for p in pages)
-    return sum(p.advised_bytes * p.fraction for p in pages) / asked if asked else None
-
-
 def check_threads(threads: int) -> None:
     if not 1 <= threads <= MAX_THREADS:
         raise StoreError(
@@ -336,7 +329,7 @@ class ExpertReader:
     def staging_huge_pages(self) -> float | None:
         """Measured share of the staging buffers' whole 2 MiB pages that are huge (None: no
         staging buffer spans one)."""
-        return huge_share(self.staging_pages)
+        return HugePages.combined(self.staging_pages).share
 
     def reset_stats(self) -> None:
         self.stats = ReadStats()

@@ -313,3 +313,16 @@ def test_memory_o_direct_refuses_is_read_through_staging(tmp_path):
         assert r.stats.staged == 2 and refused == [4]  # once refused, every read stages
     assert np.array_equal(np.array(arena.tensor_view(a))[1].view(np.uint8), blocks[4, :ALIGN])
     assert np.array_equal(np.array(arena.tensor_view(a))[0].view(np.uint8), blocks[0, :ALIGN])
+
+
+def test_pages_of_several_ranges_combine_weighted_by_what_each_asked_for():
+    """HugePages.combined (an arena's regions, a reader's staging buffers): the share weighted
+    by the bytes each range asked for, ranges that asked for none left out, the first
+    shortfall's reason; none asked for anywhere: no share."""
+    from specdec.store.arena import HUGE, HugePages
+
+    pages = [HugePages(1.0, HUGE), HugePages(0.5, 3 * HUGE, "part"), HugePages(0.0, 0, "none")]
+    both = HugePages.combined(pages)
+    assert both == HugePages(0.625, 4 * HUGE, "part") and both.share == 0.625
+    assert HugePages.combined([HugePages(0.0, 0, "below 2 MiB")]).share is None
+    assert HugePages.combined([]) == HugePages(0.0, 0, None)
