@@ -390,7 +390,7 @@ class ExpertReader:
         n, offset = layout.block_bytes, int(layout.offsets[expert])
         pieces = _cut(self.arena.segments(slot, n), part.start, part.end)
         size = part.end - part.start
-        t0, land = time.perf_counter(), 0.0
+        t0, land, staged = time.perf_counter(), 0.0, False
         if self._mmap is not None:
             # a page of the mapping past the file's end raises SIGBUS, which kills the process:
             # check the size first (a file truncated after it was mapped)
@@ -401,15 +401,17 @@ class ExpertReader:
                 )
             _scatter(np.frombuffer(self._mmap, np.uint8, size, offset + part.start), pieces)
         elif self._staged_mode():
+            staged = True
             land = self._read_staged(pieces, size, offset + part.start, layer, expert)
         else:
             try:
                 self._preadv_full(pieces, offset + part.start, layer, expert, direct_memory=True)
             except _Unpinnable:  # the kernel will not pin these pages for O_DIRECT: stage
-                self._must_stage = True
+                self._must_stage = staged = True
                 land = self._read_staged(pieces, size, offset + part.start, layer, expert)
         spent = time.perf_counter() - t0
-        with self._lock:
+        with self._lock:  # the part's counters at once: one lock a part on the read path
+            self.stats.staged += staged
             self.stats.io_s += spent - land
             self.stats.land_s += land
             self.stats.bytes_read += size
@@ -458,8 +460,6 @@ class ExpertReader:
             with self._lock:
                 self.stats.staging_bytes += len(buf)
                 self._staging[key] = buf, pages
-        with self._lock:
-            self.stats.staged += 1
         return buf[:size]
 
     def _preadv_full(
