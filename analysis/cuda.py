@@ -783,8 +783,6 @@ def copies_bench_table() -> str:
     first ratios (a call's ms). A session whose step predates the staging's choice staged as
     the reader then did (`np.empty`: 4 KiB pages unless THP is "always"; the pages not
     recorded): "—"."""
-    import numpy as np
-
     body = []
     for sess, path in _session_results("copies.json"):
         data = json.loads(path.read_text())
@@ -795,7 +793,7 @@ def copies_bench_table() -> str:
                      for c in (0, 1)]  # fmt: skip
             ratio = ratios[kind] if kind else ratios
             for c, xs in enumerate(cells):
-                med = {k: float(np.median([x[f"{k}_ms_a_call"] for x in xs]))
+                med = {k: statistics.median(x[f"{k}_ms_a_call"] for x in xs)
                        for k in ("median", "io_s", "land_s", "wake_s")}  # fmt: skip
                 huge = "—" if kind != "2MiB" or pages[c] is None else f"{pages[c]:.0%}"
                 body.append([sess, data["io"], data["budget"], data["blocks"], data["batch"],
