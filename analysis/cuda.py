@@ -58,8 +58,9 @@ RESULTS = ROOT / "benchmarks" / "results" / "cuda"
 FIGURE = ROOT / "docs" / "figures" / "cuda_speedup_vs_acceptance.png"
 RUN_STEPS = ("scale", "spec", "auto", "drafters", "lookahead")  # from disk: the model's domain
 # session -> the profiles of the machine its runs ran on; the last is the one they are modeled on
-# (the first session measured no landing: h200-landing fitted it)
-SESSIONS = {
+# (the first session measured no landing: h200-landing fitted it); a session that profiled again
+# between its grids maps each budget to its own (`names`)
+SESSIONS: dict[int, tuple[str, ...] | dict[str, tuple[str, ...]]] = {
     1: ("h200", "h200-landing"),
     2: ("h200-r2",),
     3: ("h200-r3",),
@@ -129,6 +130,15 @@ SESSIONS = {
     # priced on it) and again after the runs (h100-r38-2), and their bracket (the two's mean);
     # `--gamma auto` over 512 tokens at 9 GB, α 1.0, in lockstep twice
     38: ("h100-r38-2", "h100-r38+h100-r38-2", "h100-r38"),
+    # an H100 again, profiled three times: before the 9 GB grid (h100-r39, what it and the
+    # 128-slot auto pair are priced on), between them and the 10% grid (h100-r39-2, what that
+    # grid is priced on) and after it (h100-r39-3): each budget's runs on the profiles either side
+    # of them and their bracket, the bracket named before any run (the prospective test)
+    39: {
+        "9GB": ("h100-r39-2", "h100-r39+h100-r39-2", "h100-r39"),
+        "128slots": ("h100-r39-2", "h100-r39+h100-r39-2", "h100-r39"),
+        "10%": ("h100-r39-3", "h100-r39-2+h100-r39-3", "h100-r39-2"),
+    },
 }
 # sessions that ran no profile step: their runs are priced on an earlier session's profile,
 # measured on another machine (its disk's rate among them), so the model table lists them apart
@@ -144,8 +154,9 @@ BORROWED = {22, 23, 24, 25, 26, 27, 30, 31}
 # 120-slot pair at α 0.9, the twentieth's (the same card and grids) at 9 GB and 10%, the
 # twenty-first's the same twice; the thirty-third's in lockstep, priced on its own profile as
 # `specdec bench device` wrote it (9 GB at α 0.85-1.0, 10% at α 0.9 and 1.0); the thirty-fourth's
-# the same on an H200 (both budgets at α 0.85-1.0)
-FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 33, 34)
+# the same on an H200 (both budgets at α 0.85-1.0); the thirty-ninth's on an H100, each grid on
+# the profile written right before it (9 GB at α 0.85-1.0, 10% at α 0.9-1.0)
+FIGURE_SESSIONS = (6, 7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 33, 34, 39)
 # the split's sessions: the tenth, which it was built for (with the eleventh), and every one
 # since, so a new session needs no edit here (the twelfth ran no spec step: no rows)
 SPLIT_FROM = 10
@@ -158,7 +169,8 @@ FIRST_USE_S = 1.0  # a pass or call past this off the disk paid a one-off first-
 def profiles() -> dict:
     """Every profile SESSIONS names: a file's, or "A+B", the bracket of A and B (the mean of
     profiles measured before and after a session's runs: specdec.clock.bracket)."""
-    return {p: _profile(p) for s in SESSIONS.values() for p in s}
+    return {p: _profile(p) for s in SESSIONS.values()
+            for group in (s.values() if isinstance(s, dict) else [s]) for p in group}  # fmt: skip
 
 
 def _profile(name: str):
@@ -195,9 +207,16 @@ def _slot_elements() -> int:
     return cfg["hidden_size"] * cfg["intermediate_size"]
 
 
+def names(row: dict) -> tuple[str, ...]:
+    """The profiles `row` is modeled on (SESSIONS): its session's, or its budget's where the
+    session profiled again between its grids."""
+    got = SESSIONS[row.get("session", 1)]
+    return got[row["budget"]] if isinstance(got, dict) else got
+
+
 def own(row: dict) -> str:
     """The profile of the machine `row` ran on (fitted landing on the first: none was measured)."""
-    return SESSIONS[row.get("session", 1)][-1]
+    return names(row)[-1]
 
 
 def _read_gbps(recs: list[PassRecord]) -> float:
@@ -370,8 +389,8 @@ def measured_speedup(row: dict) -> float:
 def _speedups(row: dict, profs: dict) -> tuple[float, dict]:
     """Measured speed-up, and modeled on each profile of the machine the run ran on."""
     measured = measured_speedup(row)
-    names = SESSIONS[row.get("session", 1)]
-    modeled = {n: modeled_tps(row, profs[n]) / modeled_tps(row["plain"], profs[n]) for n in names}
+    modeled = {n: modeled_tps(row, profs[n]) / modeled_tps(row["plain"], profs[n])
+               for n in names(row)}  # fmt: skip
     return measured, modeled
 
 
@@ -560,17 +579,23 @@ def model_table() -> str:
             if first_use(row):  # not what the model prices: listed in the spec table
                 continue
             sess = row.get("session", 1)
-            for n in SESSIONS[sess]:
+            for n in names(row):
                 m = device_tps(row)
                 err = m / modeled_tps(row, profs[n]) - 1  # modeled time / measured time - 1
                 own = m / own_reads_tps(row, profs[n]) - 1
                 beside = beside_tps(row, profs[n])
-                key = f"{n}, session {sess}'s runs" if sess in BORROWED else n
+                key = n
+                if sess in BORROWED:  # another machine's profile: the session's runs apart
+                    key = f"{n}, session {sess}'s runs"
+                elif isinstance(SESSIONS[sess], dict):  # a profile per grid: each grid apart
+                    key = f"{n}, session {sess}'s {row['budget']} runs"
                 errors.setdefault(key, {}).setdefault(step, []).append(
                     (err, own, beside and m / beside - 1)
                 )
     body = []
     for n, steps in errors.items():
+        if not steps:  # a profile named only per budget: its runs are under those keys
+            continue
         allerr = [e for es in steps.values() for e in es]
         for step in (*[s for s in RUN_STEPS if s in steps], "all"):
             rows = allerr if step == "all" else steps[step]
@@ -594,7 +619,7 @@ def split_table(sessions: tuple[int, ...] = tuple(s for s in SESSIONS if s >= SP
         sess = row.get("session", 1)
         if sess not in sessions or first_use(row):
             continue
-        prof = profs[SESSIONS[sess][-1]]
+        prof = profs[own(row)]
         clock, n = _clock(row["drafter"]), row["committed"]
         dry = replace(prof, land_curve=(), land_gbps=None)
         full = [clock.remodel(prof, r) for r in row["records"]]
@@ -1087,19 +1112,20 @@ def land_table() -> str:
     """The landing bench at 1-32 fresh blocks per layer call (`specdec bench device`, from the
     sixth session), and the device model on those sessions' runs with the curve and with the
     one 16-block figure (`land_gbps`) at every count."""
-    body = []
-    for sess, names in SESSIONS.items():
+    profs, body = profiles(), []
+    for sess in SESSIONS:
         path = RESULTS / f"profile_details-r{sess}.json"
         curve = json.loads(path.read_text()).get("landing_curve") if path.exists() else None
         if not curve:
             continue
-        prof = load_profile(RESULTS / f"{names[-1]}.yaml")
         rows = [r for step in RUN_STEPS for r in runs(step)
                 if r.get("session") == sess and not first_use(r)]  # fmt: skip
         errs = {}
-        for label, p in (("curve", prof), ("16 blocks", replace(prof, land_curve=()))):
-            e = [device_tps(r) / modeled_tps(r, p) - 1 for r in rows]
-            o = [device_tps(r) / own_reads_tps(r, p) - 1 for r in rows]
+        for label, dry in (("curve", False), ("16 blocks", True)):
+            on = [(r, replace(profs[own(r)], land_curve=()) if dry else profs[own(r)])
+                  for r in rows]  # fmt: skip
+            e = [device_tps(r) / modeled_tps(r, p) - 1 for r, p in on]
+            o = [device_tps(r) / own_reads_tps(r, p) - 1 for r, p in on]
             errs[label] = _abs_worst(e) + _abs_worst(o)
         ms = " / ".join(f"{c['extra_s'] * 1e3:.1f}" for c in curve)
         gbps = " / ".join(_f(c["gbps"], ".1f") for c in curve)
@@ -1271,12 +1297,14 @@ def figure() -> str:
     profs = profiles()
     by: dict = {}
     paired = set()  # panels measured in lockstep (each run beside a plain run of its own)
+    priced: dict = {}  # panel -> the profile its modeled curves are on
     for row in _oracle_grid(FIGURE_SESSIONS):
         meas, mod = _speedups(row, profs)
         alpha = float(row["drafter"].split(":")[1])  # the oracle's α: what the sweep set
         panel = (row.get("session", 1), row["budget"])  # one machine and budget a panel
         if "lockstep" in row:
             paired.add(panel)
+        priced[panel] = own(row)
         by.setdefault(panel, {}).setdefault(int(row["gamma"]), []).append(
             (alpha, meas, mod[own(row)])
         )
@@ -1298,7 +1326,7 @@ def figure() -> str:
                     label=f"γ = {gamma}")  # fmt: skip
         ax.axhline(1.0, color="gray", lw=0.8)
         how = ", in lockstep" if panel in paired else ""
-        ax.set_title(f"budget {panel[1]}, session {panel[0]} ({SESSIONS[panel[0]][-1]}){how}",
+        ax.set_title(f"budget {panel[1]}, session {panel[0]} ({priced[panel]}){how}",
                      fontsize=10)  # fmt: skip
         ax.set_xlabel("oracle acceptance α (as set)")
     for ax in grid[:, 0]:
@@ -1308,7 +1336,7 @@ def figure() -> str:
                  "direct reads (from session 15: pinned): measured (points), modeled on the "
                  "machine's profile (lines)",
                  fontsize=10)  # fmt: skip
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))  # the title above the panels
     tmp = FIGURE.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)
     tmp.replace(FIGURE)

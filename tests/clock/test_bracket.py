@@ -96,3 +96,18 @@ def test_the_cuda_tables_model_a_session_on_its_bracket():
     for row in runs:
         tps = [cuda.modeled_tps(row, profs[n]) for n in ("h100-r38-2", "h100-r38")]
         assert tps[0] < cuda.modeled_tps(row, mid) < tps[1]
+
+
+def test_a_session_profiled_between_its_grids_models_each_budget_on_its_own_profiles():
+    # the thirty-ninth: 9 GB priced on the profile before it, 10% on the one between the grids;
+    # each grid's bracket is the pair of profiles around it, not the session's first and last
+    from analysis import cuda
+
+    rows = {r["budget"]: r for r in cuda.runs("spec") if r.get("session") == 39}
+    assert set(rows) == {"9GB", "10%"}
+    assert cuda.own(rows["9GB"]) == "h100-r39" and cuda.own(rows["10%"]) == "h100-r39-2"
+    assert "h100-r39-2+h100-r39-3" in cuda.names(rows["10%"])
+    assert "h100-r39-2+h100-r39-3" not in cuda.names(rows["9GB"])
+    table = cuda.model_table()  # one row a (profile, budget) of the session: the roles apart
+    assert "| h100-r39-2, session 39's 9GB runs | spec | 16 |" in table
+    assert "| h100-r39-2, session 39's 10% runs | spec | 12 |" in table
