@@ -568,6 +568,18 @@ def break_even_text(profs: dict, sessions: tuple[int, ...] | None = None) -> str
     return "\n".join(lines) + "\n"
 
 
+def model_row(row: dict, name: str) -> str:
+    """The model table's row for `row` modeled on profile `name`: the profile's, or, where the
+    profile is another machine's (BORROWED) or one grid's of a session that profiled between its
+    grids, the profile's for that session's runs, or that grid's, apart."""
+    sess = row.get("session", 1)
+    if sess in BORROWED:
+        return f"{name}, session {sess}'s runs"
+    if isinstance(SESSIONS[sess], dict):  # one grid's "after" may be the next one's "before"
+        return f"{name}, session {sess}'s {row['budget']} runs"
+    return name
+
+
 def model_table() -> str:
     """Modeled vs measured time per token over every run from disk, each on the profiles of the
     machine it ran on: the device model's error, and its error with each run's own read time
@@ -578,18 +590,12 @@ def model_table() -> str:
         for row in runs(step):
             if first_use(row):  # not what the model prices: listed in the spec table
                 continue
-            sess = row.get("session", 1)
             for n in names(row):
                 m = device_tps(row)
                 err = m / modeled_tps(row, profs[n]) - 1  # modeled time / measured time - 1
                 own = m / own_reads_tps(row, profs[n]) - 1
                 beside = beside_tps(row, profs[n])
-                key = n
-                if sess in BORROWED:  # another machine's profile: the session's runs apart
-                    key = f"{n}, session {sess}'s runs"
-                elif isinstance(SESSIONS[sess], dict):  # a profile per grid: each grid apart
-                    key = f"{n}, session {sess}'s {row['budget']} runs"
-                errors.setdefault(key, {}).setdefault(step, []).append(
+                errors.setdefault(model_row(row, n), {}).setdefault(step, []).append(
                     (err, own, beside and m / beside - 1)
                 )
     body = []

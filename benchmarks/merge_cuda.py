@@ -8,8 +8,9 @@ results/cuda/STEP.json, each marked `"session": N`, with the command and machine
 `sessions["N"]`, and its records to STEP.jsonl; the profile (OUT/h200.yaml, the name bench_cuda
 gives it on any card) becomes CARD-rN.yaml with that name inside, its details
 profile_details-rN.json (a session's second profile, run again after its runs or between its
-grids, CARD-rN-2.yaml and profile_details-rN-2.json beside the first's; a third -3, and so on); every other step's JSON goes to sessionN/ (a
-second run of a step in one session to sessionN/STEP-2.json, and so on: both kept). The home
+grids, CARD-rN-2.yaml and profile_details-rN-2.json beside the first's; a third -3, and so on);
+every other step's JSON goes to sessionN/ (a second run of a step in one session to
+sessionN/STEP-2.json, and so on: both kept). The home
 directory becomes `~` (results are read on other machines; tests/core/test_results_portable.py).
 `python -m analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its
 profile.

@@ -108,6 +108,8 @@ def test_a_session_profiled_between_its_grids_models_each_budget_on_its_own_prof
     assert cuda.own(rows["9GB"]) == "h100-r39" and cuda.own(rows["10%"]) == "h100-r39-2"
     assert "h100-r39-2+h100-r39-3" in cuda.names(rows["10%"])
     assert "h100-r39-2+h100-r39-3" not in cuda.names(rows["9GB"])
-    table = cuda.model_table()  # one row a (profile, budget) of the session: the roles apart
-    assert "| h100-r39-2, session 39's 9GB runs | spec | 16 |" in table
-    assert "| h100-r39-2, session 39's 10% runs | spec | 12 |" in table
+    # the model table: one row a (profile, grid), the profile between the grids in both roles
+    assert cuda.model_row(rows["9GB"], "h100-r39-2") == "h100-r39-2, session 39's 9GB runs"
+    assert cuda.model_row(rows["10%"], "h100-r39-2") == "h100-r39-2, session 39's 10% runs"
+    before = next(r for r in cuda.runs("spec") if r.get("session") == 34)
+    assert cuda.model_row(before, "h200-r34") == "h200-r34"
