@@ -41,8 +41,8 @@ seconds, the pass auto first drafted and its re-syncs to plain's cache; per sett
 median, range and how many seeds are within 1.05x, the first draft's median. Writes
 benchmarks/results/gamma_auto_seeds.json; with `--slots N` (another budget, e.g. the sessions'
 10% and 9 GB: 409 and 1130) gamma_auto_seeds_Nslots.json; `--tokens`, `--alphas` and `--runs`
-set the lengths, acceptances and seeds (the table: `python -m analysis.auto_seeds --results
-FILE...`).
+set the lengths, acceptances and seeds; `--out` writes elsewhere (a diagnostic run, not over
+the kept file) (the table: `python -m analysis.auto_seeds --results FILE...`).
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ def seeds(args) -> int:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "per_seed"}), flush=True)
     name = "seeds" if args.slots == SEED_SLOTS else f"seeds_{args.slots}slots"
-    return _write(name, rows, profile=str(args.profile))
+    return _write(name, rows, profile=str(args.profile), out=args.out)
 
 
 def main() -> int:
@@ -388,6 +388,7 @@ def main() -> int:
     d.add_argument("--tokens", default=SEED_TOKENS, help="run lengths, comma-separated")
     d.add_argument("--alphas", default=SEED_ALPHAS, help="oracle acceptances, comma-separated")
     d.add_argument("--runs", type=int, default=SEED_RUNS, help="oracle seeds per setting")
+    d.add_argument("--out", type=Path, help="write here (a diagnostic run: not over the kept file)")
     args = p.parse_args()
     if args.what == "host" and not 1 <= args.tokens <= DEVICE_POSITIONS:
         p.error(f"--tokens {args.tokens}: the 16-layer pack's trace replays 1-{DEVICE_POSITIONS}")
