@@ -10,10 +10,9 @@ gives it on any card) becomes CARD-rN.yaml with that name inside, its details
 profile_details-rN.json (a session's second profile, run again after its runs or between its
 grids, CARD-rN-2.yaml and profile_details-rN-2.json beside the first's; a third -3, and so on);
 every other step's JSON goes to sessionN/ (a second run of a step in one session to
-sessionN/STEP-2.json, and so on: both kept). The home
-directory becomes `~` (results are read on other machines; tests/core/test_results_portable.py).
-`python -m analysis.cuda` reads a new session's runs once SESSIONS in analysis/cuda.py names its
-profile.
+sessionN/STEP-2.json, and so on: both kept). The home directory becomes `~` (results are read
+on other machines; tests/core/test_results_portable.py). `python -m analysis.cuda` reads a new
+session's runs once SESSIONS in analysis/cuda.py names its profiles.
 
 A step merged before (a run step's command already under `sessions["N"]`, another step's in a
 sessionN/ file) is refused, so running this twice does not count the same runs twice; so is a
@@ -51,18 +50,16 @@ def merge(outs: list[Path], session: int, card: str, results: Path = RESULTS) ->
     _check(outs, session, results)
     kept = _session_files(outs, session, results)
     runs = {out: _profile_run(out, kept) for out in outs}
-    for out in outs:
-        name = f"{card}-r{session}{runs[out]}.yaml"
-        if (out / "h200.yaml").exists() and (results / name).exists():
-            raise MergeError(f"{out}/h200.yaml: already merged ({name} is there)")
+    names = {out: f"{card}-r{session}{run}" for out, run in runs.items()}  # each profile's
+    for out, name in names.items():
+        if (out / "h200.yaml").exists() and (results / f"{name}.yaml").exists():
+            raise MergeError(f"{out}/h200.yaml: already merged ({name}.yaml is there)")
     done = []
     for out in outs:
-        run = runs[out]
         for f in sorted(out.glob("*.json")):
-            done.append(_merge_file(f, session, results, kept.get(f), run))
-        profile = out / "h200.yaml"
+            done.append(_merge_file(f, session, results, kept.get(f), runs[out]))
+        profile, name = out / "h200.yaml", names[out]
         if profile.exists():
-            name = f"{card}-r{session}{run}"
             text = re.sub(r"\bh200\b(?=[:'\n])", name, home_as_tilde(profile.read_text()))
             write_atomic(results / f"{name}.yaml", text)
             done.append(f"{out.name}/h200.yaml -> {name}.yaml")

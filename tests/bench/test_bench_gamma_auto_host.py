@@ -1,8 +1,8 @@
 """benchmarks/bench_gamma_auto.py `host --pack-only` runs here (the CUDA sessions' 16-layer pack
 in replay, a short run, on a session's profile): each round times plain and auto, and only auto's
 row carries its bookkeeping's parts, which add up to less than its whole run (the lanes' passes
-within the feed); a run longer than
-the trace (or none) is refused in one line. Its figures are a benchmark's, not asserted here.
+within the feed); a run longer than the trace (or none) is refused in one line. Its figures are
+a benchmark's, not asserted here.
 
 Run: `pytest tests/bench/test_bench_gamma_auto_host.py`.
 """
